@@ -1,0 +1,124 @@
+"""In-place BLAS/LAPACK on strided column-major views, through SciPy's own BLAS/LAPACK.
+
+SciPy exports its Fortran BLAS and LAPACK as PyCapsules (``scipy.linalg.cython_blas`` and
+``cython_lapack``). Calling them by pointer lets local kernels update a sub-block of a rank's
+local matrix in place, with its leading dimension, exactly as ScaLAPACK's PBLAS do, instead of
+copying the sub-block out and back.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+
+_P = ctypes.c_void_p
+_api = ctypes.pythonapi
+_api.PyCapsule_GetName.restype = ctypes.c_char_p
+_api.PyCapsule_GetName.argtypes = [ctypes.py_object]
+_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+_NARGS = {"gemm": 13, "trsm": 11, "syrk": 10, "potrf": 5, "getrf": 6, "laswp": 7,
+          "trtri": 6, "lacpy": 7}
+
+
+@functools.lru_cache(maxsize=None)
+def _fn(name: str):
+    from scipy.linalg import cython_blas, cython_lapack
+    capi = cython_blas.__pyx_capi__ if name in cython_blas.__pyx_capi__ else \
+        cython_lapack.__pyx_capi__
+    cap = capi[name]
+    ptr = _api.PyCapsule_GetPointer(cap, _api.PyCapsule_GetName(cap))
+    return ctypes.CFUNCTYPE(None, *[_P] * _NARGS[name[1:]])(ptr)
+
+
+def _prefix(dtype) -> str:
+    return {"f": "s", "d": "d", "F": "c", "D": "z"}[np.dtype(dtype).char]
+
+
+def _i(x):
+    return ctypes.byref(ctypes.c_int(int(x)))
+
+
+def _c(x):
+    return ctypes.c_char_p(x.encode())
+
+
+def _s(x, dtype):
+    return np.array(x, dtype=dtype).ctypes.data_as(_P), None
+
+
+def ld(a) -> int:
+    """Leading dimension of a column-major (unit row stride) 2-D view."""
+    it = a.itemsize
+    if a.shape[0] <= 1 and a.shape[1] <= 1:
+        return 1
+    if a.shape[1] <= 1:
+        return max(1, a.shape[0])
+    if a.shape[0] > 1 and a.strides[0] != it:
+        raise ValueError("not a column-major view")
+    return max(1, a.strides[1] // it, a.shape[0])
+
+
+def is_colmajor(a) -> bool:
+    if a.ndim != 2:
+        return False
+    it = a.itemsize
+    return (a.shape[0] <= 1 or a.strides[0] == it) and \
+        (a.shape[1] <= 1 or (a.strides[1] % it == 0 and a.strides[1] // it >= a.shape[0]))
+
+
+def _ptr(a):
+    return _P(a.ctypes.data)
+
+
+def gemm(transa, transb, alpha, a, b, beta, c):
+    m, n = c.shape
+    k = a.shape[1] if transa == "N" else a.shape[0]
+    if m == 0 or n == 0:
+        return
+    al = np.array(alpha, c.dtype)
+    be = np.array(beta, c.dtype)
+    _fn(_prefix(c.dtype) + "gemm")(_c(transa), _c(transb), _i(m), _i(n), _i(k),
+                                   al.ctypes.data_as(_P), _ptr(a), _i(ld(a)), _ptr(b), _i(ld(b)),
+                                   be.ctypes.data_as(_P), _ptr(c), _i(ld(c)))
+
+
+def syrk(uplo, trans, alpha, a, beta, c):
+    n = c.shape[0]
+    k = a.shape[1] if trans == "N" else a.shape[0]
+    if n == 0:
+        return
+    al = np.array(alpha, c.dtype)
+    be = np.array(beta, c.dtype)
+    _fn(_prefix(c.dtype) + "syrk")(_c(uplo), _c(trans), _i(n), _i(k), al.ctypes.data_as(_P),
+                                   _ptr(a), _i(ld(a)), be.ctypes.data_as(_P), _ptr(c), _i(ld(c)))
+
+
+def trsm(side, uplo, transa, diag, alpha, a, b):
+    m, n = b.shape
+    if m == 0 or n == 0:
+        return
+    al = np.array(alpha, b.dtype)
+    _fn(_prefix(b.dtype) + "trsm")(_c(side), _c(uplo), _c(transa), _c(diag), _i(m), _i(n),
+                                   al.ctypes.data_as(_P), _ptr(a), _i(ld(a)), _ptr(b), _i(ld(b)))
+
+
+def potrf(uplo, a) -> int:
+    n = a.shape[0]
+    info = ctypes.c_int(0)
+    if n:
+        _fn(_prefix(a.dtype) + "potrf")(_c(uplo), _i(n), _ptr(a), _i(ld(a)), ctypes.byref(info))
+    return info.value
+
+
+def getrf(a):
+    """LU with partial pivoting in place; returns (0-based pivots int64 array, info)."""
+    m, n = a.shape
+    ipiv = np.zeros(max(1, min(m, n)), dtype=np.int32)
+    info = ctypes.c_int(0)
+    if m and n:
+        _fn(_prefix(a.dtype) + "getrf")(_i(m), _i(n), _ptr(a), _i(ld(a)),
+                                        ipiv.ctypes.data_as(_P), ctypes.byref(info))
+    return ipiv[:min(m, n)].astype(np.int64) - 1, info.value

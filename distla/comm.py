@@ -1,0 +1,222 @@
+"""Data communicators: the one seam through which distributed algorithms move arrays.
+
+Two implementations of one small interface:
+
+* :class:`MpiComm` moves NumPy (host) arrays with mpi4py's uppercase buffer API (no pickling).
+* :class:`NcclComm` moves CuPy (device) arrays with NCCL (``cupy.cuda.nccl``) on a dedicated
+  stream, so panels never bounce through host memory. Its unique id is broadcast with MPI.
+
+Interface (every method is collective over the communicator, except ``send``-style pairs in
+``exchange``, which involve only the named peers): ``rank``, ``size``, ``bcast(buf, root)``,
+``ibcast(buf, root) -> Request`` (``.wait()``), ``allreduce(buf, op)`` (in place),
+``allgather(sendbuf, recvbuf)``, ``exchange(sends, recvs)`` (grouped point-to-point),
+``alltoallv(sendbufs, recvbufs)``. Buffers must be C- or F-contiguous.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["MpiComm", "NcclComm", "GridComms", "make_grid_comms", "Request"]
+
+
+class Request:
+    """A pending operation; ``wait()`` completes it (host-blocking on MPI, stream-ordered on
+    NCCL)."""
+
+    def __init__(self, wait=None):
+        self._wait = wait
+
+    def wait(self) -> None:
+        if self._wait is not None:
+            w, self._wait = self._wait, None
+            w()
+
+
+def _contig(buf):
+    if not (buf.flags.c_contiguous or buf.flags.f_contiguous):
+        raise ValueError("communication buffers must be contiguous (got a strided view)")
+    return buf
+
+
+class MpiComm:
+    """Host-array communicator over an mpi4py communicator (CPU ranks)."""
+
+    device = "cpu"
+
+    def __init__(self, mpi_comm):
+        self.mpi = mpi_comm
+        self.rank = mpi_comm.Get_rank()
+        self.size = mpi_comm.Get_size()
+
+    @staticmethod
+    def _op(op):
+        from mpi4py import MPI
+        return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+
+    def bcast(self, buf, root: int) -> None:
+        if self.size > 1:
+            self.mpi.Bcast(_contig(buf), root=root)
+
+    def ibcast(self, buf, root: int) -> Request:
+        if self.size == 1:
+            return Request()
+        return Request(self.mpi.Ibcast(_contig(buf), root=root).Wait)
+
+    def allreduce(self, buf, op: str = "sum") -> None:
+        if self.size > 1:
+            from mpi4py import MPI
+            self.mpi.Allreduce(MPI.IN_PLACE, _contig(buf), op=self._op(op))
+
+    def allgather(self, sendbuf, recvbuf) -> None:
+        self.mpi.Allgather(_contig(sendbuf), _contig(recvbuf))
+
+    def exchange(self, sends=(), recvs=(), tag: int = 7) -> None:
+        """Grouped point-to-point: ``sends``/``recvs`` are lists of (peer, buffer)."""
+        from mpi4py import MPI
+        reqs = [self.mpi.Irecv(_contig(b), source=p, tag=tag) for p, b in recvs]
+        reqs += [self.mpi.Isend(_contig(b), dest=p, tag=tag) for p, b in sends]
+        MPI.Request.Waitall(reqs)
+
+    def alltoallv(self, sendbufs, recvbufs) -> None:
+        """``sendbufs[p]`` goes to rank p, ``recvbufs[p]`` comes from rank p (1-D, same dtype)."""
+        from mpi4py import MPI
+        dt = sendbufs[0].dtype
+        scount = np.array([b.size for b in sendbufs], dtype=np.int64)
+        rcount = np.array([b.size for b in recvbufs], dtype=np.int64)
+        sflat = np.concatenate([b.ravel(order="K") for b in sendbufs]) if scount.sum() else \
+            np.empty(0, dt)
+        rflat = np.empty(int(rcount.sum()), dtype=dt)
+        sdis = np.concatenate([[0], np.cumsum(scount)[:-1]])
+        rdis = np.concatenate([[0], np.cumsum(rcount)[:-1]])
+        mpitype = MPI._typedict[dt.char]
+        self.mpi.Alltoallv([sflat, (scount, sdis), mpitype], [rflat, (rcount, rdis), mpitype])
+        for b, o, c in zip(recvbufs, rdis, rcount):
+            b[...] = rflat[o:o + c].reshape(b.shape)
+
+    def barrier(self) -> None:
+        self.mpi.Barrier()
+
+
+_NCCL_TYPES = {"f": "NCCL_FLOAT32", "d": "NCCL_FLOAT64", "e": "NCCL_FLOAT16",
+               "i": "NCCL_INT32", "l": "NCCL_INT64", "q": "NCCL_INT64", "b": "NCCL_INT8",
+               "B": "NCCL_UINT8", "?": "NCCL_UINT8", "I": "NCCL_UINT32", "L": "NCCL_UINT64",
+               "Q": "NCCL_UINT64"}
+
+
+class NcclComm:
+    """Device-array communicator over NCCL (GPU ranks). Built collectively from an mpi4py
+    communicator (the NCCL unique id is broadcast through MPI). Operations are enqueued on
+    ``self.stream`` after the current stream's pending work; the current stream then waits for
+    them, so results are ordered without host synchronization."""
+
+    device = "gpu"
+
+    def __init__(self, mpi_comm):
+        import cupy
+        from cupy.cuda import nccl
+        self._nccl, self._cp = nccl, cupy
+        self.mpi = mpi_comm
+        self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
+        uid = nccl.get_unique_id() if self.rank == 0 else None
+        uid = mpi_comm.bcast(uid, root=0)
+        self.comm = nccl.NcclCommunicator(self.size, uid, self.rank)
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+
+    def _dt(self, buf):
+        k = buf.dtype.char
+        if buf.dtype.kind == "c":  # complex: as pairs of reals
+            k = "f" if buf.dtype.itemsize == 8 else "d"
+            return getattr(self._nccl, _NCCL_TYPES[k]), buf.size * 2
+        return getattr(self._nccl, _NCCL_TYPES[k]), buf.size
+
+    def _op(self, op):
+        return {"sum": self._nccl.NCCL_SUM, "max": self._nccl.NCCL_MAX,
+                "min": self._nccl.NCCL_MIN}[op]
+
+    def _enter(self):
+        """Order the comm stream after the work already queued on the current stream."""
+        ev = self._cp.cuda.get_current_stream().record()
+        self.stream.wait_event(ev)
+
+    def _leave(self):
+        """Make the current stream wait for the comm stream's work so far."""
+        self._cp.cuda.get_current_stream().wait_event(self.stream.record())
+
+    def ibcast(self, buf, root: int) -> Request:
+        if self.size == 1:
+            return Request()
+        _contig(buf)
+        self._enter()
+        dt, count = self._dt(buf)
+        self.comm.bcast(buf.data.ptr, count, dt, root, self.stream.ptr)
+        ev = self.stream.record()
+        return Request(lambda: self._cp.cuda.get_current_stream().wait_event(ev))
+
+    def bcast(self, buf, root: int) -> None:
+        self.ibcast(buf, root).wait()
+
+    def allreduce(self, buf, op: str = "sum") -> None:
+        if self.size == 1:
+            return
+        _contig(buf)
+        self._enter()
+        dt, count = self._dt(buf)
+        self.comm.allReduce(buf.data.ptr, buf.data.ptr, count, dt, self._op(op), self.stream.ptr)
+        self._leave()
+
+    def allgather(self, sendbuf, recvbuf) -> None:
+        _contig(sendbuf), _contig(recvbuf)
+        self._enter()
+        dt, count = self._dt(sendbuf)
+        self.comm.allGather(sendbuf.data.ptr, recvbuf.data.ptr, count, dt, self.stream.ptr)
+        self._leave()
+
+    def exchange(self, sends=(), recvs=(), tag: int = 7) -> None:
+        self._enter()
+        self._nccl.groupStart()
+        try:
+            for p, b in sends:
+                dt, count = self._dt(_contig(b))
+                if count:
+                    self.comm.send(b.data.ptr, count, dt, p, self.stream.ptr)
+            for p, b in recvs:
+                dt, count = self._dt(_contig(b))
+                if count:
+                    self.comm.recv(b.data.ptr, count, dt, p, self.stream.ptr)
+        finally:
+            self._nccl.groupEnd()
+        self._leave()
+
+    def alltoallv(self, sendbufs, recvbufs) -> None:
+        me = self.rank
+        recvbufs[me][...] = sendbufs[me].reshape(recvbufs[me].shape)
+        self.exchange([(p, b) for p, b in enumerate(sendbufs) if p != me and b.size],
+                      [(p, b) for p, b in enumerate(recvbufs) if p != me and b.size])
+
+    def barrier(self) -> None:
+        self._cp.cuda.get_current_stream().synchronize()
+        self.mpi.Barrier()
+
+
+@dataclass
+class GridComms:
+    """The data communicators of a grid for one device: all ranks, my row, my column."""
+
+    all: object
+    row: object
+    col: object
+
+
+def make_grid_comms(grid, device: str) -> GridComms:
+    """Collective over ``grid.comm``: build the data communicators for ``device``."""
+    if device == "cpu":
+        return GridComms(MpiComm(grid.comm), MpiComm(grid.row_comm), MpiComm(grid.col_comm))
+    if device == "gpu":
+        from .errors import collective
+        from .device import get_backend
+        with collective(grid.comm):
+            get_backend("gpu", grid.comm)  # selects this rank's GPU before NCCL init
+        return GridComms(NcclComm(grid.comm), NcclComm(grid.row_comm), NcclComm(grid.col_comm))
+    raise ValueError(f"device must be 'cpu' or 'gpu', not {device!r}")

@@ -1,0 +1,111 @@
+"""ProcessGrid: a BLACS-like P x Q grid over an MPI communicator.
+
+Collective: constructing a grid is collective over ``comm`` (it splits row and column
+communicators). Ranks are laid out row-major (``rank = prow * npcol + pcol``) or column-major
+(``rank = prow + pcol * nprow``) as in BLACS_GRIDINIT.
+"""
+from __future__ import annotations
+
+import math
+
+from .errors import agree
+
+__all__ = ["ProcessGrid", "squarest_shape"]
+
+
+def squarest_shape(size: int) -> tuple[int, int]:
+    """The most square (nprow, npcol) with nprow * npcol == size and nprow <= npcol."""
+    p = int(math.isqrt(size))
+    while size % p:
+        p -= 1
+    return p, size // p
+
+
+def _world():
+    from mpi4py import MPI
+    return MPI.COMM_WORLD
+
+
+class ProcessGrid:
+    """A ``nprow x npcol`` process grid (a BLACS context).
+
+    Attributes: ``nprow, npcol, myrow, mycol, order, comm`` (all ranks), ``row_comm`` (the ranks
+    of my process row, ranked by column), ``col_comm`` (the ranks of my process column, ranked
+    by row). Collective over ``comm``; a shape that does not match the communicator size raises
+    ``ValueError`` on every rank.
+    """
+
+    def __init__(self, nprow: int | None = None, npcol: int | None = None, comm=None,
+                 order: str = "row"):
+        comm = _world() if comm is None else comm
+        size, rank = comm.Get_size(), comm.Get_rank()
+        err = None
+        try:
+            if order not in ("row", "col", "column"):
+                raise ValueError(f"order must be 'row' or 'col', not {order!r}")
+            if nprow is None and npcol is None:
+                nprow, npcol = squarest_shape(size)
+            elif nprow is None:
+                nprow = size // int(npcol) if int(npcol) > 0 and size % int(npcol) == 0 else 0
+            elif npcol is None:
+                npcol = size // int(nprow) if int(nprow) > 0 and size % int(nprow) == 0 else 0
+            nprow, npcol = int(nprow), int(npcol)
+            if nprow < 1 or npcol < 1 or nprow * npcol != size:
+                raise ValueError(
+                    f"a {nprow} x {npcol} process grid needs {nprow * npcol if nprow > 0 and npcol > 0 else 'a positive number of'} "
+                    f"ranks, but the communicator has {size}; start {size} ranks with a grid "
+                    f"whose nprow * npcol == {size} (e.g. {squarest_shape(size)})")
+        except Exception as e:  # noqa: BLE001
+            err = e
+        agree(comm, err)
+        self.comm = comm
+        self.order = "row" if order == "row" else "col"
+        self.nprow, self.npcol = nprow, npcol
+        self.rank, self.size = rank, size
+        self.myrow, self.mycol = self.coords(rank)
+        self.row_comm = comm.Split(color=self.myrow, key=self.mycol)
+        self.col_comm = comm.Split(color=self.mycol, key=self.myrow)
+        self._device_comms = {}
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.nprow, self.npcol
+
+    def rank_of(self, prow: int, pcol: int) -> int:
+        """Rank in ``comm`` of the process at grid coordinates (prow, pcol)."""
+        if self.order == "row":
+            return prow * self.npcol + pcol
+        return prow + pcol * self.nprow
+
+    def coords(self, rank: int) -> tuple[int, int]:
+        """Grid coordinates (prow, pcol) of ``rank``."""
+        if self.order == "row":
+            return divmod(rank, self.npcol)
+        pcol, prow = divmod(rank, self.nprow)
+        return prow, pcol
+
+    def comms(self, device: str = "cpu"):
+        """The data communicators (``.all``, ``.row``, ``.col``) for arrays on ``device``.
+
+        MPI (host buffers) for 'cpu'; NCCL for 'gpu' (built on first use: collective over
+        ``comm``). See :mod:`distla.comm`.
+        """
+        c = self._device_comms.get(device)
+        if c is None:
+            from .comm import make_grid_comms
+            c = self._device_comms[device] = make_grid_comms(self, device)
+        return c
+
+    def agree(self, exc: BaseException | None = None) -> None:
+        """Collective: raise the same exception on every rank if any rank passed one."""
+        agree(self.comm, exc)
+
+    def __repr__(self) -> str:
+        return (f"ProcessGrid({self.nprow}x{self.npcol}, order={self.order!r}, "
+                f"rank={self.rank} at ({self.myrow}, {self.mycol}))")
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, ProcessGrid) and other.shape == self.shape
+                and other.order == self.order and other.comm is self.comm) or other is self
+
+    __hash__ = object.__hash__

@@ -1,0 +1,423 @@
+"""DistMatrix: a dense matrix in 2D block-cyclic layout over a ProcessGrid.
+
+Storage follows ScaLAPACK's descriptor semantics: global ``m x n``, blocks ``mb x nb``, block
+(0, 0) on process (``rsrc``, ``csrc``). Each rank holds its local array ``local``
+(``mloc x nloc``, column-major, leading dimension ``lld = max(1, mloc)``) as a NumPy array on
+'cpu' ranks or a CuPy array on 'gpu' ranks. Every constructor and method here is collective
+over the grid unless its docstring says otherwise.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from . import layout
+from .device import array_device, get_backend
+from .errors import agree, collective
+from .grid import ProcessGrid
+
+__all__ = ["DistMatrix"]
+
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64),
+           np.dtype(np.complex128))
+
+
+def _check_dtype(dtype) -> np.dtype:
+    dt = np.dtype(dtype)
+    if dt not in _DTYPES:
+        raise TypeError(f"dtype must be float32, float64, complex64 or complex128, not {dt}")
+    return dt
+
+
+def _pair(x, name: str) -> tuple[int, int]:
+    if isinstance(x, numbers.Integral):
+        x = (x, x)
+    try:
+        a, b = x
+        if not (isinstance(a, numbers.Integral) and isinstance(b, numbers.Integral)):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be an int or a pair of ints, not {x!r}") from None
+    return int(a), int(b)
+
+
+def _check_layout(grid, shape, block, src):
+    if not isinstance(grid, ProcessGrid):
+        raise TypeError(f"grid must be a ProcessGrid, not {type(grid).__name__}")
+    m, n = _pair(shape, "shape")
+    mb, nb = _pair(block, "block")
+    rsrc, csrc = _pair(src, "src")
+    if m < 0 or n < 0:
+        raise ValueError(f"shape must be non-negative, got {(m, n)}")
+    if mb <= 0 or nb <= 0:
+        raise ValueError(f"block sizes must be positive, got {(mb, nb)}")
+    if not (0 <= rsrc < grid.nprow and 0 <= csrc < grid.npcol):
+        raise ValueError(f"source process {(rsrc, csrc)} is outside the "
+                         f"{grid.nprow} x {grid.npcol} grid")
+    return (m, n), (mb, nb), (rsrc, csrc)
+
+
+class DistMatrix:
+    """A 2D block-cyclic distributed matrix.
+
+    Attributes: ``grid``, ``shape`` (m, n), ``block`` (mb, nb), ``src`` (rsrc, csrc), ``dtype``,
+    ``device`` ('cpu' | 'gpu'), ``local`` (this rank's column-major mloc x nloc array),
+    ``desc`` (a :class:`distla.layout.Descriptor`). Use the class-method constructors; the
+    bare constructor wraps an existing local array without communication.
+    """
+
+    __array_priority__ = 1000
+
+    def __init__(self, grid, shape, block, *, dtype=np.float64, device="cpu", src=(0, 0),
+                 local=None):
+        (m, n), (mb, nb), (rsrc, csrc) = _check_layout(grid, shape, block, src)
+        self.grid = grid
+        self.shape = (m, n)
+        self.block = (mb, nb)
+        self.src = (rsrc, csrc)
+        self.device = device
+        self.backend = get_backend(device)
+        self.dtype = _check_dtype(dtype if local is None else local.dtype)
+        lshape = self.local_shape
+        if local is None:
+            local = self.backend.zeros(lshape, self.dtype)
+        else:
+            if array_device(local) != device:
+                raise TypeError(f"local array is on {array_device(local)}, "
+                                f"but device={device!r}")
+            if tuple(local.shape) != lshape:
+                raise ValueError(f"local array has shape {tuple(local.shape)}, but this rank "
+                                 f"owns {lshape} of a {m} x {n} matrix in {mb} x {nb} blocks")
+        self.local = local
+
+    # ---- layout -------------------------------------------------------------------------
+    m = property(lambda self: self.shape[0])
+    n = property(lambda self: self.shape[1])
+    mb = property(lambda self: self.block[0])
+    nb = property(lambda self: self.block[1])
+    rsrc = property(lambda self: self.src[0])
+    csrc = property(lambda self: self.src[1])
+    xp = property(lambda self: self.backend.xp)
+    ndim = 2
+
+    @property
+    def local_shape(self) -> tuple[int, int]:
+        """(mloc, nloc) stored on this rank (not collective)."""
+        g = self.grid
+        return (layout.numroc(self.m, self.mb, g.myrow, self.rsrc, g.nprow),
+                layout.numroc(self.n, self.nb, g.mycol, self.csrc, g.npcol))
+
+    @property
+    def desc(self) -> layout.Descriptor:
+        """ScaLAPACK descriptor of this matrix on this rank (``.to_scalapack()`` for DESC)."""
+        return layout.Descriptor(self.m, self.n, self.mb, self.nb, self.rsrc, self.csrc,
+                                 max(1, self.local_shape[0]))
+
+    def row_indices(self, prow: int | None = None) -> np.ndarray:
+        """Global row indices stored on process row ``prow`` (default: mine), in local order."""
+        g = self.grid
+        return layout.local_indices(self.m, self.mb, g.myrow if prow is None else prow,
+                                    self.rsrc, g.nprow)
+
+    def col_indices(self, pcol: int | None = None) -> np.ndarray:
+        """Global column indices stored on process column ``pcol`` (default: mine)."""
+        g = self.grid
+        return layout.local_indices(self.n, self.nb, g.mycol if pcol is None else pcol,
+                                    self.csrc, g.npcol)
+
+    def local_row_start(self, g: int, prow: int | None = None) -> int:
+        """Local offset of global row ``g`` (first local row with global index >= g)."""
+        gr = self.grid
+        return layout.local_start(g, self.mb, gr.myrow if prow is None else prow, self.rsrc,
+                                  gr.nprow)
+
+    def local_col_start(self, g: int, pcol: int | None = None) -> int:
+        """Local offset of global column ``g`` (first local column with index >= g)."""
+        gr = self.grid
+        return layout.local_start(g, self.nb, gr.mycol if pcol is None else pcol, self.csrc,
+                                  gr.npcol)
+
+    def row_owner(self, g: int) -> int:
+        """Process row owning global row ``g``."""
+        return int(layout.owner(g, self.mb, self.rsrc, self.grid.nprow))
+
+    def col_owner(self, g: int) -> int:
+        """Process column owning global column ``g``."""
+        return int(layout.owner(g, self.nb, self.csrc, self.grid.npcol))
+
+    def same_layout(self, other: "DistMatrix") -> bool:
+        return (isinstance(other, DistMatrix) and other.grid == self.grid
+                and other.shape == self.shape and other.block == self.block
+                and other.src == self.src)
+
+    def _like(self, local=None, shape=None, block=None, dtype=None, src=None):
+        """A matrix on the same grid and device (no communication, no checks)."""
+        return DistMatrix(self.grid, self.shape if shape is None else shape,
+                          self.block if block is None else block,
+                          dtype=self.dtype if dtype is None else dtype, device=self.device,
+                          src=self.src if src is None else src, local=local)
+
+    def __repr__(self) -> str:
+        return (f"DistMatrix(shape={self.shape}, block={self.block}, src={self.src}, "
+                f"dtype={self.dtype}, device={self.device!r}, grid={self.grid.nprow}x"
+                f"{self.grid.npcol})")
+
+    # ---- constructors -------------------------------------------------------------------
+    @classmethod
+    def zeros(cls, grid, shape, block=(64, 64), dtype=np.float64, device="cpu", src=(0, 0)):
+        """Collective: an all-zero matrix."""
+        with collective(grid.comm if isinstance(grid, ProcessGrid) else None):
+            _check_layout(grid, shape, block, src)
+            _check_dtype(dtype)
+            get_backend(device, grid.comm)
+        return cls(grid, shape, block, dtype=dtype, device=device, src=src)
+
+    @classmethod
+    def from_function(cls, grid, shape, block, fn, dtype=np.float64, device="cpu",
+                      src=(0, 0)):
+        """Collective: entries ``fn(I, J)`` where ``I`` (mloc x 1) and ``J`` (1 x nloc) are the
+        global row and column indices of this rank's entries, as integer arrays of the
+        device's namespace (NumPy or CuPy). ``fn`` returns the mloc x nloc local values (any
+        array broadcastable to that shape). The global matrix is never formed."""
+        A = cls.zeros(grid, shape, block, dtype=dtype, device=device, src=src)
+        xp = A.xp
+        err = None
+        try:
+            I = xp.asarray(A.row_indices()).reshape(-1, 1)
+            J = xp.asarray(A.col_indices()).reshape(1, -1)
+            vals = fn(I, J)
+            vals = A.backend.asarray(vals)
+            if vals.dtype.kind == "c" and A.dtype.kind != "c":
+                raise TypeError(f"fn returned complex values for a {A.dtype} matrix")
+            A.local[...] = xp.broadcast_to(vals, A.local_shape)
+        except Exception as e:  # noqa: BLE001 - agreed on below
+            err = e
+        agree(grid.comm, err)
+        return A
+
+    @classmethod
+    def eye(cls, grid, n, block=(64, 64), dtype=np.float64, device="cpu", src=(0, 0), m=None):
+        """Collective: the identity (``m x n``, default square)."""
+        shape = (n if m is None else m, n)
+        return cls.from_function(grid, shape, block, lambda I, J: (I == J), dtype=dtype,
+                                 device=device, src=src)
+
+    @classmethod
+    def random(cls, grid, shape, block=(64, 64), seed=0, dtype=np.float64, device="cpu",
+               src=(0, 0), distribution="normal"):
+        """Collective: entries from a counter-based generator of (seed, i, j): the same matrix
+        whatever the grid, block size, source process or device. ``distribution`` is
+        'normal' (standard normal) or 'uniform' ([0, 1))."""
+        if distribution not in ("normal", "uniform"):
+            raise ValueError("distribution must be 'normal' or 'uniform'")
+        from .random import hashed_normal, hashed_uniform
+        f = hashed_normal if distribution == "normal" else hashed_uniform
+        return cls.from_function(grid, shape, block, lambda I, J: f(seed, I, J), dtype=dtype,
+                                 device=device, src=src)
+
+    @classmethod
+    def from_global(cls, grid, a, shape=None, block=(64, 64), root=0, device="cpu",
+                    src=(0, 0), dtype=None):
+        """Collective: scatter the global array ``a`` (needed on ``root`` only; other ranks may
+        pass None) into block-cyclic layout. ``shape``/``dtype`` default to ``a``'s."""
+        comm = grid.comm
+        meta, err = None, None
+        if comm.Get_rank() == root:
+            try:
+                if a is None:
+                    raise ValueError(f"from_global needs the array on root rank {root}")
+                if hasattr(a, "get") and not isinstance(a, np.ndarray):
+                    a = a.get()
+                a = np.asarray(a)
+                if a.ndim == 1:
+                    a = a.reshape(-1, 1)
+                if a.ndim != 2:
+                    raise ValueError(f"from_global needs a 2-D array, got {a.ndim}-D")
+                if shape is not None and tuple(_pair(shape, "shape")) != a.shape:
+                    raise ValueError(f"shape {tuple(shape)} does not match the array's "
+                                     f"{a.shape}")
+                dt = _check_dtype(a.dtype if dtype is None else dtype)
+                if dt.kind != "c" and a.dtype.kind == "c":
+                    raise TypeError(f"complex array for a {dt} matrix")
+                meta = (a.shape, dt.str)
+            except Exception as e:  # noqa: BLE001
+                err = e
+        agree(comm, err)
+        shape, dts = comm.bcast(meta, root=root)
+        A = cls.zeros(grid, shape, block, dtype=np.dtype(dts), device=device, src=src)
+        counts = []
+        for r in range(grid.size):
+            pr, pc = grid.coords(r)
+            counts.append(layout.numroc(A.m, A.mb, pr, A.rsrc, grid.nprow)
+                          * layout.numroc(A.n, A.nb, pc, A.csrc, grid.npcol))
+        counts = np.array(counts, dtype=np.int64)
+        displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        sendbuf = None
+        if comm.Get_rank() == root:
+            sendbuf = np.empty(int(counts.sum()), dtype=A.dtype)
+            for r in range(grid.size):
+                pr, pc = grid.coords(r)
+                piece = a[np.ix_(A.row_indices(pr), A.col_indices(pc))]
+                sendbuf[displs[r]:displs[r] + counts[r]] = piece.ravel(order="F")
+        recv = np.empty(int(counts[grid.rank]), dtype=A.dtype)
+        from mpi4py import MPI
+        mt = MPI._typedict[A.dtype.char]
+        comm.Scatterv([sendbuf, (counts, displs), mt] if sendbuf is not None else None,
+                      [recv, mt], root=root)
+        A.local[...] = A.backend.asarray(recv.reshape(A.local_shape, order="F"))
+        return A
+
+    @classmethod
+    def from_local(cls, grid, local, shape, block, src=(0, 0)):
+        """Collective: wrap this rank's existing local array (e.g. from a ScaLAPACK code, with
+        the layout of its descriptor). The device is the array's."""
+        err = None
+        try:
+            device = array_device(local)
+            _check_layout(grid, shape, block, src)
+            A = cls(grid, shape, block, dtype=local.dtype, device=device, src=src,
+                    local=get_backend(device).asarray(local))
+        except Exception as e:  # noqa: BLE001
+            err = e
+        agree(grid.comm, err)
+        return A
+
+    @classmethod
+    def from_descriptor(cls, grid, local, desc):
+        """Collective: wrap a local array described by a ScaLAPACK DESC (9 ints) or
+        :class:`~distla.layout.Descriptor` (``lld`` must equal the local row count)."""
+        d = desc if isinstance(desc, layout.Descriptor) else layout.Descriptor.from_scalapack(desc)
+        return cls.from_local(grid, local, (d.m, d.n), (d.mb, d.nb), (d.rsrc, d.csrc))
+
+    # ---- conversions --------------------------------------------------------------------
+    def copy(self) -> "DistMatrix":
+        """A deep copy (local, no communication)."""
+        return self._like(local=self.local.copy(order="F"))
+
+    def astype(self, dtype) -> "DistMatrix":
+        """A copy converted to ``dtype`` (local, no communication)."""
+        dt = _check_dtype(dtype)
+        return self._like(local=self.local.astype(dt, order="F"), dtype=dt)
+
+    def to(self, device: str) -> "DistMatrix":
+        """This matrix on ``device`` ('cpu' or 'gpu'); ``self`` if already there."""
+        if device == self.device:
+            return self
+        with collective(self.grid.comm):
+            be = get_backend(device, self.grid.comm)
+        return DistMatrix(self.grid, self.shape, self.block, dtype=self.dtype, device=device,
+                          src=self.src, local=be.asarray(self.backend.to_host(self.local)))
+
+    def to_global(self, root: int | None = 0):
+        """Collective: the global ndarray (NumPy) on ``root``, None elsewhere; every rank gets
+        it when ``root`` is None."""
+        from mpi4py import MPI
+        grid, comm = self.grid, self.grid.comm
+        if root is not None and not (0 <= root < grid.size):
+            raise ValueError(f"root {root} is not a rank of the {grid.size}-rank grid")
+        mine = np.asarray(self.backend.to_host(self.local), order="F").ravel(order="F")
+        shapes = [(layout.numroc(self.m, self.mb, pr, self.rsrc, grid.nprow),
+                   layout.numroc(self.n, self.nb, pc, self.csrc, grid.npcol))
+                  for pr, pc in map(grid.coords, range(grid.size))]
+        counts = np.array([a * b for a, b in shapes], dtype=np.int64)
+        displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        mt = MPI._typedict[self.dtype.char]
+        gets = root is None or comm.Get_rank() == root
+        buf = np.empty(int(counts.sum()), dtype=self.dtype) if gets else None
+        if root is None:
+            comm.Allgatherv([mine, mt], [buf, (counts, displs), mt])
+        else:
+            comm.Gatherv([mine, mt], [buf, (counts, displs), mt] if gets else None, root=root)
+        if not gets:
+            return None
+        out = np.empty(self.shape, dtype=self.dtype)
+        for r, (pr, pc) in enumerate(map(grid.coords, range(grid.size))):
+            piece = buf[displs[r]:displs[r] + counts[r]].reshape(shapes[r], order="F")
+            out[np.ix_(self.row_indices(pr), self.col_indices(pc))] = piece
+        return out
+
+    # ---- data movement ------------------------------------------------------------------
+    def redistribute(self, grid=None, block=None, src=None) -> "DistMatrix":
+        """Collective: this matrix in another layout (pdgemr2d): new ``grid`` (over the same
+        communicator), ``block`` and/or ``src``; by direct all-to-all exchange, never
+        gathered."""
+        from .redistribute import remap
+        grid = self.grid if grid is None else grid
+        with collective(self.grid.comm):
+            if grid.comm is not self.grid.comm and grid.size != self.grid.size:
+                raise ValueError("redistribute needs a grid over the same communicator")
+            _check_layout(grid, self.shape, self.block if block is None else block,
+                          self.src if src is None else src)
+        out = DistMatrix(grid, self.shape, self.block if block is None else block,
+                         dtype=self.dtype, device=self.device,
+                         src=self.src if src is None else src)
+        remap(self, out, transpose=False)
+        return out
+
+    def transpose(self, conjugate: bool = False) -> "DistMatrix":
+        """Collective: the (conjugate) transpose, an ``n x m`` matrix with blocks
+        ``(nb, mb)`` and source ``(rsrc, csrc)`` on the same grid."""
+        from .redistribute import remap
+        out = DistMatrix(self.grid, (self.n, self.m), (self.nb, self.mb), dtype=self.dtype,
+                         device=self.device, src=self.src)
+        remap(self, out, transpose=True, conjugate=conjugate)
+        return out
+
+    @property
+    def T(self) -> "DistMatrix":
+        return self.transpose()
+
+    @property
+    def H(self) -> "DistMatrix":
+        return self.transpose(conjugate=True)
+
+    # ---- arithmetic (elementwise ones are local) ----------------------------------------
+    def _check_same(self, other, op):
+        if not self.same_layout(other):
+            raise ValueError(f"{op}: operands must share grid, shape, block and source "
+                             f"({self!r} vs {other!r}); use redistribute() first")
+        if other.device != self.device:
+            raise TypeError(f"{op}: operands are on {self.device} and {other.device}")
+
+    def __add__(self, other):
+        if isinstance(other, DistMatrix):
+            self._check_same(other, "+")
+            return self._like(local=self.local + other.local)
+        return NotImplemented
+
+    def __sub__(self, other):
+        if isinstance(other, DistMatrix):
+            self._check_same(other, "-")
+            return self._like(local=self.local - other.local)
+        return NotImplemented
+
+    def __mul__(self, alpha):
+        if isinstance(alpha, numbers.Number):
+            return self._like(local=self.local * alpha)
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, alpha):
+        if isinstance(alpha, numbers.Number):
+            return self._like(local=self.local / alpha)
+        return NotImplemented
+
+    def __neg__(self):
+        return self._like(local=-self.local)
+
+    def __matmul__(self, other):
+        from .pblas import matmul
+        return matmul(self, other)
+
+    def add(self, other: "DistMatrix", alpha=1.0, beta=1.0) -> "DistMatrix":
+        """``alpha * self + beta * other`` (pdgeadd; same layout; local)."""
+        self._check_same(other, "add")
+        return self._like(local=alpha * self.local + beta * other.local)
+
+    def norm(self, ord="fro"):
+        """Collective: 'fro', 1, inf (np.inf or 'inf') or 'max' norm, as a Python float on
+        every rank."""
+        from .pblas import norm
+        return norm(self, ord)
