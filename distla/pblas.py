@@ -1,0 +1,219 @@
+"""Distributed BLAS on DistMatrix (the PBLAS routines the solvers need).
+
+* :func:`matmul` — ``C = alpha op(A) op(B) + beta C`` by SUMMA: for every block of the inner
+  dimension, the owning process column broadcasts its piece of A along process rows, the owning
+  process row broadcasts its piece of B down process columns, every rank does one local GEMM.
+  The broadcasts of step k+1 are posted before the GEMM of step k (lookahead 1).
+* :func:`triangular_solve` — pdtrsm, by a right-looking block substitution.
+* :func:`norm` — 'fro', 1, inf and 'max' norms.
+
+All functions are collective over the operands' grid.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import collective
+from .matrix import DistMatrix
+
+__all__ = ["matmul", "triangular_solve", "norm"]
+
+
+def _check_pair(A, B, what):
+    if not isinstance(A, DistMatrix) or not isinstance(B, DistMatrix):
+        raise TypeError(f"{what}: operands must be DistMatrix")
+    if A.grid != B.grid:
+        raise ValueError(f"{what}: operands live on different grids")
+    if A.device != B.device:
+        raise TypeError(f"{what}: operands are on {A.device} and {B.device}")
+    if A.dtype != B.dtype:
+        raise TypeError(f"{what}: dtypes differ ({A.dtype} and {B.dtype}); use astype first")
+
+
+# ---------------------------------------------------------------------------------------
+# matmul (SUMMA)
+# ---------------------------------------------------------------------------------------
+def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool = False,
+           alpha=1.0, beta=0.0, C: DistMatrix | None = None) -> DistMatrix:
+    """Collective: ``alpha op(A) op(B) + beta C`` (op = transpose when ``transa``/``transb``).
+
+    The result has A's row layout (mb, rsrc) and B's column layout (nb, csrc); a given ``C``
+    must have that layout and is updated in place and returned. If A's column blocking differs
+    from B's row blocking, B is redistributed to match first.
+    """
+    with collective(A.grid.comm):
+        _check_pair(A, B, "matmul")
+        m, k = (A.n, A.m) if transa else A.shape
+        k2, n = (B.n, B.m) if transb else B.shape
+        if k != k2:
+            raise ValueError(f"matmul: inner dimensions differ ({m}x{k} @ {k2}x{n})")
+        if C is not None:
+            _check_pair(A, C, "matmul")
+            if C.shape != (m, n):
+                raise ValueError(f"matmul: C has shape {C.shape}, expected {(m, n)}")
+    if transa:
+        A = A.transpose()
+    if transb:
+        B = B.transpose()
+    if (B.mb, B.rsrc) != (A.nb, A.csrc):
+        B = B.redistribute(block=(A.nb, B.nb), src=(A.csrc % B.grid.nprow, B.csrc))
+    if C is None:
+        C = DistMatrix(A.grid, (m, n), (A.mb, B.nb), dtype=A.dtype, device=A.device,
+                       src=(A.rsrc, B.csrc))
+        beta = 0.0
+    elif (C.mb, C.rsrc, C.nb, C.csrc) != (A.mb, A.rsrc, B.nb, B.csrc):
+        raise ValueError("matmul: C must have A's row blocking and B's column blocking")
+    if beta != 1.0:
+        C.local *= beta
+    _summa(A, B, C, alpha)
+    return C
+
+
+def _summa(A, B, C, alpha):
+    grid, be, xp = A.grid, A.backend, A.xp
+    comms = grid.comms(A.device)
+    k, kb = A.n, A.nb
+    nsteps = -(-k // kb)
+    if nsteps == 0:
+        return
+    ma, nbl = A.local_shape[0], B.local_shape[1]
+    bufs = [(be.empty((ma, kb), A.dtype), be.empty((kb, nbl), A.dtype)) for _ in range(2)]
+
+    def post(s):
+        """Start the broadcasts of inner block s; return (A piece, B piece, requests)."""
+        g0 = s * kb
+        w = min(kb, k - g0)
+        pc, pr = A.col_owner(g0), B.row_owner(g0)
+        abuf, bbuf = bufs[s % 2]
+        bpiece = bbuf if w == kb else be.empty((w, nbl), A.dtype)
+        if grid.mycol == pc:
+            c0 = A.local_col_start(g0)
+            apiece = A.local[:, c0:c0 + w]          # a column slice is contiguous already
+        else:
+            apiece = abuf[:, :w]
+        if grid.myrow == pr:
+            r0 = B.local_row_start(g0)
+            bpiece[...] = B.local[r0:r0 + w, :]     # a row slice is packed
+        reqs = [comms.row.ibcast(apiece, pc), comms.col.ibcast(bpiece, pr)]
+        return apiece, bpiece, reqs
+
+    nxt = post(0)
+    for s in range(nsteps):
+        apiece, bpiece, reqs = nxt
+        for r in reqs:
+            r.wait()
+        if s + 1 < nsteps:
+            nxt = post(s + 1)                        # lookahead: next panels in flight
+        be.gemm("N", "N", alpha, apiece, bpiece, 1.0, C.local)
+
+
+# ---------------------------------------------------------------------------------------
+# triangular_solve (pdtrsm)
+# ---------------------------------------------------------------------------------------
+def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans: bool = False,
+                     unit_diagonal: bool = False, side: str = "left", alpha=1.0,
+                     overwrite_b: bool = False) -> DistMatrix:
+    """Collective: solve ``op(A) X = alpha B`` (side 'left') or ``X op(A) = alpha B`` (side
+    'right') for X, with A triangular (``lower`` or upper; only that triangle is read) and
+    ``op(A) = A^T`` when ``trans``. A must be square with square blocks. Returns X in B's
+    layout (B itself when ``overwrite_b`` and no redistribution was needed).
+    """
+    with collective(A.grid.comm):
+        _check_pair(A, B, "triangular_solve")
+        if A.m != A.n:
+            raise ValueError(f"triangular_solve: A must be square, got {A.shape}")
+        if A.mb != A.nb:
+            raise ValueError(f"triangular_solve: A needs square blocks, got {A.block}")
+        if side not in ("left", "right"):
+            raise ValueError("side must be 'left' or 'right'")
+        need = B.m if side == "left" else B.n
+        if need != A.n:
+            raise ValueError(f"triangular_solve: A is {A.shape} but B is {B.shape} "
+                             f"(side={side!r})")
+    if side == "right":  # X op(A) = B  <=>  op(A)^T X^T = B^T
+        Xt = triangular_solve(A, B.transpose(), lower=lower, trans=not trans,
+                              unit_diagonal=unit_diagonal, side="left", alpha=alpha,
+                              overwrite_b=True)
+        return Xt.transpose()
+    if trans:
+        A, lower = A.transpose(), not lower
+    X = B
+    if (B.mb, B.rsrc) != (A.mb, A.rsrc):
+        X = B.redistribute(block=(A.mb, B.nb), src=(A.rsrc, B.csrc))
+    elif not overwrite_b:
+        X = B.copy()
+    if alpha != 1.0:
+        X.local *= alpha
+    _trsm_left(A, X, lower, "U" if unit_diagonal else "N")
+    if X.block != B.block or X.src != B.src:
+        X = X.redistribute(block=B.block, src=B.src)
+    return X
+
+
+def _trsm_left(A, X, lower, diag):
+    """X := A^-1 X, A lower or upper triangular, rows of X aligned with A's (collective)."""
+    grid, be, xp = A.grid, A.backend, A.xp
+    comms = grid.comms(A.device)
+    n, nb = A.n, A.nb
+    nblk = -(-n // nb)
+    nrhs_loc = X.local_shape[1]
+    order = range(nblk) if lower else range(nblk - 1, -1, -1)
+    for kb in order:
+        g0, w = kb * nb, min(nb, n - kb * nb)
+        pr, pc = A.row_owner(g0), A.col_owner(g0)
+        # rows of op-panel still to update, and the diagonal block: lower -> rows >= g0
+        lo = A.local_row_start(g0) if lower else 0
+        hi = A.local_row_start(g0 + w) if not lower else A.local_shape[0]
+        # 1. the owning process column broadcasts its piece of block column kb along rows
+        panel = be.empty((hi - lo, w), A.dtype)
+        if grid.mycol == pc:
+            c0 = A.local_col_start(g0)
+            panel[...] = A.local[lo:hi, c0:c0 + w]
+        comms.row.bcast(panel, pc)
+        # 2. the owning process row solves its block row with the diagonal block
+        xk = be.empty((w, nrhs_loc), A.dtype)
+        if grid.myrow == pr:
+            r0 = X.local_row_start(g0)
+            d0 = r0 - lo
+            be.trsm("L", "L" if lower else "U", "N", diag, 1.0, panel[d0:d0 + w, :],
+                    X.local[r0:r0 + w, :])
+            xk[...] = X.local[r0:r0 + w, :]
+        # 3. the solved block row goes down the process columns; everyone updates
+        comms.col.bcast(xk, pr)
+        if lower:
+            u0, u1 = X.local_row_start(g0 + w), X.local_shape[0]
+            p0 = u0 - lo
+        else:
+            u0, u1 = 0, X.local_row_start(g0)
+            p0 = 0
+        if u1 > u0 and nrhs_loc:
+            be.gemm("N", "N", -1.0, panel[p0:p0 + (u1 - u0), :], xk, 1.0, X.local[u0:u1, :])
+
+
+# ---------------------------------------------------------------------------------------
+# norms
+# ---------------------------------------------------------------------------------------
+def norm(A: DistMatrix, ord="fro") -> float:
+    """Collective: the 'fro', 1, inf ('inf' or np.inf) or 'max' norm of A, on every rank."""
+    from mpi4py import MPI
+    grid, xp, be = A.grid, A.xp, A.backend
+    if ord in ("inf", "Inf"):
+        ord = np.inf
+    if ord not in ("fro", 1, np.inf, "max"):
+        raise ValueError(f"norm: ord must be 'fro', 1, inf or 'max', not {ord!r}")
+    absA = xp.abs(A.local)
+    if ord == "fro":
+        loc = np.array(float(be.to_host(xp.sum(absA.real ** 2 + absA.imag ** 2
+                                               if A.dtype.kind == "c" else absA ** 2))))
+        grid.comm.Allreduce(MPI.IN_PLACE, loc, op=MPI.SUM)
+        return float(np.sqrt(loc))
+    if ord == "max":
+        loc = np.array(float(be.to_host(absA.max())) if absA.size else 0.0)
+        grid.comm.Allreduce(MPI.IN_PLACE, loc, op=MPI.MAX)
+        return float(loc)
+    axis, sub = (0, grid.col_comm) if ord == 1 else (1, grid.row_comm)
+    sums = np.ascontiguousarray(be.to_host(absA.sum(axis=axis)).astype(np.float64))
+    sub.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
+    loc = np.array(sums.max() if sums.size else 0.0)
+    grid.comm.Allreduce(MPI.IN_PLACE, loc, op=MPI.MAX)
+    return float(loc)
