@@ -7,6 +7,7 @@ communicators). Ranks are laid out row-major (``rank = prow * npcol + pcol``) or
 from __future__ import annotations
 
 import math
+import numbers
 
 from .errors import agree
 
@@ -43,6 +44,9 @@ class ProcessGrid:
         try:
             if order not in ("row", "col", "column"):
                 raise ValueError(f"order must be 'row' or 'col', not {order!r}")
+            for x in (nprow, npcol):
+                if x is not None and not isinstance(x, numbers.Integral):
+                    raise ValueError(f"grid dimensions must be integers, got {x!r}")
             if nprow is None and npcol is None:
                 nprow, npcol = squarest_shape(size)
             elif nprow is None:
