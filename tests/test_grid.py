@@ -1,0 +1,137 @@
+"""ProcessGrid: BLACS-like shapes, rank orderings, row/column communicators (mpi)."""
+
+import numpy as np
+import pytest
+
+from distla import ProcessGrid
+from distla.grid import squarest_shape
+from distla.testing import grid_shapes
+
+pytestmark = pytest.mark.mpi
+
+ORDERS = ["row", "col"]
+
+
+def all_grids(comm):
+    return [(p, q, o) for p, q in grid_shapes(comm.size) for o in ORDERS]
+
+
+def test_squarest_shape_values():
+    assert squarest_shape(1) == (1, 1)
+    assert squarest_shape(2) == (1, 2)
+    assert squarest_shape(4) == (2, 2)
+    assert squarest_shape(6) == (2, 3)
+    assert squarest_shape(7) == (1, 7)
+    assert squarest_shape(12) == (3, 4)
+    for s in range(1, 50):
+        p, q = squarest_shape(s)
+        assert p * q == s and p <= q
+        # p is the largest divisor of s not above sqrt(s)
+        assert p == max(d for d in range(1, s + 1) if s % d == 0 and d * d <= s)
+
+
+def test_default_shape_is_squarest(comm):
+    g = ProcessGrid()
+    assert g.shape == squarest_shape(comm.size)
+    assert g.comm is comm and g.order == "row"
+    assert (g.nprow, g.npcol) == g.shape
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_coords_and_rank_of_follow_blacs(comm, order):
+    for p, q, _ in all_grids(comm):
+        g = ProcessGrid(p, q, comm, order=order)
+        assert (g.nprow, g.npcol) == (p, q)
+        r = comm.rank
+        if order == "row":  # BLACS_GRIDINIT 'Row-major'
+            assert (g.myrow, g.mycol) == (r // q, r % q)
+        else:  # 'Column-major'
+            assert (g.myrow, g.mycol) == (r % p, r // p)
+        seen = set()
+        for rank in range(comm.size):
+            pr, pc = g.coords(rank)
+            assert 0 <= pr < p and 0 <= pc < q
+            assert g.rank_of(pr, pc) == rank
+            seen.add((pr, pc))
+        assert len(seen) == comm.size
+        for pr in range(p):
+            for pc in range(q):
+                assert g.coords(g.rank_of(pr, pc)) == (pr, pc)
+                want = pr * q + pc if order == "row" else pr + pc * p
+                assert g.rank_of(pr, pc) == want
+        # all ranks agree on everybody's coordinates
+        assert comm.allgather((g.myrow, g.mycol)) == [g.coords(x) for x in range(comm.size)]
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_row_and_col_communicators(comm, order):
+    for p, q, _ in all_grids(comm):
+        g = ProcessGrid(p, q, comm, order=order)
+        assert g.row_comm.Get_size() == q and g.col_comm.Get_size() == p
+        assert g.row_comm.Get_rank() == g.mycol
+        assert g.col_comm.Get_rank() == g.myrow
+        # members of my row comm: exactly the world ranks of my process row, by column
+        assert g.row_comm.allgather(comm.rank) == [g.rank_of(g.myrow, c) for c in range(q)]
+        assert g.col_comm.allgather(comm.rank) == [g.rank_of(r, g.mycol) for r in range(p)]
+        # a reduction along the row sums exactly one process row
+        tot = g.row_comm.allreduce(comm.rank)
+        assert tot == sum(g.rank_of(g.myrow, c) for c in range(q))
+
+
+def test_partial_shape_fills_the_other(comm):
+    s = comm.size
+    assert ProcessGrid(nprow=1, comm=comm).shape == (1, s)
+    assert ProcessGrid(npcol=1, comm=comm).shape == (s, 1)
+    g = ProcessGrid(npcol=s, comm=comm, order="column")
+    assert g.order == "col" and g.shape == (1, s)
+
+
+@pytest.mark.parametrize("shape", [(0, 1), (-1, -1), "double", "zero", (None, 0), (2.5, None)])
+def test_wrong_shape_raises_on_every_rank(comm, shape):
+    s = comm.size
+    if shape == "double":
+        shape = (2, s)
+    elif shape == "zero":
+        shape = (s + 1, 1)
+    with pytest.raises(ValueError, match="grid|ranks"):
+        ProcessGrid(*shape, comm=comm)
+    if s > 1:  # s not divisible by s + 1
+        with pytest.raises(ValueError):
+            ProcessGrid(nprow=s + 1, comm=comm)
+    comm.Barrier()  # nobody is stuck: everyone got here
+
+
+def test_bad_order_raises_everywhere(comm):
+    with pytest.raises(ValueError, match="order"):
+        ProcessGrid(comm=comm, order="diagonal")
+    comm.Barrier()
+
+
+def test_subcommunicator_grid(comm):
+    # a grid over a split communicator works independently of the world
+    sub = comm.Split(color=comm.rank % 2, key=comm.rank)
+    g = ProcessGrid(comm=sub)
+    assert g.size == sub.Get_size() and g.shape == squarest_shape(sub.Get_size())
+    assert g.row_comm.allreduce(1) == g.npcol
+    sub.Free()
+
+
+def test_grid_equality_and_repr(comm):
+    a = ProcessGrid(comm=comm)
+    b = ProcessGrid(comm=comm)
+    assert a == a and a == b and hash(a) == hash(a)
+    c = ProcessGrid(comm=comm, order="col")
+    assert (a == c) == False  # noqa: E712
+    assert "ProcessGrid(" in repr(a)
+
+
+def test_comms_cpu_are_mpi_and_cached(comm):
+    from distla.comm import MpiComm
+    g = ProcessGrid(comm=comm)
+    c = g.comms("cpu")
+    assert g.comms("cpu") is c
+    assert isinstance(c.all, MpiComm) and isinstance(c.row, MpiComm)
+    assert (c.all.size, c.row.size, c.col.size) == (comm.size, g.npcol, g.nprow)
+    assert (c.row.rank, c.col.rank) == (g.mycol, g.myrow)
+    with pytest.raises(ValueError, match="device"):
+        g.comms("tpu")
