@@ -1,0 +1,249 @@
+"""Recursive random butterflies (Parker; Baboulin-Dongarra-Herrmann-Tomov) on DistMatrix.
+
+A butterfly of size N is ``B<N> = [R S; R -S]`` with R, S random diagonal (the 1/sqrt2 is
+dropped). The recursive butterfly of depth d on n (a multiple of 2^d) is
+``W = W_{d-1} ... W_1 W_0`` where level k, ``W_k = diag(B_1, ..., B_{2^k})``, holds 2^k
+butterflies of size ``N_k = n / 2^k``. Packed storage (ALGORITHMS.md): a (d, n) array ``w``
+whose row k holds, for each of the 2^k blocks, R then S (so ``w[k, g]`` is the diagonal entry
+of row g in its block). Small (O(dn)) and replicated on every rank.
+
+Every level is a *row mixing*: with ``h = N_k / 2`` and partner(g) = g + h in the top half of
+g's block, g - h in the bottom half, and s_g = +1 (top) / -1 (bottom),
+
+* ``(W_k^T X)[g] = w[k,g] (s_g X[g] + X[partner])``
+* ``(W_k X)[g]   = s_g w[k,g] X[g] + w[k,partner] X[partner]``
+
+and ``X W_k`` is the first formula applied to columns. :func:`mix` applies
+``X[g] := a_g X[g] + b_g X[partner(g)]`` along rows or columns of a block-cyclic DistMatrix.
+
+Exchange design: partners of my rows live on process rows ``owner(partner)``; the relation is
+an involution, so the rows I must send to process row q are exactly those whose partners live
+on q, and q sends me the same number back. Each level therefore does ONE grouped
+point-to-point exchange (``grid.comms(dev).col.exchange``) of whole local row sets between
+partner process rows (columns: along the process row), then a local elementwise update on the
+device. When ``h`` is a multiple of ``mb * nprow`` (e.g. large n with a power-of-two grid) all
+partners are local and no communication happens at all. Only very large local matrices are
+processed in panels (one exchange per panel) to bound temporary memory.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import layout
+from ..matrix import DistMatrix
+
+__all__ = ["Butterfly", "random_butterflies", "mix", "padded_size"]
+
+# Temporary-memory bound of one mixing step, in elements of the local matrix (1 GiB in float64).
+_PANEL_ELEMS = 1 << 27
+
+
+def padded_size(n: int, depth: int) -> int:
+    """The smallest multiple of 2^depth that is >= n (not collective)."""
+    q = 1 << depth
+    return -(-n // q) * q
+
+
+def _partners(g: np.ndarray, N: int):
+    """(partner global index, sign) of global indices ``g`` at a level of block size N."""
+    h = N // 2
+    top = (g % N) < h
+    return np.where(top, g + h, g - h), np.where(top, 1.0, -1.0)
+
+
+def mix(X: DistMatrix, axis: int, N: int, a: np.ndarray, b: np.ndarray) -> None:
+    """In place: ``X[g] := a[g] X[g] + b[g] X[partner(g)]`` for every global row (axis 0) or
+    column (axis 1) g of X, partner(g) = g +- N/2 within g's block of size N.
+
+    ``a``, ``b``: host arrays indexed by global index (length X.m or X.n, a multiple of N).
+    Collective over the process column (axis 0) or the process row (axis 1) of every rank.
+    """
+    grid, xp = X.grid, X.xp
+    comms = grid.comms(X.device)
+    if axis == 0:
+        n, nb, src, P, me, comm = X.m, X.mb, X.rsrc, grid.nprow, grid.myrow, comms.col
+    else:
+        n, nb, src, P, me, comm = X.n, X.nb, X.csrc, grid.npcol, grid.mycol, comms.row
+    g = layout.local_indices(n, nb, me, src, P)
+    if g.size == 0:
+        return
+    partner, _ = _partners(g, N)
+    powner = layout.owner(partner, nb, src, P)
+    local = np.nonzero(powner == me)[0]
+    dst_loc = xp.asarray(local)
+    src_loc = xp.asarray(layout.global_to_local(partner[local], nb, P))
+    peers = []  # (q, send positions in q's local order, receive positions in my local order)
+    for q in range(P):
+        if q == me:
+            continue
+        sel = np.nonzero(powner == q)[0]  # ascending local == ascending global
+        if sel.size:
+            send = sel[np.argsort(partner[sel], kind="stable")]  # ordered as q stores them
+            peers.append((q, xp.asarray(send), xp.asarray(sel)))
+    dt = X.dtype
+    av = xp.asarray(a[g].astype(dt))
+    bv = xp.asarray(b[g].astype(dt))
+    L = X.local
+    other = L.shape[1 - axis]
+    # the panel width must be the same on every rank of the group: bound by the largest extent
+    most = -(-n // (nb * P)) * nb
+    width = max(1, min(other, _PANEL_ELEMS // max(1, most)))
+    for c0 in range(0, max(other, 1), width):
+        c1 = min(other, c0 + width)
+        if c1 <= c0:
+            break
+        if axis == 0:
+            Xc = L[:, c0:c1]
+            sends = [(q, xp.ascontiguousarray(Xc[s])) for q, s, _ in peers]
+            recvs = [(q, xp.empty((r.size, c1 - c0), dtype=dt)) for q, _, r in peers]
+        else:
+            Xc = L[c0:c1, :]
+            sends = [(q, xp.asfortranarray(Xc[:, s])) for q, s, _ in peers]
+            recvs = [(q, xp.empty((c1 - c0, r.size), dtype=dt, order="F"))
+                     for q, _, r in peers]
+        if peers:
+            comm.exchange(sends, recvs)
+        if axis == 0:
+            Pm = xp.empty((L.shape[0], c1 - c0), dtype=dt, order="F")
+            if local.size:
+                Pm[dst_loc] = Xc[src_loc]
+            for (q, _, r), (_, buf) in zip(peers, recvs):
+                Pm[r] = buf
+            Pm *= bv[:, None]
+            Xc *= av[:, None]
+        else:
+            Pm = xp.empty((c1 - c0, L.shape[1]), dtype=dt, order="F")
+            if local.size:
+                Pm[:, dst_loc] = Xc[:, src_loc]
+            for (q, _, r), (_, buf) in zip(peers, recvs):
+                Pm[:, r] = buf
+            Pm *= bv[None, :]
+            Xc *= av[None, :]
+        Xc += Pm
+        del Pm, sends, recvs
+
+
+class Butterfly:
+    """A recursive butterfly ``W`` of depth ``depth`` on ``n_pad`` = n rounded up to a multiple
+    of 2^depth, in packed storage ``coef`` (depth x n_pad, float64, the same on every rank).
+
+    ``n`` is the original size: :meth:`apply_transpose` pads right-hand sides with zero rows,
+    :meth:`apply` trims solutions back to n rows. Methods taking a DistMatrix are collective.
+    """
+
+    def __init__(self, coef: np.ndarray, n: int):
+        coef = np.asarray(coef, dtype=np.float64)
+        if coef.ndim != 2:
+            raise ValueError("packed butterfly coefficients must be a (depth, n_pad) array")
+        self.coef = coef
+        self.depth, self.n_pad = coef.shape
+        self.n = int(n)
+        if self.n_pad != padded_size(self.n, self.depth):
+            raise ValueError(f"coefficients of length {self.n_pad} do not match n = {n} at "
+                             f"depth {self.depth} (expected {padded_size(self.n, self.depth)})")
+
+    def __repr__(self):
+        return f"Butterfly(n={self.n}, n_pad={self.n_pad}, depth={self.depth})"
+
+    def _level(self, k: int, transpose: bool):
+        """(N, a, b) of level k: W_k^T (transpose) or W_k as a mixing X[g] := a X[g] + b X[p]."""
+        N = self.n_pad >> k
+        g = np.arange(self.n_pad)
+        p, s = _partners(g, N)
+        w = self.coef[k]
+        return N, s * w, (w if transpose else w[p])
+
+    # ---- distributed application (collective) --------------------------------------------
+    def rows_transpose(self, X: DistMatrix) -> None:
+        """In place ``X := W^T X`` (X has n_pad rows; deepest level first). Collective."""
+        for k in reversed(range(self.depth)):
+            mix(X, 0, *self._level(k, True))
+
+    def rows(self, X: DistMatrix) -> None:
+        """In place ``X := W X`` (X has n_pad rows; level 0 first). Collective."""
+        for k in range(self.depth):
+            mix(X, 0, *self._level(k, False))
+
+    def cols(self, X: DistMatrix) -> None:
+        """In place ``X := X W`` (X has n_pad columns; deepest level first). Collective."""
+        for k in reversed(range(self.depth)):
+            mix(X, 1, *self._level(k, True))
+
+    def apply_transpose(self, B: DistMatrix) -> DistMatrix:
+        """Collective: ``W^T [B; 0]``, a new n_pad-row matrix in B's layout (B has n or n_pad
+        rows; padded rows are zero)."""
+        X = pad_rows(B, self.n_pad)
+        self.rows_transpose(X)
+        return X
+
+    def apply(self, Y: DistMatrix, trim: bool = True) -> DistMatrix:
+        """Collective: ``W Y`` for Y with n_pad rows, a new matrix in Y's layout; its first n
+        rows only when ``trim`` (the solution of the original, unpadded system)."""
+        if Y.m != self.n_pad:
+            raise ValueError(f"apply: Y has {Y.m} rows, the butterfly needs {self.n_pad}")
+        X = Y.copy()
+        self.rows(X)
+        return trim_rows(X, self.n) if trim else X
+
+    # ---- dense form (tests, small n; not collective) --------------------------------------
+    def matrix(self) -> np.ndarray:
+        """The dense n_pad x n_pad matrix W (NumPy)."""
+        n = self.n_pad
+        W = np.eye(n)
+        for k in range(self.depth):  # W = W_{d-1} ... W_0
+            N, a, b = self._level(k, False)
+            p, _ = _partners(np.arange(n), N)
+            Wk = np.zeros((n, n))
+            Wk[np.arange(n), np.arange(n)] = a
+            Wk[np.arange(n), p] = b
+            W = Wk @ W
+        return W
+
+
+def random_butterflies(n: int, depth: int, seed: int, count: int = 2):
+    """``count`` Butterfly objects for size n from ``seed`` (not collective: every rank that
+    passes the same seed gets the same butterflies, whatever the grid). Entries exp(r/10),
+    r ~ U(-1/2, 1/2), drawn with NumPy's default generator in the order (butterfly, level,
+    index)."""
+    n_pad = padded_size(n, depth)
+    rng = np.random.default_rng(seed)
+    r = rng.uniform(-0.5, 0.5, size=(count, depth, n_pad))
+    return [Butterfly(np.exp(r[i] / 10.0), n) for i in range(count)]
+
+
+def pad_rows(B: DistMatrix, m_pad: int) -> DistMatrix:
+    """A new ``m_pad x B.n`` matrix in B's layout holding B on top, zeros below (local, no
+    communication: B's local rows are a prefix of the padded matrix's)."""
+    if B.m > m_pad:
+        raise ValueError(f"cannot pad {B.m} rows to {m_pad}")
+    X = DistMatrix(B.grid, (m_pad, B.n), B.block, dtype=B.dtype, device=B.device, src=B.src)
+    X.local[:B.local_shape[0], :] = B.local
+    return X
+
+
+def trim_rows(X: DistMatrix, m: int) -> DistMatrix:
+    """The first ``m`` rows of X, in X's layout (local, no communication)."""
+    if m == X.m:
+        return X
+    Y = DistMatrix(X.grid, (m, X.n), X.block, dtype=X.dtype, device=X.device, src=X.src)
+    Y.local[...] = X.local[:Y.local_shape[0], :]
+    return Y
+
+
+def pad_matrix(A: DistMatrix, n_pad: int, scale: float) -> DistMatrix:
+    """A new ``n_pad x n_pad`` matrix ``[[A, 0], [0, scale I]]`` in A's layout (local, no
+    communication). ``scale`` should be of A's magnitude (e.g. max|A|), so that the butterflies
+    mixing the padded rows into real ones do not swamp a matrix scaled near underflow."""
+    n = A.m
+    X = DistMatrix(A.grid, (n_pad, n_pad), A.block, dtype=A.dtype, device=A.device, src=A.src)
+    ml, nl = A.local_shape
+    X.local[:ml, :nl] = A.local
+    if n_pad > n:
+        xp = X.xp
+        I = X.row_indices()[ml:]
+        J = X.col_indices()[nl:]
+        if I.size and J.size:
+            sub = X.local[ml:, nl:]
+            mask = xp.asarray(I[:, None] == J[None, :])
+            sub[mask] = scale
+    return X

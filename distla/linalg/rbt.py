@@ -1,0 +1,360 @@
+"""RBT solver: random butterfly transformation + no-pivot LU (GENP) + iterative refinement.
+
+Solve ``A X = B`` as ``A_r = U^T A V`` (U, V recursive random butterflies, depth d), GENP of
+``A_r``, ``A_r Y = U^T B`` with iterative refinement on the randomized system, ``X = V Y``
+(Parker; Baboulin, Dongarra, Herrmann, Tomov; ALGORITHMS.md). The butterflies make pivoting
+unnecessary with high probability; when refinement does not converge, or GENP meets an exactly
+zero pivot, the partial-pivoting solve runs instead (``fallback=True``, as SLATE's gesv_rbt) with
+a warning and a note in the diagnostics, or an exception is raised (``fallback=False``).
+
+``precision="mixed"`` factors ``A_r`` in float32 and refines in float64 (LAPACK dsgesv style);
+when that does not converge it retries with a float64 GENP, then falls back as above.
+
+n not a multiple of 2^d: A is padded to ``[[A, 0], [0, max|A| I]]`` (the identity scaled to A,
+so that matrices scaled near underflow survive the mixing), B with zero rows.
+All public functions are collective over A's grid.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ConvergenceError, SingularMatrixError, collective
+from ..matrix import DistMatrix
+from ._butterfly import Butterfly, pad_matrix, padded_size, random_butterflies
+
+__all__ = ["rbt_solve", "rbt_transform", "RBTInfo", "RBTFallbackWarning", "Butterfly"]
+
+
+class RBTFallbackWarning(RuntimeWarning):
+    """The RBT solve fell back to the partial-pivoting solve (see ``RBTInfo.reason``)."""
+
+
+@dataclass
+class RBTInfo:
+    """Diagnostics of :func:`rbt_solve` (identical on every rank).
+
+    ``iterations``: refinement corrections applied on the path that produced X (0 when the
+    first GENP solution already met the criterion; -1 when X came from the fallback).
+    ``converged``: the refinement criterion ``max|r| <= max|y| ||A_r||_inf eps sqrt(n)`` held.
+    ``fallback``: X came from the partial-pivoting solve; ``reason`` says why (also set when
+    mixed precision had to retry in float64). ``factor_dtype``: dtype of the factorization
+    that produced X. On the original system (``return_info=True`` only): ``backward_error``,
+    LAPACK's componentwise ``max |B - A X| / (|A||X| + |B|)`` (:func:`distla.checks.
+    backward_error`); ``residual``, ScaLAPACK's SRESID ``max_j ||A x_j - b_j||_inf /
+    (||A||_inf ||x_j||_inf eps n)``; ``normwise_backward_error`` = residual * eps * n. ``times``: seconds per phase ('transform' =
+    padding, U^T A V, U^T B and V Y; 'factor'; 'refine' = solves and residuals; 'fallback';
+    'total'; 'backward_error', not in the total). ``history``: the scaled residual
+    ``max|r| / (max|y| ||A_r|| eps sqrt(n))`` at each check (<= 1 means converged).
+    """
+
+    depth: int
+    seed: int
+    n_pad: int
+    precision: str
+    factor_dtype: str = ""
+    iterations: int = 0
+    converged: bool = False
+    fallback: bool = False
+    reason: str | None = None
+    backward_error: float = float("nan")
+    normwise_backward_error: float = float("nan")
+    residual: float = float("nan")
+    times: dict = field(default_factory=dict)
+    history: list = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------
+# transform
+# ---------------------------------------------------------------------------------------
+def _check_depth(depth, n):
+    if not isinstance(depth, numbers.Integral) or isinstance(depth, bool) or depth < 0:
+        raise ValueError(f"depth must be a non-negative int, not {depth!r}")
+    if (1 << int(depth)) > max(2 * n, 4):
+        raise ValueError(f"depth {depth} is too large for n = {n}: 2^depth must be <= "
+                         f"max(2n, 4)")
+
+
+def _resolve_seed(seed, comm) -> int:
+    """The seed as an int, the same on every rank (rank 0 draws one when ``seed`` is None)."""
+    if seed is None:
+        s = int(np.random.SeedSequence().entropy % (1 << 63)) if comm.Get_rank() == 0 else None
+        return int(comm.bcast(s, root=0))
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int or None, not {seed!r}")
+    return int(seed)
+
+
+def _sync(A):
+    A.backend.synchronize()
+    return time.perf_counter()
+
+
+def rbt_transform(A: DistMatrix, depth: int = 2, seed: int | None = None):
+    """Collective: ``(A_r, U, V)`` with ``A_r = U^T [[A, 0], [0, max|A| I]] V`` (n_pad x n_pad,
+    n_pad = n rounded up to a multiple of 2^depth, in A's block size and source process) and
+    U, V the :class:`Butterfly` objects (packed (depth, n_pad) coefficients, replicated on every
+    rank; ``U.seed`` is the seed used, drawn on rank 0 when ``seed`` is None). The butterflies
+    depend only on (seed, n, depth): the same on any grid. A is not modified.
+
+    Use ``U.apply_transpose(B)`` for the right-hand side and ``V.apply(Y)`` for the solution.
+    """
+    from ..pblas import norm
+    with collective(A.grid.comm if isinstance(A, DistMatrix) else None):
+        if not isinstance(A, DistMatrix):
+            raise TypeError(f"A must be a DistMatrix, not {type(A).__name__}")
+        if A.m != A.n:
+            raise ValueError(f"rbt_transform needs a square matrix, got {A.shape}")
+        _check_depth(depth, A.n)
+        seed = _resolve_seed(seed, A.grid.comm) if seed is not None else None
+    seed = _resolve_seed(seed, A.grid.comm)
+    U, V = random_butterflies(A.n, int(depth), seed)
+    U.seed = V.seed = seed
+    scale = 1.0
+    if U.n_pad > A.n:
+        amax = norm(A, "max")
+        scale = amax if (amax > 0 and math.isfinite(amax)) else 1.0
+    Ar = pad_matrix(A, U.n_pad, scale)
+    U.rows_transpose(Ar)
+    V.cols(Ar)
+    return Ar, U, V
+
+
+# ---------------------------------------------------------------------------------------
+# helpers on column maxima
+# ---------------------------------------------------------------------------------------
+def _colmax(X: DistMatrix):
+    """Device vector (X's local columns) of max_i |X[i, j]| over all rows (collective over the
+    process column)."""
+    xp = X.xp
+    if X.local.shape[0]:
+        m = xp.abs(X.local).max(axis=0)
+    else:
+        m = xp.zeros(X.local.shape[1], dtype=np.dtype(X.dtype).char.lower()
+                     if X.dtype.kind == "c" else X.dtype)
+    m = xp.ascontiguousarray(m.real if X.dtype.kind == "c" else m)
+    X.grid.comms(X.device).col.allreduce(m, "max")
+    return m
+
+
+def _global_max(grid, value: float) -> float:
+    """Collective over the grid: max of a host float (NaN counts as +inf)."""
+    from mpi4py import MPI
+    v = float("inf") if not value == value else float(value)
+    return float(grid.comm.allreduce(v, op=MPI.MAX))
+
+
+def _scaled_residual(R, Y, anorm, eps_sqrtn) -> float:
+    """Collective: max_j (max|r_j| / anorm / max|y_j|) / (eps sqrt n)."""
+    xp = R.xp
+    rmax, ymax = _colmax(R), _colmax(Y)
+    tiny = np.finfo(np.float64).tiny
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratio = xp.where(rmax == 0, 0.0, (rmax / max(anorm, tiny)) / ymax / eps_sqrtn)
+        loc = float(R.backend.to_host(xp.nan_to_num(ratio, nan=np.inf).max())) \
+            if ratio.size else 0.0
+    return _global_max(R.grid, loc)
+
+
+# ---------------------------------------------------------------------------------------
+# GENP + refinement on the randomized system
+# ---------------------------------------------------------------------------------------
+@dataclass
+class _Path:
+    y: DistMatrix | None
+    iterations: int
+    converged: bool
+    reason: str | None
+    history: list
+    t_factor: float
+    t_refine: float
+    zero_pivot: int | None = None
+
+
+def _genp_refine(Ar: DistMatrix, C: DistMatrix, fdtype, max_iter: int, anorm: float,
+                 label: str) -> _Path:
+    """Collective: GENP of Ar in ``fdtype``, solve Ar y = C, refine in Ar's precision until
+    ``max|r| <= max|y| anorm eps sqrt(n)`` (at most max_iter corrections; stops early when the
+    scaled residual fails to halve, as LAPACK's dgerfs)."""
+    from ..pblas import matmul
+    from .lu import lu_factor, lu_solve
+    wdt = Ar.dtype
+    t0 = _sync(Ar)
+    try:
+        # lu_factor may work in place: factor a copy (astype copies too), keep Ar for residuals
+        F = lu_factor(Ar.copy() if np.dtype(fdtype) == wdt else Ar.astype(fdtype),
+                      pivoting="none")
+    except SingularMatrixError as e:
+        t1 = _sync(Ar)
+        return _Path(None, 0, False, f"{label}: GENP met an exactly zero pivot at column "
+                     f"{e.index} of U^T A V", [], t1 - t0, 0.0, e.index)
+    t1 = _sync(Ar)
+
+    def solve(R):
+        if np.dtype(fdtype) == wdt:
+            S = lu_solve(F, R)
+        else:
+            S = lu_solve(F, R.astype(fdtype)).astype(wdt)
+        if not S.same_layout(R):
+            S = S.redistribute(block=R.block, src=R.src)
+        return S
+
+    eps_sqrtn = np.finfo(wdt).eps * math.sqrt(Ar.n)
+    y = solve(C)
+    hist: list = []
+    it = 0
+    while True:
+        R = matmul(Ar, y, alpha=-1.0, beta=1.0, C=C.copy())
+        rho = _scaled_residual(R, y, anorm, eps_sqrtn)
+        hist.append(rho)
+        if rho <= 1.0:
+            return _Path(y, it, True, None, hist, t1 - t0, _sync(Ar) - t1)
+        stalled = len(hist) > 1 and not (rho <= 0.5 * hist[-2])
+        if it >= max_iter or stalled or not math.isfinite(rho):
+            why = ("did not converge" if it >= max_iter else "stagnated") + \
+                f" after {it} iteration(s) (scaled residual {rho:.3g} > 1)"
+            return _Path(y, it, False, f"{label}: refinement {why}", hist, t1 - t0,
+                         _sync(Ar) - t1)
+        y.local += solve(R).local
+        it += 1
+
+
+# ---------------------------------------------------------------------------------------
+# driver
+# ---------------------------------------------------------------------------------------
+def _validate(A, B, depth, precision, max_iter, refine, fallback, return_info):
+    if not isinstance(A, DistMatrix) or not isinstance(B, DistMatrix):
+        raise TypeError("rbt_solve: A and B must be DistMatrix")
+    if A.m != A.n:
+        raise ValueError(f"rbt_solve needs a square A, got {A.shape}")
+    if B.m != A.n:
+        raise ValueError(f"rbt_solve: B has {B.m} rows, A is {A.n} x {A.n}")
+    if A.grid != B.grid:
+        raise ValueError("rbt_solve: A and B live on different grids")
+    if A.device != B.device:
+        raise TypeError(f"rbt_solve: A is on {A.device}, B on {B.device}")
+    if A.dtype != B.dtype:
+        raise TypeError(f"rbt_solve: dtypes differ ({A.dtype}, {B.dtype}); use astype")
+    if A.dtype.kind not in "fc":
+        raise TypeError(f"rbt_solve: unsupported dtype {A.dtype}")
+    _check_depth(depth, A.n)
+    if precision not in ("double", "mixed"):
+        raise ValueError(f"precision must be 'double' or 'mixed', not {precision!r}")
+    if precision == "mixed" and A.dtype not in (np.float64, np.complex128):
+        raise TypeError(f"precision='mixed' needs a float64/complex128 matrix, not {A.dtype}")
+    if not isinstance(max_iter, numbers.Integral) or isinstance(max_iter, bool) or max_iter < 0:
+        raise ValueError(f"max_iter must be a non-negative int, not {max_iter!r}")
+    for name, v in (("refine", refine), ("fallback", fallback), ("return_info", return_info)):
+        if not isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a bool, not {v!r}")
+
+
+def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
+              seed: int | None = None, max_iter: int = 30, fallback: bool = True,
+              precision: str = "double", return_info: bool = False):
+    """Collective: solve ``A X = B`` by RBT + GENP + iterative refinement.
+
+    A: n x n DistMatrix (float32/float64; square blocks as the LU needs); B: n x nrhs on the
+    same grid, device and dtype. Returns X (n x nrhs, in B's layout), or ``(X, RBTInfo)`` with
+    ``return_info=True`` (the backward errors on the original system are then computed too:
+    two extra distributed products). ``refine=False`` applies no correction but still checks
+    the first solution against the refinement criterion (so it never silently returns an
+    inaccurate answer). ``precision``: 'double' (GENP in A's precision) or 'mixed' (float32
+    GENP, float64 refinement; float64 GENP when that does not converge).
+
+    Failure (GENP zero pivot, refinement not converged): ``fallback=True`` solves with partial
+    pivoting and warns (:class:`RBTFallbackWarning`); ``fallback=False`` raises
+    SingularMatrixError (zero pivot) or ConvergenceError, on every rank.
+    """
+    from ..pblas import norm
+    from .lu import lu_factor, lu_solve
+    grid = A.grid if isinstance(A, DistMatrix) else None
+    with collective(grid.comm if grid is not None else None):
+        _validate(A, B, depth, precision, max_iter, refine, fallback, return_info)
+        if seed is not None:
+            _resolve_seed(seed, None)
+    depth, max_iter = int(depth), int(max_iter) if refine else 0
+    t_start = _sync(A)
+    # work in A's row blocking (the LU and the residual products need it)
+    B0 = B
+    if (B.mb, B.rsrc) != (A.mb, A.rsrc):
+        B = B.redistribute(block=(A.mb, B.nb), src=(A.rsrc, B.csrc))
+    seed = _resolve_seed(seed, grid.comm)
+    info = RBTInfo(depth=depth, seed=seed, n_pad=padded_size(A.n, depth), precision=precision)
+    times = info.times
+
+    t0 = _sync(A)
+    Ar, U, V = rbt_transform(A, depth, seed)
+    C = U.apply_transpose(B)
+    times["transform"] = _sync(A) - t0
+    anorm = norm(Ar, "inf")
+
+    paths = []
+    if precision == "mixed":
+        amax = norm(Ar, "max")
+        single = np.float32 if A.dtype == np.float64 else np.complex64
+        if amax < np.finfo(np.float32).max / 4:
+            paths.append((single, "float32 GENP"))
+        else:
+            info.reason = "max|U^T A V| overflows float32"
+    paths.append((A.dtype, f"{A.dtype} GENP"))
+
+    path = zero_pivot = None
+    reasons = [info.reason] if info.reason else []
+    times["factor"] = times["refine"] = 0.0
+    for fdt, label in paths:
+        path = _genp_refine(Ar, C, fdt, max_iter, anorm, label)
+        times["factor"] += path.t_factor
+        times["refine"] += path.t_refine
+        info.history = path.history
+        if path.converged:
+            info.factor_dtype = str(np.dtype(fdt))
+            break
+        reasons.append(path.reason)
+        zero_pivot = path.zero_pivot
+    info.reason = "; ".join(reasons) if reasons else None
+    del Ar
+
+    if path.converged:
+        info.iterations, info.converged = path.iterations, True
+        t0 = _sync(A)
+        X = V.apply(path.y)
+        times["transform"] += _sync(A) - t0
+    else:
+        del C, path
+        msg = (f"rbt_solve (n={A.n}, depth={depth}, seed={seed}, precision={precision}): "
+               f"{info.reason}")
+        if not fallback:
+            if zero_pivot is not None:
+                raise SingularMatrixError(zero_pivot, msg + " (pass fallback=True to solve "
+                                          "with partial pivoting instead)")
+            raise ConvergenceError(msg + " (pass fallback=True to solve with partial "
+                                   "pivoting instead)")
+        warnings.warn(msg + "; falling back to the partial-pivoting solve",
+                      RBTFallbackWarning, stacklevel=2)
+        t0 = _sync(A)
+        F = lu_factor(A.copy(), pivoting="partial")
+        X = lu_solve(F, B)
+        if not X.same_layout(B):
+            X = X.redistribute(block=B.block, src=B.src)
+        del F
+        times["fallback"] = _sync(A) - t0
+        info.fallback, info.iterations, info.converged = True, -1, False
+        info.factor_dtype = str(A.dtype)
+    times["total"] = _sync(A) - t_start
+
+    if return_info:
+        t0 = _sync(A)
+        from ..checks import backward_error, eps, solve_residual
+        info.backward_error = backward_error(A, X, B)
+        info.residual = solve_residual(A, X, B)
+        info.normwise_backward_error = info.residual * eps(A.dtype) * A.n
+        times["backward_error"] = _sync(A) - t0
+    if not X.same_layout(B0):
+        X = X.redistribute(block=B0.block, src=B0.src)
+    return (X, info) if return_info else X
