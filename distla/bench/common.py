@@ -1,0 +1,370 @@
+"""Helpers shared by the benchmarks (``distla/bench/NAME.py``), the command line and examples.
+
+* :func:`parse_grid` / :func:`make_grid` -- "PxQ" strings and the grid they name.
+* :func:`sync`, :func:`timed`, :func:`timed_result` -- wall time that means the same thing on
+  every rank: device synchronized and ranks barriered around each repetition, best of ``reps``,
+  maximum over ranks.
+* :func:`reference_rank0` -- run a single-process reference (NumPy / CuPy) on rank 0 while the
+  other ranks wait without spinning.
+* :func:`flops`, :func:`tflops`, :func:`record` -- flop counts and result records.
+* :func:`spd_matrix`, :func:`general_matrix`, :func:`covariance_matrix`, :func:`make_problem`
+  -- test problems generated block by block from global indices (never formed on one rank; the
+  same matrix whatever the grid, block size or device).
+* :func:`add_problem_arguments` -- the usual --n/--nb/--grid/--device/--dtype/--reps options.
+* :func:`format_table` -- the aligned text table the framework prints.
+
+Collective-ness is stated per function.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import time
+
+import numpy as np
+
+__all__ = ["parse_grid", "make_grid", "parse_sizes", "default_device", "sync", "timed",
+           "timed_result", "reference_rank0", "flops", "tflops", "record", "spd_matrix",
+           "general_matrix", "covariance_matrix", "make_problem", "PROBLEM_KINDS",
+           "add_problem_arguments", "format_table", "default_nb"]
+
+
+# ---------------------------------------------------------------------------------------
+# grids and sizes
+# ---------------------------------------------------------------------------------------
+_GRID_RE = re.compile(r"^\s*(\d+)\s*[xX*,]\s*(\d+)\s*$")
+
+
+def parse_grid(spec) -> tuple[int, int] | None:
+    """``"2x3"`` -> ``(2, 3)``; ``None``/``""``/``"auto"`` -> ``None`` (the squarest shape).
+    Raises ValueError for anything else. Not collective."""
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("", "auto")):
+        return None
+    if isinstance(spec, (tuple, list)) and len(spec) == 2:
+        p, q = int(spec[0]), int(spec[1])
+    else:
+        m = _GRID_RE.match(str(spec))
+        if not m:
+            raise ValueError(f"grid must look like PxQ (e.g. 2x2), not {spec!r}")
+        p, q = int(m.group(1)), int(m.group(2))
+    if p < 1 or q < 1:
+        raise ValueError(f"grid dimensions must be positive, not {p}x{q}")
+    return p, q
+
+
+def make_grid(spec=None, comm=None, order: str = "row"):
+    """Collective: the ProcessGrid named by ``spec`` ("PxQ", a pair, or None for the squarest
+    shape) over ``comm`` (default COMM_WORLD). A shape that does not match the rank count
+    raises ValueError on every rank with a message saying how many ranks to start."""
+    from mpi4py import MPI
+
+    from ..grid import ProcessGrid, squarest_shape
+    comm = MPI.COMM_WORLD if comm is None else comm
+    size = comm.Get_size()
+    shape = parse_grid(spec)  # deterministic: same outcome on every rank
+    if shape is None:
+        shape = squarest_shape(size)
+    p, q = shape
+    if p * q != size:
+        raise ValueError(
+            f"grid {p}x{q} needs {p * q} MPI ranks, but {size} "
+            f"{'was' if size == 1 else 'were'} started: run with mpiexec -n {p * q}, or "
+            f"pick a grid with P*Q = {size} (e.g. --grid {'x'.join(map(str, squarest_shape(size)))})")
+    return ProcessGrid(p, q, comm=comm, order=order)
+
+
+def parse_sizes(values) -> list[int]:
+    """``["1000", "2000,4000"]`` or ``"1000,2000"`` -> ``[1000, 2000, 4000]`` (also accepts
+    ``1k``/``32K`` = 1024 multiples). Raises ValueError. Not collective."""
+    if isinstance(values, (int, np.integer)):
+        return [int(values)]
+    if isinstance(values, str):
+        values = [values]
+    out = []
+    for v in values:
+        for tok in str(v).replace(",", " ").split():
+            t = tok.strip().lower()
+            mult = 1
+            if t.endswith("k"):
+                mult, t = 1024, t[:-1]
+            try:
+                n = int(t) * mult
+            except ValueError:
+                raise ValueError(f"size must be a positive integer, not {tok!r}") from None
+            if n < 1:
+                raise ValueError(f"size must be a positive integer, not {tok!r}")
+            out.append(n)
+    if not out:
+        raise ValueError("no sizes given")
+    return out
+
+
+def default_device() -> str:
+    """'gpu' when CuPy sees a GPU, else 'cpu'. Not collective."""
+    from ..device import gpu_available
+    return "gpu" if gpu_available() else "cpu"
+
+
+def default_nb(n: int, device: str, grid=None) -> int:
+    """A reasonable block size: 128 on CPU, 512 on GPU, shrunk so every process row and column
+    gets at least one block of an ``n x n`` matrix. Not collective."""
+    nb = 512 if device == "gpu" else 128
+    if grid is not None:
+        nb = min(nb, max(1, -(-n // max(grid.nprow, grid.npcol))))
+    return max(1, min(nb, n))
+
+
+# ---------------------------------------------------------------------------------------
+# timing
+# ---------------------------------------------------------------------------------------
+def sync(device) -> None:
+    """Wait for all queued work on this rank's device (a no-op on 'cpu'). ``device`` is
+    'cpu', 'gpu' or a Backend. Not collective."""
+    name = getattr(device, "name", device)
+    if name == "gpu":
+        import cupy
+        cupy.cuda.runtime.deviceSynchronize()
+
+
+def timed_result(fn, device="cpu", comm=None, reps: int = 1, warmup: int = 0):
+    """Collective over ``comm`` (default COMM_WORLD): run ``fn()`` ``warmup + reps`` times,
+    each time synchronizing the device and barriering before and after. Returns
+    ``(best_seconds, last_result)``; the time of a repetition is the maximum over ranks, so
+    every rank returns the same number."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD if comm is None else comm
+    best = math.inf
+    result = None
+    for i in range(int(warmup) + max(1, int(reps))):
+        sync(device)
+        comm.Barrier()
+        t0 = time.perf_counter()
+        result = fn()
+        sync(device)
+        dt = time.perf_counter() - t0
+        comm.Barrier()
+        dt = comm.allreduce(dt, op=MPI.MAX)
+        if i >= warmup:
+            best = min(best, dt)
+    return best, result
+
+
+def timed(fn, device="cpu", comm=None, reps: int = 1, warmup: int = 0) -> float:
+    """Collective: best-of-``reps`` seconds of ``fn()`` (see :func:`timed_result`)."""
+    return timed_result(fn, device, comm, reps, warmup)[0]
+
+
+def reference_rank0(fn, comm=None, poll: float = 0.01):
+    """Collective over ``comm`` (default COMM_WORLD): ``fn()`` runs on rank 0 only (e.g. a
+    single-process NumPy or CuPy reference) and its result (picklable) is returned on every
+    rank. The other ranks wait in a sleeping poll, so they leave the CPU to rank 0. An exception
+    on rank 0 is raised on every rank."""
+    from mpi4py import MPI
+
+    from ..errors import agree
+    comm = MPI.COMM_WORLD if comm is None else comm
+    result, err = None, None
+    if comm.Get_rank() == 0:
+        try:
+            result = fn()
+        except Exception as e:  # noqa: BLE001 - agreed below
+            err = e
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(poll)
+    agree(comm, err)
+    return comm.bcast(result, root=0)
+
+
+# ---------------------------------------------------------------------------------------
+# flops and records
+# ---------------------------------------------------------------------------------------
+def flops(op: str, n: int, nrhs: int = 0, m: int | None = None, k: int | None = None) -> float:
+    """Conventional flop counts (real arithmetic): 'gemm' 2mnk (m = k = n by default),
+    'cholesky' n^3/3, 'lu' 2n^3/3, 'solve' 2 n^2 nrhs (two triangular solves),
+    'cholesky_solve' / 'lu_solve' factorization + solve. Not collective."""
+    n = float(n)
+    if op == "gemm":
+        m = n if m is None else float(m)
+        k = n if k is None else float(k)
+        return 2.0 * m * n * k
+    if op == "cholesky":
+        return n ** 3 / 3.0 + n ** 2 / 2.0
+    if op == "lu":
+        return 2.0 * n ** 3 / 3.0 - n ** 2 / 2.0
+    if op == "solve":
+        return 2.0 * n * n * nrhs
+    if op == "cholesky_solve":
+        return flops("cholesky", n) + flops("solve", n, nrhs)
+    if op == "lu_solve":
+        return flops("lu", n) + flops("solve", n, nrhs)
+    raise ValueError(f"unknown operation {op!r}")
+
+
+def tflops(nflops: float, seconds: float) -> float:
+    """TFLOP/s (0 when ``seconds`` is not positive). Not collective."""
+    return nflops / seconds / 1e12 if seconds > 0 else 0.0
+
+
+def record(bench: str, impl: str, *, n: int, seconds: float, nflops: float | None = None,
+           **extra) -> dict:
+    """One result row: ``{"bench", "impl", "n", ..., "seconds", "tflops"}`` plus ``extra``
+    (e.g. nb, grid, ranks, device, dtype, resid). ``impl`` is 'distla' or the reference's name
+    ('numpy', 'cupy', 'scipy', ...). Not collective."""
+    rec = {"bench": bench, "impl": impl, "n": int(n)}
+    rec.update(extra)
+    rec["seconds"] = float(seconds)
+    if nflops is not None:
+        rec["tflops"] = tflops(nflops, seconds)
+    return rec
+
+
+# ---------------------------------------------------------------------------------------
+# problems (generated from global indices; the global matrix is never formed)
+# ---------------------------------------------------------------------------------------
+PROBLEM_KINDS = ("spd", "general", "covariance")
+
+
+def spd_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64, device="cpu"):
+    """Collective: a symmetric, strictly diagonally dominant (hence SPD) ``n x n`` matrix:
+    ``a_ij = u(min(i,j), max(i,j)) - 0.5`` off the diagonal (u uniform in [0, 1) hashed from
+    the seed and the indices) and ``a_ii = n``. Well conditioned (cond < 3)."""
+    from ..matrix import DistMatrix
+    from ..random import hashed_uniform
+
+    def fn(I, J):
+        xp = _xp_of(I)
+        lo, hi = xp.minimum(I, J), xp.maximum(I, J)
+        a = hashed_uniform(seed, lo, hi) - 0.5
+        return xp.where(I == J, float(n), a)
+    return DistMatrix.from_function(grid, (n, n), _pair(block), fn, dtype=dtype, device=device)
+
+
+def general_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64, device="cpu",
+                   m: int | None = None):
+    """Collective: an ``m x n`` (default square) matrix of independent standard normal entries
+    (nonsingular with probability one; condition number grows like n)."""
+    from ..matrix import DistMatrix
+    return DistMatrix.random(grid, (n if m is None else m, n), _pair(block), seed=seed,
+                             dtype=dtype, device=device)
+
+
+def covariance_points(n: int, seed: int = 0) -> np.ndarray:
+    """``n`` points in the unit square (``n x 2`` float64), uniform from a hashed seed, sorted
+    along a Morton (Z-order) curve so that nearby indices are nearby points (the off-diagonal
+    tiles of the covariance are then numerically low rank). Not collective; every rank
+    computes the same array (O(n) memory)."""
+    from ..random import hashed_uniform
+    idx = np.arange(n, dtype=np.int64)
+    pts = np.stack([hashed_uniform(seed, idx, 0, stream=2),
+                    hashed_uniform(seed, idx, 1, stream=2)], axis=1)
+    q = np.minimum((pts * (1 << 16)).astype(np.uint64), np.uint64((1 << 16) - 1))
+    code = _spread_bits(q[:, 0]) | (_spread_bits(q[:, 1]) << np.uint64(1))
+    return pts[np.argsort(code, kind="stable")]
+
+
+def _spread_bits(x):
+    x = x & np.uint64(0xFFFF)
+    x = (x | (x << np.uint64(8))) & np.uint64(0x00FF00FF)
+    x = (x | (x << np.uint64(4))) & np.uint64(0x0F0F0F0F)
+    x = (x | (x << np.uint64(2))) & np.uint64(0x33333333)
+    x = (x | (x << np.uint64(1))) & np.uint64(0x55555555)
+    return x
+
+
+def covariance_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64,
+                      device="cpu", length: float = 0.1, nugget: float = 1e-4):
+    """Collective: the exponential (Matern 1/2) covariance ``exp(-|x_i - x_j| / length)`` of
+    :func:`covariance_points` plus ``nugget`` on the diagonal: SPD, data-sparse (low-rank
+    off-diagonal tiles), the kind of matrix a Gaussian-process likelihood needs."""
+    from ..matrix import DistMatrix
+    pts_host = covariance_points(n, seed)
+    cache = {}
+
+    def fn(I, J):
+        xp = _xp_of(I)
+        pts = cache.setdefault("p", xp.asarray(pts_host))
+        i, j = I[:, 0], J[0, :]
+        dx = pts[i, 0][:, None] - pts[j, 0][None, :]
+        dy = pts[i, 1][:, None] - pts[j, 1][None, :]
+        k = xp.exp(-xp.sqrt(dx * dx + dy * dy) / length)
+        return k + nugget * (I == J)
+    return DistMatrix.from_function(grid, (n, n), _pair(block), fn, dtype=dtype, device=device)
+
+
+def make_problem(kind: str, grid, n: int, block=64, **kw):
+    """Collective: ``spd_matrix``, ``general_matrix`` or ``covariance_matrix`` by name."""
+    makers = {"spd": spd_matrix, "general": general_matrix, "covariance": covariance_matrix}
+    if kind not in makers:
+        raise ValueError(f"problem kind must be one of {', '.join(makers)}, not {kind!r}")
+    return makers[kind](grid, n, block, **kw)
+
+
+def _pair(block):
+    return (block, block) if isinstance(block, (int, np.integer)) else tuple(block)
+
+
+def _xp_of(a):
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+    return cupy
+
+
+# ---------------------------------------------------------------------------------------
+# options and output
+# ---------------------------------------------------------------------------------------
+def add_problem_arguments(parser: argparse.ArgumentParser, *, n=(1024,), nb=None, reps=3,
+                          dtypes=("float64", "float32"), reference=True) -> None:
+    """Add the usual benchmark options: ``--n N [N ...]`` (sizes; commas and 1k/32k accepted),
+    ``--nb NB`` (default: :func:`default_nb`), ``--grid PxQ`` (default: squarest),
+    ``--device cpu|gpu`` (default: gpu if one is visible), ``--dtype``, ``--reps`` (best of),
+    ``--seed`` and, with ``reference``, ``--no-reference``. Use :func:`parse_sizes` on
+    ``args.n``. Not collective."""
+    parser.add_argument("--n", nargs="+", default=[str(v) for v in n], metavar="N",
+                        help=f"matrix sizes (default: {' '.join(map(str, n))})")
+    parser.add_argument("--nb", type=int, default=nb, metavar="NB",
+                        help="block size (default: 128 on cpu, 512 on gpu, at most n/max(P,Q))")
+    parser.add_argument("--grid", default=None, metavar="PxQ",
+                        help="process grid (default: the squarest P x Q with P*Q = ranks)")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default=None,
+                        help="cpu or gpu (default: gpu if CuPy sees one, else cpu)")
+    parser.add_argument("--dtype", choices=tuple(dtypes), default=dtypes[0])
+    parser.add_argument("--reps", type=int, default=reps, help=f"best of REPS (default {reps})")
+    parser.add_argument("--seed", type=int, default=0)
+    if reference:
+        parser.add_argument("--no-reference", dest="reference", action="store_false",
+                            help="skip the single-process reference measurement")
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        v = float(v)
+        if v == 0:
+            return "0"
+        if v != v or abs(v) >= 1e5 or abs(v) < 1e-3:
+            return f"{v:.3e}"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def format_table(records: list[dict], columns=None) -> str:
+    """An aligned text table of ``records`` (columns: the union of keys in first-seen order,
+    or ``columns``). Not collective."""
+    if not records:
+        return "(no results)"
+    if columns is None:
+        columns = []
+        for r in records:
+            columns += [k for k in r if k not in columns]
+    rows = [[_fmt(r.get(c, "")) for c in columns] for r in records]
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in rows]
+    return "\n".join(lines)

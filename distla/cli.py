@@ -1,0 +1,709 @@
+"""The ``distla`` command line (also ``python -m distla``).
+
+Subcommands (every one is run by all ranks of the MPI job, e.g. ``mpiexec -n 4 distla solve``):
+
+* ``solve``    -- solve A X = B from a .npy/.mtx file, print residuals, write X.
+* ``generate`` -- write a test matrix (spd, general, covariance) to .npy without forming it on
+  one rank.
+* ``bench``    -- the benchmarks (``distla bench NAME --help``; same as ``python -m
+  distla.bench``).
+* ``info``     -- ranks, grid, devices, MPI library, NCCL, BLAS, versions.
+
+Errors: one line ``distla: error: ...`` on rank 0 and the same nonzero exit code on every rank
+(2: bad usage or input, 1: numerical failure such as a matrix that is not positive definite, 3:
+``--thresh`` exceeded). The machinery for that (:func:`run_main`, :func:`guarded`,
+:class:`ArgumentParser`) is shared with ``distla.bench``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+
+__all__ = ["main", "run_main", "ArgumentParser", "CommandError", "UsageError", "guarded",
+           "on_root", "METHODS"]
+
+METHODS = ("cholesky", "gepp", "calu", "rbt", "tlr")
+EXIT_USAGE, EXIT_NUMERIC, EXIT_THRESH = 2, 1, 3
+
+
+# ---------------------------------------------------------------------------------------
+# errors that end a command
+# ---------------------------------------------------------------------------------------
+class CommandError(Exception):
+    """A user-facing error: printed as one line on rank 0, exit code ``code`` on all ranks.
+    Raise it identically on every rank (it is not agreed on)."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.code = code
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.code))
+
+
+class UsageError(CommandError):
+    """Bad command-line syntax (raised by :class:`ArgumentParser` instead of exiting)."""
+
+    def __init__(self, message: str, usage: str = ""):
+        super().__init__(message, EXIT_USAGE)
+        self.usage = usage
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.usage))
+
+
+def env_rank() -> int:
+    """This process's rank according to the launcher's environment (0 without a launcher);
+    needs no MPI initialization. Not collective."""
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
+                "SLURM_PROCID"):
+        v = os.environ.get(var, "")
+        if v.isdigit():
+            return int(v)
+    return 0
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises :class:`UsageError` instead of exiting, and prints help only on
+    rank 0 (parsing is deterministic, so every rank reaches the same outcome)."""
+
+    def error(self, message):
+        raise UsageError(message, self.format_usage())
+
+    def _print_message(self, message, file=None):
+        if env_rank() == 0:
+            super()._print_message(message, file)
+
+
+def _world():
+    from mpi4py import MPI
+    return MPI.COMM_WORLD
+
+
+def _abort_timeout() -> float:
+    try:
+        return float(os.environ.get("DISTLA_ABORT_TIMEOUT", "300"))
+    except ValueError:
+        return 300.0
+
+
+@contextlib.contextmanager
+def guarded(comm=None, timeout: float | None = None):
+    """Collective: run a block on every rank and agree on its outcome
+    (:func:`distla.errors.agree`): an exception on any rank is raised on every rank.
+
+    Last resort against hangs: a rank that failed while the others are stuck elsewhere (a bug:
+    library code must agree on failures itself) prints its error and calls
+    ``MPI.COMM_WORLD.Abort(2)`` after ``timeout`` seconds (default $DISTLA_ABORT_TIMEOUT or
+    300)."""
+    from .errors import agree
+    comm = _world() if comm is None else comm
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - agreed below
+        if isinstance(e, CommandError):  # raised identically everywhere by contract
+            raise
+        with _watchdog(comm, e, _abort_timeout() if timeout is None else timeout):
+            agree(comm, e)
+        raise  # pragma: no cover - agree always raises here
+    agree(comm, None)
+
+
+@contextlib.contextmanager
+def _watchdog(comm, exc, timeout):
+    done = threading.Event()
+
+    def fire():
+        if done.wait(timeout):
+            return
+        rank = comm.Get_rank()
+        sys.stderr.write(f"distla: error: [rank {rank}] {_describe(exc)} (the other ranks did "
+                         f"not respond within {timeout:g}s; aborting the job)\n")
+        sys.stderr.flush()
+        _world().Abort(EXIT_USAGE)
+
+    t = threading.Thread(target=fire, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
+def on_root(comm, fn):
+    """Collective: ``fn()`` runs on rank 0 only; its result is returned on every rank, or its
+    exception (same type and message, no rank prefix) raised on every rank."""
+    out = None
+    if comm.Get_rank() == 0:
+        try:
+            out = (True, fn())
+        except Exception as e:  # noqa: BLE001
+            out = (False, e)
+    ok, val = comm.bcast(out, root=0)
+    if not ok:
+        raise val
+    return val
+
+
+def _describe(exc: BaseException) -> str:
+    import numpy as np
+    msg = str(exc) or type(exc).__name__
+    if msg.startswith("[rank 0] "):  # agreed errors name the lowest failing rank; 0 is implied
+        msg = msg[len("[rank 0] "):]
+    if isinstance(exc, (CommandError, ValueError, TypeError, OSError, np.linalg.LinAlgError,
+                        RuntimeError, MemoryError, ImportError)):
+        if isinstance(exc, MemoryError):
+            return f"out of memory ({msg})"
+        if isinstance(exc, ImportError) and not isinstance(exc, ModuleNotFoundError):
+            return msg
+        if isinstance(exc, ModuleNotFoundError):
+            return f"{msg} (is the optional dependency installed?)"
+        return msg
+    return f"{type(exc).__name__}: {msg}"
+
+
+def _exit_code(exc: BaseException) -> int:
+    import numpy as np
+    if isinstance(exc, CommandError):
+        return exc.code
+    if isinstance(exc, np.linalg.LinAlgError):
+        return EXIT_NUMERIC
+    return EXIT_USAGE
+
+
+def run_main(fn, argv, prog: str = "distla", verbose_flag: str = "--verbose") -> int:
+    """Run ``fn(argv)`` (a command body, collective) and turn any exception into one line
+    ``PROG: error: ...`` on rank 0 and an exit code; returns that code (0 on success). With
+    ``--verbose`` in ``argv``, rank 0 also prints the traceback."""
+    try:
+        rc = fn(argv)
+        return int(rc or 0)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001
+        if isinstance(e, SystemExit):
+            raise
+        rank = _safe_rank()
+        if rank == 0:
+            sys.stdout.flush()
+            if isinstance(e, UsageError) and e.usage:
+                sys.stderr.write(e.usage)
+            if verbose_flag in (argv or []) and not isinstance(e, UsageError):
+                traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+            sys.stderr.write(f"{prog}: error: {_describe(e)}\n")
+            sys.stderr.flush()
+        return _exit_code(e)
+
+
+def _safe_rank() -> int:
+    if "mpi4py.MPI" in sys.modules:
+        from mpi4py import MPI
+        if MPI.Is_initialized() and not MPI.Is_finalized():
+            return MPI.COMM_WORLD.Get_rank()
+    return env_rank()
+
+
+class Reporter:
+    """Rank-0 output with --quiet / --verbose levels (0 quiet, 1 normal, 2 verbose)."""
+
+    def __init__(self, comm, level: int = 1):
+        self.rank0 = comm.Get_rank() == 0
+        self.level = level
+
+    def __call__(self, text: str = "", level: int = 1) -> None:
+        if self.rank0 and self.level >= level:
+            print(text, flush=True)
+
+
+def _verbosity(args) -> int:
+    return 0 if getattr(args, "quiet", False) else (2 if getattr(args, "verbose", False) else 1)
+
+
+def _add_output_flags(p) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    g.add_argument("-v", "--verbose", action="store_true",
+                   help="more detail (per-rank info, tracebacks on errors)")
+
+
+# ---------------------------------------------------------------------------------------
+# parser
+# ---------------------------------------------------------------------------------------
+def build_parser() -> ArgumentParser:
+    from . import __version__
+    p = ArgumentParser(
+        prog="distla",
+        description="Distributed dense linear algebra on MPI ranks (CPU or one GPU per rank). "
+                    "Run every subcommand under your launcher, e.g. "
+                    "'mpiexec -n 4 distla solve --matrix A.npy'.",
+        epilog="Exit codes: 0 ok, 1 numerical failure (not SPD, singular), 2 bad usage or "
+               "input, 3 residual above --thresh.")
+    p.add_argument("--version", action="version", version=f"distla {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
+    sub.required = True
+
+    s = sub.add_parser("solve", help="solve A X = B for a matrix file; print residuals",
+                       description="Solve A X = B with A read from FILE (.npy read "
+                                   "memory-mapped, each rank reading only its own blocks; or "
+                                   "Matrix Market .mtx, read on rank 0). Without --rhs, B = A @ "
+                                   "ones (so the exact solution is all ones; the forward error is "
+                                   "printed too), or a seeded standard-normal B with "
+                                   "--rhs-kind random.")
+    s.add_argument("--matrix", "-A", required=True, metavar="FILE", help="A: .npy or .mtx")
+    s.add_argument("--rhs", "-b", metavar="FILE",
+                   help="B: .npy or .mtx, n x k or a length-n vector (default: see --rhs-kind)")
+    s.add_argument("--rhs-kind", choices=("ones", "random"), default="ones",
+                   help="B when --rhs is not given: A @ ones (default) or standard normal")
+    s.add_argument("--nrhs", type=int, default=1, help="columns of a generated B (default 1)")
+    s.add_argument("--seed", type=int, default=0, help="seed of --rhs-kind random")
+    s.add_argument("--method", "-m", choices=METHODS, default="cholesky",
+                   help="cholesky (SPD), gepp (LU, partial pivoting), calu (LU, tournament "
+                        "pivoting), rbt (random butterfly, no pivoting), tlr (tile low-rank "
+                        "Cholesky). Default: cholesky")
+    s.add_argument("--grid", "-g", metavar="PxQ",
+                   help="process grid (default: the squarest with P*Q = ranks)")
+    s.add_argument("--nb", type=int, metavar="NB",
+                   help="block size (default 128 on cpu, 512 on gpu, at most n/max(P,Q))")
+    s.add_argument("--device", "-d", choices=("cpu", "gpu"), default="cpu")
+    s.add_argument("--dtype", choices=("float64", "float32"),
+                   help="compute precision (default: the file's)")
+    s.add_argument("--out", "-o", metavar="FILE",
+                   help="write X here (.npy, or .mtx) from rank 0")
+    s.add_argument("--option", "-O", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra keyword for the solver, e.g. -O tol=1e-8 (repeatable)")
+    s.add_argument("--no-check", dest="check", action="store_false",
+                   help="skip the residual computation (saves a copy of A)")
+    s.add_argument("--thresh", type=float, metavar="T",
+                   help="exit with code 3 if the scaled residual exceeds T")
+    s.add_argument("--json", metavar="FILE", help="append a JSON line with the results")
+    _add_output_flags(s)
+
+    g = sub.add_parser("generate", help="write a test matrix to .npy",
+                       description="Write an n x n test matrix. For .npy every rank computes "
+                                   "and writes its own blocks into the file, so it is never "
+                                   "formed on one rank (any number of ranks may run it). "
+                                   ".mtx output is gathered on rank 0 (moderate n only).")
+    g.add_argument("--kind", "-k", choices=("spd", "general", "covariance"), default="spd",
+                   help="spd: symmetric diagonally dominant; general: standard normal; "
+                        "covariance: exponential kernel on 2-D points (default spd)")
+    g.add_argument("--n", "-n", type=int, required=True)
+    g.add_argument("--out", "-o", required=True, metavar="FILE", help=".npy (or .mtx)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    g.add_argument("--nb", type=int, default=256, help="block size used while writing")
+    g.add_argument("--rhs-out", metavar="FILE",
+                   help="also write b = A @ ones (a length-n vector) here")
+    g.add_argument("--length", type=float, default=0.1, help="covariance length scale")
+    g.add_argument("--nugget", type=float, default=1e-4, help="covariance diagonal nugget")
+    _add_output_flags(g)
+
+    sub.add_parser("bench", help="run a benchmark (distla bench NAME --help)", add_help=False)
+
+    i = sub.add_parser("info", help="ranks, grid, devices, MPI, NCCL, BLAS, versions")
+    i.add_argument("--grid", "-g", metavar="PxQ", help="grid to report (default: squarest)")
+    i.add_argument("--json", action="store_true", help="print one JSON object instead")
+    _add_output_flags(i)
+    return p
+
+
+def _parse_options(items) -> dict:
+    kw = {}
+    for item in items:
+        if "=" not in item:
+            raise CommandError(f"--option expects KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        k = k.strip().replace("-", "_")
+        if not k.isidentifier():
+            raise CommandError(f"--option: {k!r} is not a valid keyword name")
+        low = v.strip().lower()
+        if low in ("true", "false"):
+            kw[k] = low == "true"
+        elif low in ("none", "null"):
+            kw[k] = None
+        else:
+            for conv in (int, float):
+                try:
+                    kw[k] = conv(v)
+                    break
+                except ValueError:
+                    continue
+            else:
+                kw[k] = v
+    return kw
+
+
+# ---------------------------------------------------------------------------------------
+# shared steps
+# ---------------------------------------------------------------------------------------
+def _grid(spec, comm):
+    """Collective: the grid named by ``--grid`` (deterministic checks, same error on every
+    rank)."""
+    from .bench.common import make_grid
+    try:
+        return make_grid(spec, comm)
+    except ValueError as e:
+        raise CommandError(f"--grid: {e}") from None
+
+
+def _check_device(device: str, comm):
+    """Collective: the Backend for ``device``; a clear error on every rank if some rank has no
+    GPU."""
+    from .device import get_backend, gpu_available
+    if device == "gpu":
+        have = comm.allgather(gpu_available())
+        missing = [r for r, h in enumerate(have) if not h]
+        if missing:
+            ranks = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
+            raise CommandError(
+                f"--device gpu requested, but no usable GPU on rank(s) {ranks} "
+                f"(needs CuPy and a CUDA device: pip install 'distla[gpu]'; check "
+                f"CUDA_VISIBLE_DEVICES); use --device cpu to run on CPUs")
+    with guarded(comm):
+        return get_backend(device, comm)
+
+
+def _inspect(path, comm, what):
+    from . import io
+    try:
+        return on_root(comm, lambda: io.inspect(path))
+    except (OSError, ValueError) as e:
+        raise CommandError(f"{what}: {e}") from None
+
+
+def _solver(method: str):
+    """The function ``f(A, B, **kw) -> X`` for ``method`` (imports the solver lazily)."""
+    try:
+        from .linalg import solve as _solve_mod
+    except ImportError as e:
+        raise CommandError(f"--method {method}: the solvers are not available in this "
+                           f"build of distla ({e})") from None
+    solve = getattr(_solve_mod, "solve", _solve_mod)
+
+    def run(A, B, **kw):
+        return solve(A, B, method=method, **kw)
+    return run
+
+
+# ---------------------------------------------------------------------------------------
+# solve
+# ---------------------------------------------------------------------------------------
+def cmd_solve(args, comm) -> int:
+    import numpy as np
+
+    from . import io
+    from .bench.common import default_nb, flops
+    from .matrix import DistMatrix
+    from .progress import Progress, Timings, format_rate
+
+    say = Reporter(comm, _verbosity(args))
+    kw = _parse_options(args.option)
+    if args.nb is not None and args.nb < 1:
+        raise CommandError(f"--nb must be positive, not {args.nb}")
+    if args.nrhs < 1:
+        raise CommandError(f"--nrhs must be positive, not {args.nrhs}")
+    grid = _grid(args.grid, comm)
+    backend = _check_device(args.device, comm)
+    ainfo = _inspect(args.matrix, comm, "--matrix")
+    m, n = ainfo.shape
+    if ainfo.ndim != 2 or m != n:
+        raise CommandError(f"--matrix: {ainfo.path} holds a {m} x {n} "
+                           f"{'vector' if ainfo.ndim == 1 else 'matrix'}; solve needs a "
+                           f"square matrix")
+    binfo = None
+    if args.rhs is not None:
+        binfo = _inspect(args.rhs, comm, "--rhs")
+        if binfo.shape[0] != n:
+            raise CommandError(f"--rhs: {binfo.path} has {binfo.shape[0]} rows, but the "
+                               f"matrix is {n} x {n}")
+    if args.out is not None:
+        try:
+            io.check_writable(args.out, comm)
+        except (OSError, ValueError) as e:
+            raise CommandError(f"--out: {e}") from None
+    solver = _solver(args.method)
+    dtype = np.dtype(args.dtype) if args.dtype else None
+    nb = args.nb or default_nb(n, args.device, grid)
+    timings = Timings()
+    size = comm.Get_size()
+
+    say(f"distla solve: {ainfo.path} ({n} x {n} {ainfo.format}), method {args.method}, "
+        f"grid {grid.nprow}x{grid.npcol} ({size} rank{'s' * (size != 1)}), nb {nb}, "
+        f"device {args.device}")
+    with timings:
+        with timings.phase("read matrix", backend, comm):
+            with guarded(comm):
+                A = io.read_matrix(ainfo.path, grid, (nb, nb), device=args.device,
+                                   dtype=dtype, info=ainfo)
+        dtype = A.dtype
+        xtrue = None
+        with timings.phase("read rhs" if binfo else "make rhs", backend, comm):
+            with guarded(comm):
+                if binfo is not None:
+                    B = io.read_matrix(binfo.path, grid, (nb, nb), device=args.device,
+                                       dtype=dtype, info=binfo)
+                    rhs_desc = f"{binfo.path} ({B.n} column{'s' * (B.n != 1)})"
+                elif args.rhs_kind == "ones":
+                    from .pblas import matmul
+                    xtrue = DistMatrix.from_function(grid, (n, args.nrhs), (nb, nb),
+                                                     lambda I, J: 1.0, dtype=dtype,
+                                                     device=args.device)
+                    B = matmul(A, xtrue)
+                    rhs_desc = f"A @ ones ({args.nrhs} column{'s' * (args.nrhs != 1)})"
+                else:
+                    B = DistMatrix.random(grid, (n, args.nrhs), (nb, nb), seed=args.seed,
+                                          dtype=dtype, device=args.device)
+                    rhs_desc = (f"standard normal, seed {args.seed} ({args.nrhs} "
+                                f"column{'s' * (args.nrhs != 1)})")
+        say(f"rhs: {rhs_desc}")
+        nflops = flops("cholesky" if args.method in ("cholesky", "tlr") else "lu", n) + \
+            flops("solve", n, B.n)
+        Acopy = A.copy() if args.check else None
+        with timings.phase("solve", backend, comm):
+            with Progress(nflops, f"{args.method}", comm=comm,
+                          enabled=comm.Get_rank() == 0 and say.level >= 1):
+                X = solver(A, B, **kw)
+        t_solve = timings.seconds["solve"]
+        say(f"solve: {t_solve:.4g} s, {format_rate(nflops / t_solve if t_solve > 0 else 0)} "
+            f"(factor + solve, nominal {nflops:.3g} flops)")
+        result = {"matrix": ainfo.path, "n": n, "nrhs": B.n, "method": args.method,
+                  "grid": f"{grid.nprow}x{grid.npcol}", "ranks": size, "nb": nb,
+                  "device": args.device, "dtype": str(dtype), "seconds": t_solve,
+                  "gflops": nflops / t_solve / 1e9 if t_solve > 0 else 0.0}
+        if args.check:
+            from . import checks
+            A = Acopy
+            with timings.phase("residual", backend, comm):
+                with guarded(comm):
+                    sresid = checks.solve_residual(A, X, B)
+                    berr = checks.backward_error(A, X, B)
+                    ferr = None
+                    if xtrue is not None:
+                        from .pblas import norm
+                        Xm = X if X.same_layout(xtrue) else X.redistribute(
+                            block=xtrue.block, src=xtrue.src)
+                        ferr = norm(Xm - xtrue, np.inf) / norm(xtrue, np.inf)
+            result.update(sresid=sresid, berr=berr)
+            say("scaled residual  ||B - A X||_inf / (||A||_inf ||X||_inf eps n) = "
+                f"{sresid:.4g}")
+            say(f"backward error   max_i |B - A X|_i / (|A| |X| + |B|)_i        = {berr:.4g}")
+            if ferr is not None:
+                result["ferr"] = ferr
+                say(f"forward error    ||X - ones||_inf / ||ones||_inf              = "
+                    f"{ferr:.4g}")
+        if args.out is not None:
+            with timings.phase("write", backend, comm):
+                with guarded(comm):
+                    vector = (binfo.ndim == 1) if binfo is not None else B.n == 1
+                    io.write_matrix(args.out, X, vector=vector)
+            say(f"solution written to {args.out}")
+    say("")
+    say(timings.table())
+    result["phases"] = dict(timings.seconds)
+    if args.json and comm.Get_rank() == 0:
+        _append_json(args.json, result)
+    if args.thresh is not None and args.check and not (result["sresid"] <= args.thresh):
+        raise CommandError(f"scaled residual {result['sresid']:.4g} exceeds --thresh "
+                           f"{args.thresh:g}", EXIT_THRESH)
+    return 0
+
+
+def _append_json(path, obj) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(obj, default=float) + "\n")
+
+
+# ---------------------------------------------------------------------------------------
+# generate
+# ---------------------------------------------------------------------------------------
+def cmd_generate(args, comm) -> int:
+    import numpy as np
+
+    from . import io
+    from .bench.common import make_grid, make_problem
+    from .progress import Timings
+
+    say = Reporter(comm, _verbosity(args))
+    if args.n < 1:
+        raise CommandError(f"--n must be positive, not {args.n}")
+    if args.nb < 1:
+        raise CommandError(f"--nb must be positive, not {args.nb}")
+    try:
+        io.check_writable(args.out, comm)
+        if args.rhs_out:
+            io.check_writable(args.rhs_out, comm)
+    except (OSError, ValueError) as e:
+        raise CommandError(f"--out: {e}") from None
+    grid = make_grid(None, comm)
+    nb = max(1, min(args.nb, -(-args.n // max(grid.nprow, grid.npcol))))
+    kw = {"seed": args.seed, "dtype": np.dtype(args.dtype)}
+    if args.kind == "covariance":
+        kw.update(length=args.length, nugget=args.nugget)
+    t = Timings()
+    with t.phase("generate", None, comm), guarded(comm):
+        A = make_problem(args.kind, grid, args.n, nb, **kw)
+    mtx = args.out.lower().endswith((".mtx", ".mm"))
+    with t.phase("write", None, comm), guarded(comm):
+        (io.write_matrix if mtx else io.write_npy)(args.out, A)
+    say(f"wrote {args.kind} matrix {args.n} x {args.n} {args.dtype} to {args.out}")
+    if args.rhs_out:
+        from .matrix import DistMatrix
+        from .pblas import matmul
+        with t.phase("rhs", None, comm), guarded(comm):
+            ones = DistMatrix.from_function(grid, (args.n, 1), (nb, nb), lambda I, J: 1.0,
+                                            dtype=A.dtype)
+            b = matmul(A, ones)
+            writer = io.write_matrix if args.rhs_out.lower().endswith((".mtx", ".mm")) \
+                else io.write_npy
+            writer(args.rhs_out, b, vector=True)
+        say(f"wrote b = A @ ones (length {args.n}) to {args.rhs_out}")
+    say(t.table(), level=2)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# info
+# ---------------------------------------------------------------------------------------
+def _blas_info() -> str:
+    try:
+        import threadpoolctl
+        libs = threadpoolctl.threadpool_info()
+        blas = [f"{d.get('internal_api')} {d.get('version')} ({d.get('num_threads')} threads)"
+                for d in libs if d.get("user_api") == "blas"]
+        if blas:
+            return "; ".join(dict.fromkeys(blas))
+    except Exception:  # noqa: BLE001 - optional
+        pass
+    try:
+        import numpy as np
+        cfg = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        return f"{cfg.get('name')} {cfg.get('version')} (numpy build; threadpoolctl not " \
+               f"installed, thread count unknown)"
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def _gpu_info() -> dict:
+    info = {"gpus": 0}
+    try:
+        import cupy
+    except Exception:  # noqa: BLE001
+        info["cupy"] = "not installed"
+        return info
+    info["cupy"] = cupy.__version__
+    try:
+        nd = cupy.cuda.runtime.getDeviceCount()
+        info["gpus"] = nd
+        if nd:
+            props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+            name = props.get("name", b"")
+            info["gpu_name"] = name.decode() if isinstance(name, bytes) else str(name)
+            info["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
+            info["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
+    except Exception as e:  # noqa: BLE001
+        info["gpu_error"] = str(e).splitlines()[0] if str(e) else type(e).__name__
+    try:
+        from cupy.cuda import nccl
+        v = nccl.get_version()
+        info["nccl"] = f"{v // 10000}.{v // 100 % 100}.{v % 100}" if v >= 10000 else \
+            f"{v // 1000}.{v // 100 % 10}.{v % 100}"
+    except Exception:  # noqa: BLE001
+        info["nccl"] = "not available"
+    return info
+
+
+def cmd_info(args, comm) -> int:
+    import platform
+
+    import mpi4py
+    import numpy as np
+    import scipy
+    from mpi4py import MPI
+
+    from . import __version__
+    from .bench.common import make_grid
+    from .device import node_local_rank
+
+    grid = _grid(args.grid, comm)
+    local_rank = node_local_rank(comm)
+    mine = {"rank": comm.Get_rank(), "host": socket.gethostname(), "local_rank": local_rank,
+            "grid_pos": [grid.myrow, grid.mycol],
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    mine.update(_gpu_info())
+    everyone = comm.gather(mine, root=0)
+    if comm.Get_rank() != 0:
+        return 0
+    hosts = sorted({r["host"] for r in everyone})
+    lib = " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
+    g0 = everyone[0]
+    out = {
+        "distla": __version__, "python": platform.python_version(), "numpy": np.__version__,
+        "scipy": scipy.__version__, "mpi4py": mpi4py.__version__,
+        "mpi_library": lib, "mpi_standard": "%d.%d" % MPI.Get_version(),
+        "ranks": comm.Get_size(), "nodes": len(hosts),
+        "grid": f"{grid.nprow}x{grid.npcol}", "blas": _blas_info(),
+        "cupy": g0.get("cupy"), "nccl": g0.get("nccl", "not available (no CuPy)"),
+        "gpus_per_node": max(r.get("gpus", 0) for r in everyone),
+        "threads_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                   "MKL_NUM_THREADS") if k in os.environ},
+        "per_rank": everyone,
+    }
+    if args.json:
+        print(json.dumps(out, default=str), flush=True)
+        return 0
+    if _verbosity(args) == 0:
+        return 0
+    w = 14
+    for k in ("distla", "python", "numpy", "scipy", "mpi4py", "mpi_library", "mpi_standard",
+              "ranks", "nodes", "grid", "blas", "cupy", "nccl", "gpus_per_node"):
+        print(f"{k:<{w}} {out[k]}")
+    if out["threads_env"]:
+        print(f"{'threads':<{w}} " + " ".join(f"{k}={v}" for k, v in out["threads_env"].items()))
+    print()
+    print(f"{'rank':>5} {'host':<20} {'local':>5} {'grid':>7} {'gpus':>4}  device")
+    for r in everyone:
+        dev = r.get("gpu_name", "cpu") if r.get("gpus") else "cpu"
+        if r.get("gpus"):
+            dev += f" (GPU {r['local_rank'] % r['gpus']} of {r['gpus']})"
+        if r.get("cuda_visible_devices") is not None:
+            dev += f", CUDA_VISIBLE_DEVICES={r['cuda_visible_devices']}"
+        pos = f"({r['grid_pos'][0]},{r['grid_pos'][1]})"
+        print(f"{r['rank']:>5} {r['host'][:20]:<20} {r['local_rank']:>5} {pos:>7} "
+              f"{r.get('gpus', 0):>4}  {dev}")
+    sys.stdout.flush()
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# entry point
+# ---------------------------------------------------------------------------------------
+_COMMANDS = {"solve": cmd_solve, "generate": cmd_generate, "info": cmd_info}
+
+
+def _main(argv) -> int:
+    if argv and argv[0] == "bench":
+        from .bench import main_argv
+        return main_argv(argv[1:], prog="distla bench")
+    args = build_parser().parse_args(argv)
+    comm = _world()
+    return _COMMANDS[args.command](args, comm)
+
+
+def main(argv=None) -> None:
+    """Console-script entry point (``distla``): run the command, exit with its code on every
+    rank."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    code = run_main(_main, argv, prog="distla")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
