@@ -1,0 +1,122 @@
+"""redistribute (pdgemr2d) between every pair of grids of the communicator, transposes (mpi)."""
+
+import numpy as np
+import pytest
+
+from distla import DistMatrix, ProcessGrid, layout
+from distla.testing import grid_shapes
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.fixture(scope="module")
+def grids(comm):
+    return [ProcessGrid(p, q, comm, order=o) for p, q in grid_shapes(comm.size)
+            for o in ("row", "col")]
+
+
+def corner(g):
+    return (g.nprow - 1, g.npcol - 1)
+
+
+def check_local(A, a):
+    g = A.grid
+    assert A.local.shape == (layout.numroc(A.m, A.mb, g.myrow, A.rsrc, g.nprow),
+                             layout.numroc(A.n, A.nb, g.mycol, A.csrc, g.npcol))
+    assert A.local.flags.f_contiguous
+    np.testing.assert_array_equal(A.local, a[np.ix_(A.row_indices(), A.col_indices())])
+
+
+def test_redistribute_between_all_grids(grids):
+    m, n = 23, 14
+    a = np.arange(m * n, dtype=np.float64).reshape(m, n) + 0.5
+    layouts = [((3, 2), "origin"), ((5, 5), "corner"), ((8, 3), "origin"), ((30, 1), "corner")]
+    for g1 in grids:
+        for blk1, s1 in layouts[:2]:
+            src1 = corner(g1) if s1 == "corner" else (0, 0)
+            A = DistMatrix.from_global(g1, a, block=blk1, src=src1)
+            for g2 in grids:
+                for blk2, s2 in layouts:
+                    src2 = corner(g2) if s2 == "corner" else (0, 0)
+                    B = A.redistribute(grid=g2, block=blk2, src=src2)
+                    assert (B.grid, B.block, B.src, B.shape) == (g2, blk2, src2, (m, n))
+                    check_local(B, a)
+            check_local(A, a)  # the source is untouched
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128, np.complex64])
+def test_redistribute_dtypes_and_defaults(grids, dtype):
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((9, 10)) + (1j * rng.standard_normal((9, 10))
+                                         if np.dtype(dtype).kind == "c" else 0)
+    a = a.astype(dtype)
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=(2, 3))
+        B = A.redistribute()  # same layout: an equal copy
+        assert B.same_layout(A) and B.dtype == np.dtype(dtype) and B.local is not A.local
+        check_local(B, a)
+        C = A.redistribute(block=4)  # an int block means square blocks
+        assert C.block == (4, 4) and C.grid is g
+        check_local(C, a)
+        D = A.redistribute(src=corner(g))
+        assert D.src == corner(g) and D.block == A.block
+        check_local(D, a)
+
+
+@pytest.mark.parametrize("shape", [(0, 7), (7, 0), (0, 0), (1, 1), (1, 9), (9, 1), (2, 3)])
+def test_redistribute_degenerate_shapes(grids, shape):
+    a = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
+    for g1 in grids:
+        A = DistMatrix.from_global(g1, a, block=(2, 2), src=corner(g1))
+        for g2 in grids:
+            B = A.redistribute(grid=g2, block=(1, 3), src=(0, 0))
+            check_local(B, a)
+            np.testing.assert_array_equal(B.to_global(None), a)
+        T = A.T
+        assert T.shape == shape[::-1]
+        check_local(T, a.T)
+
+
+def test_transpose_and_conjugate_transpose(grids):
+    rng = np.random.default_rng(3)
+    m, n = 11, 7
+    a = rng.standard_normal((m, n)) + 1j * rng.standard_normal((m, n))
+    r = rng.standard_normal((m, n))
+    for g in grids:
+        for block in [(2, 3), (4, 4), (16, 1)]:
+            for src in sorted({(0, 0), corner(g)}):
+                A = DistMatrix.from_global(g, a, block=block, src=src)
+                for T, want in [(A.T, a.T), (A.H, a.conj().T), (A.transpose(), a.T),
+                                (A.transpose(conjugate=True), a.conj().T)]:
+                    assert T.shape == (n, m) and T.block == block[::-1] and T.src == src
+                    assert T.grid is g and T.dtype == A.dtype
+                    check_local(T, want)
+                check_local(A.T.T, a)
+                R = DistMatrix.from_global(g, r, block=block, src=src)
+                check_local(R.H, r.T)  # conjugation is a no-op for real
+
+
+def test_redistribute_then_transpose_across_grids(grids):
+    a = np.arange(60.0).reshape(6, 10)
+    for g1 in grids:
+        for g2 in grids:
+            A = DistMatrix.from_global(g1, a, block=(4, 3))
+            B = A.redistribute(grid=g2, block=(2, 5), src=corner(g2))
+            check_local(B.T, a.T)
+
+
+def test_redistribute_bad_arguments_raise_everywhere(comm, grids):
+    A = DistMatrix.zeros(grids[0], (5, 5), 2)
+    with pytest.raises(ValueError, match="block"):
+        A.redistribute(block=(0, 2))
+    with pytest.raises(ValueError, match="source"):
+        A.redistribute(src=(grids[0].nprow, 0))
+    with pytest.raises(TypeError):
+        A.redistribute(block="big")
+    if comm.size > 1:
+        sub = comm.Split(color=0 if comm.rank == 0 else 1, key=comm.rank)
+        small = ProcessGrid(comm=sub)  # a grid over fewer ranks
+        with pytest.raises(ValueError, match="same communicator"):
+            A.redistribute(grid=small)
+        sub.Free()
+    comm.Barrier()
