@@ -221,6 +221,10 @@ class DistMatrix:
                     src=(0, 0), dtype=None):
         """Collective: scatter the global array ``a`` (needed on ``root`` only; other ranks may
         pass None) into block-cyclic layout. ``shape``/``dtype`` default to ``a``'s."""
+        with collective(grid.comm if isinstance(grid, ProcessGrid) else None):
+            _check_layout(grid, (0, 0), block, src)
+            if not (isinstance(root, numbers.Integral) and 0 <= root < grid.size):
+                raise ValueError(f"root {root!r} is not a rank of the {grid.size}-rank grid")
         comm = grid.comm
         meta, err = None, None
         if comm.Get_rank() == root:
