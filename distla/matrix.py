@@ -291,7 +291,13 @@ class DistMatrix:
     def from_descriptor(cls, grid, local, desc):
         """Collective: wrap a local array described by a ScaLAPACK DESC (9 ints) or
         :class:`~distla.layout.Descriptor` (``lld`` must equal the local row count)."""
-        d = desc if isinstance(desc, layout.Descriptor) else layout.Descriptor.from_scalapack(desc)
+        d, err = None, None
+        try:
+            d = desc if isinstance(desc, layout.Descriptor) else \
+                layout.Descriptor.from_scalapack(desc)
+        except Exception as e:  # noqa: BLE001 - a bad DESC on one rank must not hang the rest
+            err = e
+        agree(grid.comm, err)
         return cls.from_local(grid, local, (d.m, d.n), (d.mb, d.nb), (d.rsrc, d.csrc))
 
     # ---- conversions --------------------------------------------------------------------
