@@ -90,7 +90,10 @@ class Backend:
             return
         k = a.shape[1] if transa == "N" else a.shape[0]
         if k == 0:
-            c *= beta
+            if beta == 0:
+                c[...] = 0  # BLAS: beta = 0 means C is not read (NaN/Inf in C are dropped)
+            else:
+                c *= beta
             return
         self._call(self._gemm, c, transa, transb, alpha, a, b, beta)
 
