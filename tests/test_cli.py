@@ -1,0 +1,255 @@
+"""The ``distla`` command line, run for real under mpiexec (subprocesses of a serial test).
+
+Checks a real solve (residuals printed, solution written), generate/info/bench, and that every
+error case ends with exactly one ``distla: error:`` line and the same nonzero exit code.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+
+pytestmark = pytest.mark.skipif(not os.path.exists(MPIEXEC),
+                                reason="no mpiexec next to the python (pip install 'distla[mpi]')")
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_LOCAL", "HYDRA_"))}
+    env.update(PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+               OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               MPIR_CVAR_POLLS_BEFORE_YIELD="1", PYTHONDONTWRITEBYTECODE="1",
+               DISTLA_ABORT_TIMEOUT="60")
+    return env
+
+
+def run(args, n=2, cwd=None, timeout=180, module="distla"):
+    """``mpiexec -n N python -m distla ARGS``; returns the CompletedProcess (text output)."""
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", module, *map(str, args)]
+    return subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def errors(p) -> list[str]:
+    return [ln for ln in (p.stdout + p.stderr).splitlines() if "error:" in ln]
+
+
+def assert_fails(p, code, *needles):
+    out = p.stdout + p.stderr
+    assert p.returncode == code, f"exit {p.returncode}, expected {code}\n{out}"
+    errs = errors(p)
+    assert len(errs) == 1, f"expected one error line, got {len(errs)}:\n{out}"
+    assert "Traceback" not in out, out
+    for s in needles:
+        assert s.lower() in errs[0].lower(), f"{s!r} not in {errs[0]!r}"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """An SPD system written by ``distla generate`` on 3 ranks, plus odd files."""
+    d = tmp_path_factory.mktemp("cli")
+    p = run(["generate", "--kind", "spd", "--n", 96, "--out", d / "A.npy",
+             "--rhs-out", d / "b.npy", "--nb", 10], n=3)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rng = np.random.default_rng(1)
+    np.save(d / "rect.npy", rng.standard_normal((8, 5)))
+    np.save(d / "cube.npy", np.zeros((2, 2, 2)))
+    (d / "bad.npy").write_bytes(b"\x93NUMPY garbage, not a header")
+    (d / "text.dat").write_text("1 2 3\n")
+    m = rng.standard_normal((40, 40))
+    np.save(d / "notspd.npy", -np.eye(40) + 0.01 * (m + m.T))
+    return d
+
+
+# ---------------------------------------------------------------------------------------
+# working runs
+# ---------------------------------------------------------------------------------------
+def test_generate_writes_spd_and_rhs(files):
+    A = np.load(files / "A.npy")
+    b = np.load(files / "b.npy")
+    assert A.shape == (96, 96) and b.shape == (96,)
+    np.testing.assert_array_equal(A, A.T)
+    assert np.linalg.eigvalsh(A).min() > 0
+    np.testing.assert_allclose(b, A.sum(axis=1), rtol=1e-13)
+
+
+def test_generate_is_grid_independent(tmp_path):
+    for n in (1, 4):
+        p = run(["generate", "--kind", "covariance", "--n", 50, "--out",
+                 tmp_path / f"C{n}.npy", "--nb", 7, "-q"], n=n)
+        assert p.returncode == 0 and p.stdout == "", p.stdout + p.stderr
+    C1, C4 = np.load(tmp_path / "C1.npy"), np.load(tmp_path / "C4.npy")
+    np.testing.assert_array_equal(C1, C4)
+    np.testing.assert_allclose(C1, C1.T)
+    assert np.linalg.eigvalsh(C1).min() > 0
+
+
+def _resid(out: str) -> float:
+    m = re.search(r"scaled residual.*=\s*(\S+)", out)
+    assert m, out
+    return float(m.group(1))
+
+
+def test_solve_four_ranks(files, tmp_path):
+    out = tmp_path / "x.npy"
+    p = run(["solve", "--matrix", files / "A.npy", "--grid", "2x2", "--nb", 8, "--out", out,
+             "--json", tmp_path / "r.jsonl"], n=4)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("scaled residual") == 1  # rank 0 only
+    assert _resid(p.stdout) < 3.0
+    assert "backward error" in p.stdout and "forward error" in p.stdout
+    for phase in ("read matrix", "solve", "residual", "write", "total"):
+        assert phase in p.stdout
+    x = np.load(out)
+    assert x.shape == (96,)
+    np.testing.assert_allclose(x, 1.0, rtol=1e-12)
+    rec = json.loads((tmp_path / "r.jsonl").read_text().splitlines()[-1])
+    assert rec["ranks"] == 4 and rec["grid"] == "2x2" and rec["sresid"] < 3.0
+
+
+def test_solve_rhs_file_mtx_and_lu(files, tmp_path):
+    import scipy.io
+    A = np.load(files / "A.npy")
+    scipy.io.mmwrite(tmp_path / "A.mtx", A)
+    b = np.load(files / "b.npy")
+    B = np.stack([b, 2 * b], axis=1)
+    np.save(tmp_path / "B.npy", B)
+    p = run(["solve", "--matrix", tmp_path / "A.mtx", "--rhs", tmp_path / "B.npy",
+             "--method", "gepp", "--grid", "1x3", "--nb", 16, "--out", tmp_path / "X.mtx"],
+            n=3)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert _resid(p.stdout) < 1.0
+    X = np.asarray(scipy.io.mmread(tmp_path / "X.mtx"))
+    np.testing.assert_allclose(X, np.ones((96, 1)) * [1.0, 2.0], rtol=1e-12)
+
+
+def test_quiet_prints_nothing(files):
+    p = run(["solve", "--matrix", files / "A.npy", "--quiet", "--nb", 32], n=2)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == ""
+
+
+def test_thresh_exceeded_exit_3(files):
+    p = run(["solve", "--matrix", files / "A.npy", "--thresh", "0", "--rhs-kind", "random",
+             "--nb", 32], n=2)
+    assert_fails(p, 3, "exceeds --thresh")
+
+
+def test_info(files):
+    p = run(["info", "--json"], n=2)
+    assert p.returncode == 0, p.stderr
+    info = json.loads(p.stdout)
+    assert info["ranks"] == 2 and info["grid"] == "1x2" and info["mpi_library"]
+    assert len(info["per_rank"]) == 2 and info["blas"]
+    p = run(["info"], n=1)
+    assert p.returncode == 0 and "mpi_library" in p.stdout
+
+
+def test_bench_matmul_json(tmp_path):
+    j = tmp_path / "m.jsonl"
+    p = run(["bench", "matmul", "--n", 64, "--nb", 16, "--reps", 1, "--check",
+             "--json", j], n=2)
+    assert p.returncode == 0, p.stdout + p.stderr
+    recs = [json.loads(ln) for ln in j.read_text().splitlines()]
+    assert {r["impl"] for r in recs} == {"distla", "numpy"}
+    dist = [r for r in recs if r["impl"] == "distla"][0]
+    assert dist["relerr"] < 1e-12 and dist["tflops"] > 0 and "speedup" in dist
+    assert p.stdout.count("distla ") >= 1 and "numpy" in p.stdout
+
+
+# ---------------------------------------------------------------------------------------
+# errors: one line on rank 0, nonzero exit everywhere
+# ---------------------------------------------------------------------------------------
+def test_missing_file(files):
+    assert_fails(run(["solve", "--matrix", files / "nope.npy"], n=2), 2, "no such file")
+
+
+def test_malformed_npy(files):
+    assert_fails(run(["solve", "--matrix", files / "bad.npy"], n=2), 2, "not a valid .npy")
+
+
+def test_unknown_format(files):
+    assert_fails(run(["solve", "--matrix", files / "text.dat"], n=2), 2, "unrecognized")
+
+
+def test_malformed_mtx(files, tmp_path):
+    f = tmp_path / "bad.mtx"
+    f.write_text("%%MatrixMarket matrix array real general\n3 3\n1.0\n2.0\n")
+    assert_fails(run(["solve", "--matrix", f], n=2), 2, "bad.mtx")
+
+
+def test_not_square(files):
+    assert_fails(run(["solve", "--matrix", files / "rect.npy"], n=2), 2, "square")
+
+
+def test_not_a_matrix(files):
+    assert_fails(run(["solve", "--matrix", files / "cube.npy"], n=2), 2, "3-d")
+
+
+def test_rhs_rows_mismatch(files):
+    assert_fails(run(["solve", "--matrix", files / "A.npy", "--rhs", files / "rect.npy"], n=2),
+                 2, "rows")
+
+
+def test_grid_does_not_fit_ranks(files):
+    assert_fails(run(["solve", "--matrix", files / "A.npy", "--grid", "2x2"], n=3), 2,
+                 "needs 4 mpi ranks")
+
+
+def test_malformed_grid(files):
+    assert_fails(run(["solve", "--matrix", files / "A.npy", "--grid", "two"], n=2), 2, "PxQ")
+
+
+def test_gpu_without_gpu(files):
+    from distla.device import gpu_available
+    if gpu_available():
+        pytest.skip("a GPU is visible here")
+    assert_fails(run(["solve", "--matrix", files / "A.npy", "--device", "gpu"], n=2), 2,
+                 "no usable GPU")
+
+
+def test_bad_method(files):
+    assert_fails(run(["solve", "--matrix", files / "A.npy", "--method", "qr"], n=2), 2,
+                 "invalid choice")
+
+
+def test_not_positive_definite_exit_1(files):
+    assert_fails(run(["solve", "--matrix", files / "notspd.npy", "--nb", 8], n=2), 1,
+                 "not positive definite")
+
+
+def test_unwritable_output(files):
+    assert_fails(run(["solve", "--matrix", files / "A.npy", "--out",
+                      files / "no" / "such" / "dir" / "x.npy"], n=2), 2, "--out")
+
+
+def test_bench_unknown_and_bad_grid():
+    assert_fails(run(["bench", "nosuch"], n=2), 2, "invalid choice")
+    assert_fails(run(["bench", "matmul", "--n", 32, "--grid", "3x1"], n=2), 2, "needs 3")
+    assert_fails(run(["matmul", "--n", 32, "--nb", 0], n=2, module="distla.bench"), 2,
+                 "--nb")
+
+
+def test_plot_without_matplotlib(tmp_path):
+    try:
+        import matplotlib  # noqa: F401
+        pytest.skip("matplotlib is installed")
+    except ImportError:
+        pass
+    assert_fails(run(["bench", "matmul", "--n", 32, "--plot", tmp_path / "p.png"], n=2), 2,
+                 "matplotlib")
+
+
+def test_serial_usage_error_without_mpiexec():
+    p = subprocess.run([sys.executable, "-m", "distla", "solve"], env=_env(),
+                       capture_output=True, text=True, timeout=60)
+    assert_fails(p, 2, "--matrix")

@@ -1,0 +1,299 @@
+"""distla.io (matrix files), distla.progress and the helpers of distla.bench.common.
+
+Serial tests check headers, parsers, formatting; the mpi-marked ones read and write files on
+every grid shape of the communicator (both rank orders, nonzero source process, blocks that
+do not divide n) and compare with NumPy.
+"""
+from __future__ import annotations
+
+import io as _io
+
+import numpy as np
+import pytest
+
+from distla import io
+from distla.bench import common
+from distla.progress import Progress, Timings, format_rate, format_seconds
+
+
+# ---------------------------------------------------------------------------------------
+# serial: headers and formats
+# ---------------------------------------------------------------------------------------
+def test_inspect_npy(tmp_path):
+    a = np.arange(12.0).reshape(3, 4)
+    np.save(tmp_path / "a.npy", a)
+    info = io.inspect(tmp_path / "a.npy")
+    assert (info.format, info.shape, info.dtype, info.ndim) == ("npy", (3, 4), a.dtype, 2)
+    np.save(tmp_path / "v.npy", np.arange(5, dtype=np.int32))
+    info = io.inspect(tmp_path / "v.npy")
+    assert info.shape == (5, 1) and info.ndim == 1
+    np.save(tmp_path / "f.npy", np.asfortranarray(a))
+    assert io.inspect(tmp_path / "f.npy").fortran_order
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b"\x93NUMPY\x01\x00", "not a valid .npy"),
+    (b"hello world", "unrecognized"),
+])
+def test_inspect_rejects_garbage(tmp_path, content, needle):
+    f = tmp_path / "x.bin"
+    f.write_bytes(content)
+    with pytest.raises(io.MatrixFileError, match=needle):
+        io.inspect(f if needle == "unrecognized" else f.rename(tmp_path / "x.npy"))
+
+
+def test_inspect_rejects_truncated_and_bad_types(tmp_path):
+    np.save(tmp_path / "t.npy", np.ones((50, 50)))
+    data = (tmp_path / "t.npy").read_bytes()
+    (tmp_path / "t.npy").write_bytes(data[:-100])
+    with pytest.raises(io.MatrixFileError, match="truncated"):
+        io.inspect(tmp_path / "t.npy")
+    np.save(tmp_path / "s.npy", np.array([["a", "b"]]))
+    with pytest.raises(io.MatrixFileError, match="numeric"):
+        io.inspect(tmp_path / "s.npy")
+    np.save(tmp_path / "c.npy", np.ones((2, 2, 2)))
+    with pytest.raises(io.MatrixFileError, match="3-D"):
+        io.inspect(tmp_path / "c.npy")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        io.inspect(tmp_path / "missing.npy")
+    with pytest.raises(io.MatrixFileError, match="directory"):
+        io.inspect(tmp_path)
+
+
+def test_inspect_mtx(tmp_path):
+    import scipy.io
+    a = np.arange(6.0).reshape(2, 3)
+    scipy.io.mmwrite(tmp_path / "a.mtx", a)
+    info = io.inspect(tmp_path / "a.mtx")
+    assert (info.format, info.shape) == ("mtx", (2, 3))
+    f = tmp_path / "sym.mtx"  # symmetric array format: lower triangle, column by column
+    f.write_text("%%MatrixMarket matrix array real symmetric\n% comment\n2 2\n4\n1\n3\n")
+    assert io.inspect(f).symmetry == "symmetric"
+    np.testing.assert_array_equal(io._read_mtx(str(f)), [[4, 1], [1, 3]])
+    g = tmp_path / "bad.mtx"
+    g.write_text("%%MatrixMarket matrix array real general\n2 2\n1\n2\n")
+    with pytest.raises(io.MatrixFileError):
+        io._read_mtx(str(g))
+
+
+def test_check_writable(tmp_path):
+    io.check_writable(tmp_path / "x.npy")
+    with pytest.raises(FileNotFoundError):
+        io.check_writable(tmp_path / "nodir" / "x.npy")
+
+
+# ---------------------------------------------------------------------------------------
+# serial: bench.common helpers and progress
+# ---------------------------------------------------------------------------------------
+def test_parse_grid_and_sizes():
+    assert common.parse_grid("2x3") == (2, 3)
+    assert common.parse_grid(" 4X1 ") == (4, 1)
+    assert common.parse_grid(None) is None and common.parse_grid("auto") is None
+    for bad in ("2", "0x2", "axb", "2x"):
+        with pytest.raises(ValueError):
+            common.parse_grid(bad)
+    assert common.parse_sizes(["1000", "2k,4096"]) == [1000, 2048, 4096]
+    with pytest.raises(ValueError):
+        common.parse_sizes(["-3"])
+
+
+def test_flops_and_table():
+    assert common.flops("gemm", 10) == 2000
+    assert common.flops("cholesky", 3) == pytest.approx(9 + 4.5)
+    assert common.flops("solve", 10, 2) == 400
+    rec = common.record("x", "distla", n=100, seconds=2.0, nflops=4e12, grid="2x2")
+    assert rec["tflops"] == 2.0 and list(rec)[:3] == ["bench", "impl", "n"]
+    t = common.format_table([rec, {"bench": "x", "impl": "numpy", "n": 100, "tflops": 1e-5}])
+    lines = t.splitlines()
+    assert len(lines) == 4 and "grid" in lines[0] and "1.000e-05" in lines[3]
+    assert len({len(ln) for ln in lines}) == 1  # aligned
+
+
+def test_default_nb():
+    assert common.default_nb(1000, "cpu") == 128
+    assert common.default_nb(1000, "gpu") == 512
+    assert common.default_nb(5, "cpu") == 5
+
+
+def test_formatting():
+    assert format_seconds(9.44) == "9.4s" and format_seconds(75) == "1:15"
+    assert format_seconds(3725) == "1:02:05"
+    assert format_rate(1.5e12) == "1.5 TFLOP/s" and format_rate(2e9) == "2 GFLOP/s"
+
+
+def test_progress_tty_and_plain():
+    s = _io.StringIO()
+    p = Progress(1e9, "chol", stream=s, tty=True, interval=0)
+    p.start()
+    assert "running" in p.line()
+    p.update(5e8)
+    line = p.line()
+    assert "50.0%" in line and "[" in line and "ETA" in line and line.startswith("chol: ")
+    p.close()
+    plain = Progress(100, stream=s, tty=False)
+    plain.start()
+    plain.advance(25)
+    assert "25.0%" in plain.line() and "#" not in plain.line()
+    plain.close()
+
+
+def test_progress_thread_prints_plain_lines():
+    import distla.progress as pr
+    s = _io.StringIO()
+    with Progress(100, "lu", stream=s, tty=False, interval=0.02):
+        pr.update(40)
+        import time
+        time.sleep(0.15)
+    pr.update(1)  # no active progress: a no-op
+    lines = s.getvalue().splitlines()
+    assert lines and all(ln.startswith("lu: ") for ln in lines)
+    assert any("40.0%" in ln for ln in lines)
+
+
+def test_progress_disabled_prints_nothing():
+    s = _io.StringIO()
+    with Progress(100, stream=s, tty=True, interval=0.01, enabled=False) as p:
+        p.update(50)
+        import time
+        time.sleep(0.05)
+    assert s.getvalue() == ""
+
+
+def test_timings_nested_phases():
+    import distla.progress as pr
+    t = Timings()
+    with t:
+        with t.phase("solve"):
+            with pr.phase("factor"):
+                pass
+            with pr.phase("factor"):
+                pass
+        with t.phase("write"):
+            pass
+    assert list(t.seconds) == ["solve/factor", "solve", "write"]
+    table = t.table()
+    assert "  factor" in table and table.splitlines()[-1].startswith("total")
+    with pr.phase("ignored"):  # no active Timings: a no-op
+        pass
+
+
+def test_covariance_points_are_morton_sorted():
+    pts = common.covariance_points(256, seed=3)
+    assert pts.shape == (256, 2) and (pts >= 0).all() and (pts < 1).all()
+    # consecutive points are close on average (space-filling order)
+    assert np.mean(np.linalg.norm(np.diff(pts, axis=0), axis=1)) < 0.2
+
+
+# ---------------------------------------------------------------------------------------
+# mpi: reading and writing on every grid
+# ---------------------------------------------------------------------------------------
+@pytest.mark.mpi
+@pytest.mark.parametrize("fortran", [False, True])
+def test_read_npy_every_grid(comm, mpi_tmp_path, fortran):
+    from distla.testing import grid_shapes
+    from distla import ProcessGrid
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((37, 29))
+    path = mpi_tmp_path / f"a{int(fortran)}.npy"
+    if comm.rank == 0:
+        np.save(path, np.asfortranarray(a) if fortran else a)
+    comm.Barrier()
+    for p, q in grid_shapes(comm.size):
+        for order in ("row", "col"):
+            grid = ProcessGrid(p, q, comm=comm, order=order)
+            for block, src in (((5, 4), (0, 0)), ((8, 8), (p - 1, q - 1)), ((40, 3), (0, 0))):
+                A = io.read_matrix(path, grid, block, src=src, chunk_rows=3)
+                assert A.shape == (37, 29) and A.block == block and A.src == src
+                np.testing.assert_array_equal(
+                    A.local, a[np.ix_(A.row_indices(), A.col_indices())])
+
+
+@pytest.mark.mpi
+def test_read_vector_int_and_mtx(comm, mpi_tmp_path):
+    import scipy.io
+    from distla import ProcessGrid
+    v = np.arange(23, dtype=np.int16)
+    m = np.arange(30.0).reshape(6, 5)
+    if comm.rank == 0:
+        np.save(mpi_tmp_path / "v.npy", v)
+        scipy.io.mmwrite(mpi_tmp_path / "m.mtx", m)
+    comm.Barrier()
+    grid = ProcessGrid(comm=comm)
+    V = io.read_matrix(mpi_tmp_path / "v.npy", grid, (4, 4))
+    assert V.shape == (23, 1) and V.dtype == np.float64
+    np.testing.assert_array_equal(V.to_global(root=None)[:, 0], v)
+    M = io.read_matrix(mpi_tmp_path / "m.mtx", grid, (2, 2), dtype=np.float32)
+    assert M.dtype == np.float32
+    np.testing.assert_array_equal(M.to_global(root=None), m)
+
+
+@pytest.mark.mpi
+def test_read_errors_on_every_rank(comm, mpi_tmp_path):
+    from distla import ProcessGrid
+    grid = ProcessGrid(comm=comm)
+    with pytest.raises(FileNotFoundError):
+        io.read_matrix(mpi_tmp_path / "missing.npy", grid, (4, 4))
+    if comm.rank == 0:
+        (mpi_tmp_path / "junk.npy").write_bytes(b"\x93NUMPY\x01\x00")
+    comm.Barrier()
+    with pytest.raises(io.MatrixFileError, match="not a valid"):
+        io.read_matrix(mpi_tmp_path / "junk.npy", grid, (4, 4))
+
+
+@pytest.mark.mpi
+def test_write_roundtrip_every_grid(comm, mpi_tmp_path):
+    from distla import DistMatrix, ProcessGrid
+    from distla.testing import grid_shapes
+    for p, q in grid_shapes(comm.size):
+        for order in ("row", "col"):
+            grid = ProcessGrid(p, q, comm=comm, order=order)
+            A = DistMatrix.random(grid, (19, 13), (4, 3), seed=5, src=(p - 1, 0))
+            ref = A.to_global(root=None)
+            f = mpi_tmp_path / f"w{p}{q}{order}.npy"
+            io.write_npy(f, A)
+            got = np.load(f)
+            np.testing.assert_array_equal(got, ref)
+            x = DistMatrix.random(grid, (11, 1), (3, 3), seed=6)
+            io.write_npy(mpi_tmp_path / f"x{p}{q}{order}.npy", x, vector=True)
+            io.write_matrix(mpi_tmp_path / f"y{p}{q}{order}.mtx", x)
+            comm.Barrier()
+            xv = np.load(mpi_tmp_path / f"x{p}{q}{order}.npy")
+            assert xv.shape == (11,)
+            np.testing.assert_array_equal(xv, x.to_global(root=None)[:, 0])
+            import scipy.io
+            np.testing.assert_allclose(
+                np.asarray(scipy.io.mmread(mpi_tmp_path / f"y{p}{q}{order}.mtx")),
+                x.to_global(root=None), rtol=1e-15)
+            comm.Barrier()
+
+
+@pytest.mark.mpi
+def test_problems_grid_independent(comm):
+    from distla import ProcessGrid
+    from distla.testing import grid_shapes
+    ref = None
+    for p, q in grid_shapes(comm.size):
+        grid = ProcessGrid(p, q, comm=comm)
+        mats = [common.make_problem(k, grid, 21, 4, seed=2).to_global(root=None)
+                for k in common.PROBLEM_KINDS]
+        if ref is None:
+            ref = mats
+            spd, gen, cov = mats
+            np.testing.assert_array_equal(spd, spd.T)
+            assert np.linalg.eigvalsh(spd).min() > 0
+            np.testing.assert_allclose(cov, cov.T, rtol=1e-15)
+            assert np.linalg.eigvalsh(cov).min() > 0
+        for a, b in zip(ref, mats):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.mpi
+def test_timed_and_reference_rank0(comm):
+    t = common.timed(lambda: sum(range(1000)), "cpu", comm, reps=2)
+    assert t == comm.bcast(t) and t >= 0
+    assert common.reference_rank0(lambda: comm.rank * 10 + 1, comm) == 1
+
+    def boom():
+        raise ValueError("reference failed")
+    with pytest.raises(ValueError, match="reference failed"):
+        common.reference_rank0(boom, comm)
