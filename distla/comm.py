@@ -56,18 +56,22 @@ class MpiComm:
         return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
 
     def bcast(self, buf, root: int) -> None:
+        _contig(buf)  # checked on one rank too, so a strided buffer fails at any size
         if self.size > 1:
-            self.mpi.Bcast(_contig(buf), root=root)
+            self.mpi.Bcast(buf, root=root)
 
     def ibcast(self, buf, root: int) -> Request:
+        _contig(buf)
         if self.size == 1:
             return Request()
-        return Request(self.mpi.Ibcast(_contig(buf), root=root).Wait)
+        return Request(self.mpi.Ibcast(buf, root=root).Wait)
 
     def allreduce(self, buf, op: str = "sum") -> None:
+        _contig(buf)
+        op = self._op(op)
         if self.size > 1:
             from mpi4py import MPI
-            self.mpi.Allreduce(MPI.IN_PLACE, _contig(buf), op=self._op(op))
+            self.mpi.Allreduce(MPI.IN_PLACE, buf, op=op)
 
     def allgather(self, sendbuf, recvbuf) -> None:
         self.mpi.Allgather(_contig(sendbuf), _contig(recvbuf))
@@ -145,9 +149,9 @@ class NcclComm:
         self._cp.cuda.get_current_stream().wait_event(self.stream.record())
 
     def ibcast(self, buf, root: int) -> Request:
+        _contig(buf)
         if self.size == 1:
             return Request()
-        _contig(buf)
         self._enter()
         dt, count = self._dt(buf)
         self.comm.bcast(buf.data.ptr, count, dt, root, self.stream.ptr)
@@ -158,9 +162,9 @@ class NcclComm:
         self.ibcast(buf, root).wait()
 
     def allreduce(self, buf, op: str = "sum") -> None:
+        _contig(buf)
         if self.size == 1:
             return
-        _contig(buf)
         self._enter()
         dt, count = self._dt(buf)
         self.comm.allReduce(buf.data.ptr, buf.data.ptr, count, dt, self._op(op), self.stream.ptr)
