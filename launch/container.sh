@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Run a command in the distla container image with this host's GPUs and working directory.
+#
+#   launch/container.sh [--image IMG] [--engine docker|podman|apptainer] [--cpu] [--shm SIZE]
+#                       [--dry-run] [COMMAND [ARGS...]]
+#
+# Examples (one node; build the image first, see Dockerfile):
+#   launch/container.sh distla info
+#   launch/container.sh mpiexec -n 2 distla bench matmul --device gpu --n 16384
+#   launch/container.sh launch/local.sh --gpu distla solve --matrix A.npy --device gpu
+#   launch/container.sh --image distla:cpu --cpu mpiexec -n 4 python examples/spd_solve.py
+#   launch/container.sh --engine apptainer --image distla.sif distla info
+#
+# The current directory is mounted at /work (the container's working directory), so relative
+# paths to matrices and outputs work as outside. Docker/Podman get the host's GPUs
+# (--gpus all, unless --cpu), --ipc=host and a large /dev/shm (NCCL and MPI shared-memory
+# transports need it), unlimited locked memory, and run as your user so output files are yours.
+# Apptainer gets --nv (host driver) and --bind. Variables NCCL_*, OMPI_*, MPIR_*, UCX_*,
+# CUDA_VISIBLE_DEVICES, *_NUM_THREADS and DISTLA_* set in your shell are passed in.
+#
+# Several nodes: start the container on every node from the host's launcher, one rank per GPU,
+# with the MPI inside the image ABI-compatible with the host's (or bind-mount the host MPI):
+#   srun --gpus-per-task=1 apptainer exec --nv distla.sif distla solve ...
+#
+# Environment: DISTLA_IMAGE (default image: distla:gpu, or distla:cpu with --cpu),
+# CONTAINER_ENGINE (default: docker, else podman, else apptainer/singularity found on PATH).
+set -euo pipefail
+
+usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+
+IMAGE=${DISTLA_IMAGE:-}
+ENGINE=${CONTAINER_ENGINE:-}
+CPU=""
+SHM=16g
+DRY=""
+while (($#)); do
+    case $1 in
+        --image) IMAGE=${2:?--image needs a name}; shift 2 ;;
+        --engine) ENGINE=${2:?--engine needs docker, podman or apptainer}; shift 2 ;;
+        --cpu) CPU=1; shift ;;
+        --shm) SHM=${2:?--shm needs a size}; shift 2 ;;
+        --dry-run) DRY=1; shift ;;
+        -h|--help) usage 0 ;;
+        --) shift; break ;;
+        -*) echo "container.sh: unknown option $1" >&2; usage 2 ;;
+        *) break ;;
+    esac
+done
+(($#)) || set -- distla info
+[[ -n $IMAGE ]] || IMAGE=$([[ -n $CPU ]] && echo distla:cpu || echo distla:gpu)
+
+if [[ -z $ENGINE ]]; then
+    for e in docker podman apptainer singularity; do
+        if command -v "$e" >/dev/null 2>&1; then ENGINE=$e; break; fi
+    done
+fi
+[[ -n $ENGINE ]] || { echo "container.sh: no docker, podman, apptainer or singularity on PATH" >&2; exit 2; }
+
+# Environment passed into the container: whatever of these the caller has set.
+PASS=()
+while IFS='=' read -r name _; do
+    case $name in
+        NCCL_*|OMPI_*|MPIR_*|UCX_*|CUDA_VISIBLE_DEVICES|OMP_NUM_THREADS|OPENBLAS_NUM_THREADS|MKL_NUM_THREADS|DISTLA_*)
+            PASS+=("$name") ;;
+    esac
+done < <(env)
+
+HERE=$(pwd)
+case $(basename "$ENGINE") in
+    docker|podman)
+        CMD=("$ENGINE" run --rm -i)
+        [[ -t 0 && -t 1 ]] && CMD+=(-t)
+        [[ -n $CPU ]] || CMD+=(--gpus all)
+        CMD+=(--ipc=host --shm-size="$SHM" --ulimit memlock=-1 --ulimit stack=67108864
+              --user "$(id -u):$(id -g)" -e HOME=/tmp
+              -v "$HERE:/work" -w /work)
+        for v in "${PASS[@]}"; do CMD+=(-e "$v"); done
+        CMD+=("$IMAGE" "$@")
+        ;;
+    apptainer|singularity)
+        CMD=("$ENGINE" exec --cleanenv --bind "$HERE:/work" --pwd /work)
+        [[ -n $CPU ]] || CMD+=(--nv)
+        for v in "${PASS[@]}"; do CMD+=(--env "$v=${!v}"); done
+        CMD+=("$IMAGE" "$@")
+        ;;
+    *)
+        echo "container.sh: unknown engine '$ENGINE' (docker, podman, apptainer, singularity)" >&2
+        exit 2 ;;
+esac
+
+if [[ -n $DRY ]]; then
+    printf '%q ' "${CMD[@]}"; echo
+    exit 0
+fi
+exec "${CMD[@]}"

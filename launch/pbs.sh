@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# distla on a PBS Pro / OpenPBS / Torque cluster: one MPI rank per GPU.
+#
+#   qsub -v DISTLA_ARGS="distla solve --matrix /scratch/A.npy --device gpu" launch/pbs.sh
+#   qsub -l select=2:ncpus=32:ngpus=4:mpiprocs=4 -v DISTLA_ARGS="distla bench cholesky --device gpu" launch/pbs.sh
+#
+# PBS passes no arguments to a job script, so the command every rank runs goes in DISTLA_ARGS.
+# Edit the #PBS lines for your site (queue, account, walltime); `mpiprocs` = ranks per node =
+# GPUs per node. Each rank picks its GPU from its node-local rank inside distla
+# (OMPI_COMM_WORLD_LOCAL_RANK / MPI_LOCALRANKID / PMI_LOCAL_RANK), so no wrapper sets
+# CUDA_VISIBLE_DEVICES. For CPU ranks set DISTLA_CPU=1 (BLAS threads = ncpus / mpiprocs).
+#
+# Environment: DISTLA_VENV (virtualenv to activate), MPIEXEC (default: mpiexec on PATH after
+# the site setup), NCCL_* (see README).
+#
+#PBS -N distla
+#PBS -l select=1:ncpus=32:ngpus=4:mpiprocs=4
+#PBS -l walltime=00:30:00
+#PBS -j oe
+##PBS -q gpu
+##PBS -A myproject
+set -euo pipefail
+cd "${PBS_O_WORKDIR:-.}"
+
+# ---- site setup (edit) --------------------------------------------------------------------------
+# module load cuda/12 openmpi/5
+if [[ -n ${DISTLA_VENV:-} ]]; then
+    # shellcheck disable=SC1091
+    source "$DISTLA_VENV/bin/activate"
+fi
+
+read -r -a CMD <<<"${DISTLA_ARGS:-}"
+((${#CMD[@]})) || { echo "pbs.sh: set DISTLA_ARGS to the command to run (qsub -v DISTLA_ARGS=...)" >&2; exit 2; }
+if [[ ${CMD[0]} == distla ]] && ! command -v distla >/dev/null 2>&1; then
+    CMD=(python -m distla "${CMD[@]:1}")
+elif [[ ${CMD[0]} == *.py ]]; then
+    CMD=(python "${CMD[@]}")
+fi
+
+NODEFILE=${PBS_NODEFILE:-/dev/null}
+NRANKS=$(wc -l <"$NODEFILE" 2>/dev/null || echo 1)   # one line per mpiproc
+((NRANKS > 0)) || NRANKS=1
+NNODES=$(sort -u "$NODEFILE" 2>/dev/null | wc -l || echo 1)
+((NNODES > 0)) || NNODES=1
+PPN=$((NRANKS / NNODES))
+CORES=${NCPUS:-$(nproc)}
+T=$((CORES / (PPN > 0 ? PPN : 1))); ((T >= 1)) || T=1
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$T}
+if [[ -n ${DISTLA_CPU:-} ]]; then
+    export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$T} MKL_NUM_THREADS=${MKL_NUM_THREADS:-$T}
+else
+    export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+    export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+fi
+
+MPIEXEC=${MPIEXEC:-mpiexec}
+EXTRA=()
+if "$MPIEXEC" --version 2>&1 | grep -qi "open mpi\|openrte"; then
+    # Open MPI: the PBS allocation is picked up through its tm support; map ranks by slot and
+    # bind each to a set of cores near it.
+    EXTRA=(--map-by "ppr:${PPN}:node:PE=${T}" --bind-to core -x OMP_NUM_THREADS
+           -x OPENBLAS_NUM_THREADS -x NCCL_NVLS_ENABLE -x PATH -x LD_LIBRARY_PATH)
+    [[ -n ${VIRTUAL_ENV:-} ]] && EXTRA+=(-x VIRTUAL_ENV)
+else
+    # MPICH / Cray / Intel MPI (Hydra): ranks per node from the node file.
+    EXTRA=(-f "$NODEFILE" -ppn "$PPN" -genvall)
+fi
+
+echo "distla on $NNODES node(s), $NRANKS rank(s): ${CMD[*]}"
+"$MPIEXEC" -n "$NRANKS" "${EXTRA[@]}" "${CMD[@]}"
