@@ -1,0 +1,247 @@
+"""Covariance test problems: point sets, stationary kernels, and the matrices they define.
+
+Points live in the unit cube ``[0, 1)^d`` (d = 2 or 3) and are sorted along a Morton (Z-order)
+curve, so that the tiles of the covariance matrix far from the diagonal couple far-apart
+clusters and have low numerical rank. Everything is seedable and deterministic: every rank
+generates the same points from the same seed (O(n) memory), then evaluates only its own entries.
+
+* :func:`points` -- 'random', 'grid' (cell centres) or 'jittered' (STARS-H: ``x = (i + 0.1 +
+  0.8 U(0, 1)) / side`` per coordinate) point sets, Morton-sorted.
+* Kernels (functions of the distance r, plus a nugget added on the diagonal only):
+  :class:`SquaredExponential` ``sigma^2 exp(-r^2 / (2 beta^2))``, :class:`Exponential`
+  ``sigma^2 exp(-r / beta)``, :class:`Matern` ``sigma^2 2^(1-nu) / Gamma(nu) (r/beta)^nu
+  K_nu(r/beta)`` (nu = 1/2 is the exponential kernel).
+* :func:`entry_function` -- ``fn(I, J)`` of global index arrays, for
+  :meth:`distla.DistMatrix.from_function` and :func:`distla.tlr.from_function`;
+  :func:`covariance_matrix` -- the dense :class:`~distla.DistMatrix`;
+  :func:`default_problem` -- the HiCMA/STARS-H "st-2D-sqexp" problem.
+
+Nothing here communicates except :func:`covariance_matrix` (collective).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["points", "morton_codes", "morton_order", "SquaredExponential", "Exponential",
+           "Matern", "Kernel", "entry_function", "covariance_matrix", "default_problem"]
+
+_KINDS = ("random", "grid", "jittered")
+
+
+# ---- points ----------------------------------------------------------------------------
+
+def _spread_bits(v: np.ndarray, dim: int) -> np.ndarray:
+    """Insert ``dim - 1`` zero bits between the bits of ``v`` (uint64, < 2^(64 // dim))."""
+    v = v.astype(np.uint64)
+    out = np.zeros_like(v)
+    bits = 64 // dim
+    for b in range(bits):
+        out |= ((v >> np.uint64(b)) & np.uint64(1)) << np.uint64(b * dim)
+    return out
+
+
+def morton_codes(x, bits: int | None = None) -> np.ndarray:
+    """Morton (Z-order) codes of points ``x`` (n x d NumPy array in ``[0, 1)^d``, d <= 3).
+
+    Each coordinate is quantized to ``bits`` bits (default ``64 // d``, capped at 31) and the
+    bits are interleaved with coordinate 0 in the least significant position. Not collective.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2 or not 1 <= x.shape[1] <= 3:
+        raise ValueError(f"points must be an n x d array with d in 1..3, got shape {x.shape}")
+    d = x.shape[1]
+    bits = min(64 // d, 31) if bits is None else int(bits)
+    q = np.clip(np.floor(x * (1 << bits)), 0, (1 << bits) - 1).astype(np.uint64)
+    code = np.zeros(x.shape[0], dtype=np.uint64)
+    for c in range(d):
+        code |= _spread_bits(q[:, c], d) << np.uint64(c)
+    return code
+
+
+def morton_order(x) -> np.ndarray:
+    """The permutation (int64) that sorts the points ``x`` along the Morton curve (stable)."""
+    return np.argsort(morton_codes(x), kind="stable")
+
+
+def points(n: int, dim: int = 2, kind: str = "jittered", seed: int = 0,
+           morton: bool = True) -> np.ndarray:
+    """``n`` points in ``[0, 1)^dim`` as an ``n x dim`` float64 NumPy array. Not collective.
+
+    ``kind``: 'random' (uniform), 'grid' (cell centres ``(i + 0.5) / side``) or 'jittered'
+    (``(i + 0.1 + 0.8 U(0, 1)) / side`` per coordinate, the STARS-H point set). Grids have
+    ``side = ceil(n^(1/dim))`` cells per coordinate; when ``n < side^dim`` the first ``n`` cells
+    in lexicographic order are used (as STARS-H does). ``morton=True`` sorts the points along
+    the Z-order curve. Same ``seed`` -> same points on every rank.
+    """
+    n, dim = int(n), int(dim)
+    if n < 0:
+        raise ValueError(f"n must be non-negative, got {n}")
+    if dim not in (2, 3):
+        raise ValueError(f"dim must be 2 or 3, got {dim}")
+    if kind not in _KINDS:
+        raise ValueError(f"kind must be one of {_KINDS}, not {kind!r}")
+    rng = np.random.default_rng(seed)
+    if kind == "random":
+        x = rng.random((n, dim))
+    else:
+        side = max(1, math.ceil(round(n ** (1.0 / dim), 9)))
+        while side ** dim < n:
+            side += 1
+        cells = np.stack(np.unravel_index(np.arange(n), (side,) * dim), axis=1).astype(float)
+        if kind == "grid":
+            x = (cells + 0.5) / side
+        else:
+            x = (cells + 0.1 + 0.8 * rng.random((n, dim))) / side
+    if morton and n:
+        x = x[morton_order(x)]
+    return np.ascontiguousarray(x)
+
+
+# ---- kernels ---------------------------------------------------------------------------
+
+def _xp_of(a):
+    if isinstance(a, np.ndarray) or np.isscalar(a):
+        return np
+    import cupy
+    return cupy
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A stationary covariance kernel ``k(r)`` plus a ``nugget`` added on the diagonal
+    (i == j) only. Subclasses implement :meth:`from_sqdist`."""
+
+    sigma: float = 1.0
+    beta: float = 0.1
+    nugget: float = 0.0
+
+    def __post_init__(self):
+        if not (self.sigma > 0 and self.beta > 0 and self.nugget >= 0):
+            raise ValueError(f"kernel parameters need sigma > 0, beta > 0, nugget >= 0; got "
+                             f"sigma={self.sigma}, beta={self.beta}, nugget={self.nugget}")
+
+    def from_sqdist(self, r2):
+        """Kernel values (no nugget) for squared distances ``r2`` (NumPy or CuPy array)."""
+        raise NotImplementedError
+
+    def __call__(self, r):
+        """Kernel values (no nugget) for distances ``r``."""
+        xp = _xp_of(r)
+        r = xp.asarray(r, dtype=np.float64)
+        return self.from_sqdist(r * r)
+
+    def replace(self, **kw) -> "Kernel":
+        """A copy with some parameters changed (e.g. ``k.replace(beta=0.2)``)."""
+        import dataclasses
+        return dataclasses.replace(self, **kw)
+
+
+@dataclass(frozen=True)
+class SquaredExponential(Kernel):
+    """``sigma^2 exp(-r^2 / (2 beta^2))`` (Gaussian / RBF kernel)."""
+
+    def from_sqdist(self, r2):
+        xp = _xp_of(r2)
+        return (self.sigma ** 2) * xp.exp(r2 * (-0.5 / self.beta ** 2))
+
+
+@dataclass(frozen=True)
+class Exponential(Kernel):
+    """``sigma^2 exp(-r / beta)`` (Matern with nu = 1/2)."""
+
+    def from_sqdist(self, r2):
+        xp = _xp_of(r2)
+        return (self.sigma ** 2) * xp.exp(-xp.sqrt(r2) / self.beta)
+
+
+@dataclass(frozen=True)
+class Matern(Kernel):
+    """``sigma^2 2^(1-nu) / Gamma(nu) x^nu K_nu(x)`` with ``x = r / beta`` (STARS-H scaling);
+    ``sigma^2`` at ``r = 0``. nu = 1/2, 3/2, 5/2 use closed forms (any device); other nu use
+    ``scipy.special.kv`` (on GPU ranks the distances go through the host)."""
+
+    nu: float = 0.5
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.nu > 0:
+            raise ValueError(f"Matern needs nu > 0, got {self.nu}")
+
+    def from_sqdist(self, r2):
+        xp = _xp_of(r2)
+        s2 = self.sigma ** 2
+        x = xp.sqrt(r2) / self.beta
+        if self.nu == 0.5:
+            return s2 * xp.exp(-x)
+        if self.nu == 1.5:
+            return s2 * (1.0 + x) * xp.exp(-x)
+        if self.nu == 2.5:
+            return s2 * (1.0 + x + x * x / 3.0) * xp.exp(-x)
+        return self._general(x, xp)
+
+    def _general(self, x, xp):
+        from scipy.special import gammaln, kv
+        xh = x.get() if xp is not np else x
+        pos = xh > 0
+        xs = np.where(pos, xh, 1.0)
+        with np.errstate(all="ignore"):
+            logc = (1.0 - self.nu) * math.log(2.0) - gammaln(self.nu)
+            v = np.exp(logc + self.nu * np.log(xs)) * kv(self.nu, xs)
+        v = np.where(pos, np.nan_to_num(v, nan=0.0, posinf=1.0), 1.0) * self.sigma ** 2
+        return xp.asarray(v)
+
+
+# ---- matrices ---------------------------------------------------------------------------
+
+def entry_function(pts, kernel: Kernel, xp=np):
+    """``fn(I, J)`` -> covariance entries ``k(|p_I - p_J|) + nugget [I == J]`` for integer
+    index arrays ``I``, ``J`` of any broadcastable shapes (NumPy, or CuPy when ``xp`` is
+    cupy). The points are moved to ``xp``'s device once, here. Not collective."""
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"kernel must be a distla.covariance.Kernel, not {type(kernel).__name__}")
+    p = np.asarray(pts, dtype=np.float64)
+    if p.ndim != 2:
+        raise ValueError(f"points must be an n x d array, got shape {p.shape}")
+    P = xp.asarray(p)
+    d = P.shape[1]
+    nug = float(kernel.nugget)
+
+    def fn(I, J):
+        r2 = None
+        for c in range(d):
+            diff = P[I, c] - P[J, c]
+            r2 = diff * diff if r2 is None else r2 + diff * diff
+        vals = kernel.from_sqdist(r2)
+        if nug:
+            vals = vals + nug * (I == J)
+        return vals
+
+    fn.n = p.shape[0]
+    return fn
+
+
+def covariance_matrix(grid, pts, kernel: Kernel, block=(64, 64), *, device="cpu",
+                      src=(0, 0), dtype=np.float64):
+    """Collective: the dense ``n x n`` covariance matrix of ``pts`` (replicated n x d array,
+    identical on every rank) as a :class:`~distla.DistMatrix`; each rank evaluates only its own
+    entries (with CuPy index arrays on GPU ranks)."""
+    from .device import get_backend
+    from .errors import collective
+    from .matrix import DistMatrix
+    with collective(grid.comm):
+        be = get_backend(device, grid.comm)
+        fn = entry_function(pts, kernel, be.xp)
+    n = fn.n
+    return DistMatrix.from_function(grid, (n, n), block, fn, dtype=dtype, device=device, src=src)
+
+
+def default_problem(n: int, dim: int = 2, seed: int = 0, beta: float = 0.1,
+                    sigma: float = 1.0, nugget: float = 1e-2):
+    """The HiCMA/STARS-H "st-2D-sqexp" problem: ``(points, kernel)`` with a jittered grid in
+    the unit square sorted in Morton order and the squared-exponential kernel with
+    beta = 0.1, sigma = 1, nugget 1e-2. Not collective."""
+    return (points(n, dim=dim, kind="jittered", seed=seed),
+            SquaredExponential(sigma=sigma, beta=beta, nugget=nugget))

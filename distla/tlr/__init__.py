@@ -1,0 +1,20 @@
+"""Tile low-rank (TLR) matrices and their Cholesky factorization, distributed.
+
+A symmetric matrix in ``nb x nb`` tiles (the blocks of a 2D block-cyclic DistMatrix): dense
+diagonal tiles, off-diagonal tiles ``U V^T`` truncated to a fixed accuracy ``tol`` (relative
+to ``||A||_F``, see :mod:`distla.tlr.matrix`) or a fixed ``max_rank``; lower triangle only.
+
+* :func:`compress` (from a dense DistMatrix), :func:`from_function`, :func:`from_kernel`
+  (tile by tile on each owner, never dense) -> :class:`TLRMatrix`
+* :func:`cholesky` -> :class:`TLRCholesky` (``.logdet()``, ``.solve(B)``, ``.matvec``)
+* :func:`cho_solve`, :func:`solve`
+
+The per-tile work of one step runs as stacked (batched) ``xp`` calls: :mod:`.batched`.
+All functions here are collective over the matrix's grid.
+"""
+from .cholesky import TLRCholesky, cholesky
+from .matrix import RankSummary, TLRMatrix, compress, from_function, from_kernel
+from .solve import cho_solve, solve
+
+__all__ = ["TLRMatrix", "TLRCholesky", "RankSummary", "compress", "from_function",
+           "from_kernel", "cholesky", "cho_solve", "solve"]

@@ -1,0 +1,295 @@
+"""Batched per-tile kernels of TLR algorithms, written once against ``xp`` (NumPy or CuPy).
+
+Every function takes *stacks* of same-shape tiles, 3-D arrays ``(t, rows, cols)`` (C order,
+one tile per leading index), and does one step of a TLR algorithm for all ``t`` tiles with a
+handful of stacked ``xp.matmul`` / ``xp.linalg.qr`` / ``xp.linalg.svd`` calls. Ranks that
+differ inside a stack are handled by zero padding: a low-rank tile of rank ``k`` stored in a
+stack of width ``K >= k`` has zero columns ``k..K-1`` in both factors.
+
+Canonical form of a low-rank tile ``A ~ U V^T``: ``U`` has orthonormal columns and
+``V = Y S`` (the right singular vectors scaled by the singular values), so the column norms of
+``V`` are the singular values of the tile.
+
+Truncation rule (fixed accuracy, absolute, Frobenius): a tile is kept with the smallest rank
+``k`` whose discarded tail satisfies ``sqrt(sum_{l >= k} s_l^2) <= delta``; ``max_rank`` caps k
+(accuracy is then not guaranteed, and the tiles that hit the cap are counted).
+
+Nothing here communicates. The only host synchronization is reading the new ranks of a stack
+(a ``t``-vector of ints) after a truncation.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["host", "get_xp", "truncation_ranks", "recompress", "gemm_lll", "compress_tiles",
+           "lr_gram_update"]
+
+
+def get_xp(a):
+    """numpy or cupy, whichever ``a`` belongs to."""
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+    return cupy
+
+
+def host(a) -> np.ndarray:
+    """``a`` as a NumPy array (a device-to-host copy for CuPy arrays)."""
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+
+
+def _T(a):
+    """Batched transpose (a view)."""
+    return a.swapaxes(-1, -2)
+
+
+def truncation_ranks(s, delta: float, max_rank: int | None = None):
+    """Ranks (device int64 ``(t,)``) for singular values ``s`` (``(t, w)``, descending rows):
+    the smallest ``k`` with ``||s[k:]||_2 <= delta``, capped at ``max_rank``. Also returns the
+    uncapped ranks."""
+    xp = get_xp(s)
+    if s.shape[-1] == 0:
+        z = xp.zeros(s.shape[:-1], dtype=np.int64)
+        return z, z
+    s2 = s * s
+    tail = xp.flip(xp.cumsum(xp.flip(s2, axis=-1), axis=-1), axis=-1)
+    k = xp.sum(tail > delta * delta, axis=-1).astype(np.int64)
+    kc = k if max_rank is None else xp.minimum(k, int(max_rank))
+    return kc, k
+
+
+def _assemble(Qu, X, s, Yt, Qv, k, kmax):
+    """``U = Qu X_k``, ``V = Qv Y_k S_k`` with per-tile rank ``k`` in a width-``kmax`` stack."""
+    xp = get_xp(Qu)
+    mask = (xp.arange(kmax)[None, :] < k[:, None]).astype(Qu.dtype)
+    U = xp.matmul(Qu, X[:, :, :kmax] * mask[:, None, :])
+    V = xp.matmul(Qv, _T(Yt[:, :kmax, :]) * (s[:, :kmax] * mask)[:, None, :])
+    return U, V
+
+
+def recompress(Cu, Cv, delta: float, max_rank: int | None = None, *, u_orthonormal=False):
+    """Truncate the stacked low-rank products ``C_t = Cu_t Cv_t^T`` to accuracy ``delta``.
+
+    ``Cu``: ``(t, m, w)``, ``Cv``: ``(t, n, w)`` (any ranks, zero-padded columns allowed).
+    QR of both factors (``Cu = Qu Ru``, ``Cv = Qv Rv``), SVD of the small core
+    ``Ru Rv^T = X S Y^T``, keep the columns meeting ``delta`` (or ``max_rank``):
+    ``U = Qu X_k``, ``V = Qv Y_k S_k`` (canonical form). ``u_orthonormal`` skips the QR of
+    ``Cu`` when its columns are already orthonormal.
+
+    Returns ``(U, V, ranks, capped)``: stacks of width ``kmax = max(ranks)``, the ranks as a
+    host int64 array, and the number of tiles whose rank was cut by ``max_rank``.
+    """
+    xp = get_xp(Cu)
+    t, m, w = Cu.shape
+    n = Cv.shape[1]
+    if t == 0 or w == 0:
+        z = np.zeros(t, dtype=np.int64)
+        return (xp.zeros((t, m, 0), Cu.dtype), xp.zeros((t, n, 0), Cu.dtype), z, 0)
+    if u_orthonormal:
+        Qu, Ru = Cu, None
+    else:
+        Qu, Ru = xp.linalg.qr(Cu)
+    Qv, Rv = xp.linalg.qr(Cv)
+    M = _T(Rv) if Ru is None else xp.matmul(Ru, _T(Rv))
+    X, s, Yt = xp.linalg.svd(M, full_matrices=False)
+    k, kfree = truncation_ranks(s, delta, max_rank)
+    kh = host(k)
+    capped = int(host(xp.sum(kfree > k))) if max_rank is not None else 0
+    kmax = int(kh.max()) if kh.size else 0
+    U, V = _assemble(Qu, X, s, Yt, Qv, k, kmax)
+    return U, V, kh, capped
+
+
+def gemm_lll(Cu, Cv, Au, Av, Bu, Bv, delta, max_rank=None, alpha=-1.0, beta=1.0):
+    """Low-rank GEMM into low-rank tiles, stacked: ``C = alpha A B + beta C`` with
+    ``A = Au Av^T``, ``B = Bu Bv^T``, ``C = Cu Cv^T``, recompressed to ``delta``.
+
+    ``W = alpha Av^T Bu``; ``Cu' = [Cu | Au]``, ``Cv' = [beta Cv | Bv W^T]`` (so that
+    ``Cu' Cv'^T = beta C + alpha A B``), then :func:`recompress`. For the Cholesky update
+    ``C -= A_mk A_nk^T`` with ``A_mk = U_m V_m^T`` pass ``Au=U_m, Av=V_m, Bu=V_n, Bv=U_n``.
+    Shapes: ``Cu (t, m, kc)``, ``Cv (t, n, kc)``, ``Au (t, m, ka)``, ``Av (t, p, ka)``,
+    ``Bu (t, p, kb)``, ``Bv (t, n, kb)``. Returns what :func:`recompress` returns.
+    """
+    xp = get_xp(Cu)
+    W = xp.matmul(_T(Av), Bu)
+    if alpha != 1.0:
+        W *= alpha
+    Cv2 = xp.matmul(Bv, _T(W))
+    Cvb = Cv if beta == 1.0 else Cv * beta
+    return recompress(xp.concatenate([Cu, Au], axis=2), xp.concatenate([Cvb, Cv2], axis=2),
+                      delta, max_rank)
+
+
+def lr_gram_update(D, U, V, alpha=-1.0):
+    """Dense tiles updated by symmetric low-rank products, stacked (SYRK-like):
+    ``D_t += alpha U_t (V_t^T V_t) U_t^T``. ``D (t, m, m)`` in place; ``U, V (t, m, k)``."""
+    xp = get_xp(D)
+    if D.shape[0] == 0 or U.shape[2] == 0:
+        return D
+    G = xp.matmul(_T(V), V)
+    D += alpha * xp.matmul(xp.matmul(U, G), _T(U))
+    return D
+
+
+# ---- compression of dense tiles --------------------------------------------------------
+
+def _svd_compress(A, delta, max_rank):
+    xp = get_xp(A)
+    t, m, n = A.shape
+    if t == 0 or min(m, n) == 0:
+        return xp.zeros((t, m, 0), A.dtype), xp.zeros((t, n, 0), A.dtype), \
+            np.zeros(t, np.int64), 0
+    X, s, Yt = xp.linalg.svd(A, full_matrices=False)
+    k, kfree = truncation_ranks(s, delta, max_rank)
+    kh = host(k)
+    capped = int(host(xp.sum(kfree > k))) if max_rank is not None else 0
+    kmax = int(kh.max()) if kh.size else 0
+    mask = (xp.arange(kmax)[None, :] < k[:, None]).astype(A.dtype)
+    U = X[:, :, :kmax] * mask[:, None, :]
+    V = _T(Yt[:, :kmax, :]) * (s[:, :kmax] * mask)[:, None, :]
+    return xp.ascontiguousarray(U), xp.ascontiguousarray(V), kh, capped
+
+
+def _rsvd_compress(A, delta, max_rank, rng, r0=16):
+    """Adaptive randomized range finder: sample ``r`` columns, check the true residual
+    ``||A - Q Q^T A||_F <= delta / 2`` per tile, double ``r`` for the tiles that fail; then
+    truncate ``Q (Q^T A)`` with the remaining budget ``sqrt(delta^2 - res^2)``."""
+    xp = get_xp(A)
+    t, m, n = A.shape
+    full = min(m, n)
+    cap = full if max_rank is None else min(full, int(max_rank) + 8)
+    r = max(1, min(r0, cap))
+    todo = np.arange(t)
+    parts = []  # (indices, U, V, ranks)
+    capped = 0
+    while todo.size:
+        idx = xp.asarray(todo)
+        At = A[idx]
+        Om = rng.standard_normal((todo.size, n, r)).astype(A.dtype)
+        Q, _ = xp.linalg.qr(xp.matmul(At, Om))
+        B = xp.matmul(_T(Q), At)
+        res = xp.sqrt(xp.sum((At - xp.matmul(Q, B)) ** 2, axis=(1, 2)))
+        resh = host(res)
+        done = (resh <= 0.5 * delta) | (r >= cap)
+        if done.any():
+            d = xp.asarray(np.flatnonzero(done))
+            budget = float(np.sqrt(max(delta * delta - float(resh[done].max()) ** 2, 0.0)))
+            U, V, k, c = recompress(Q[d], xp.ascontiguousarray(_T(B[d])), budget, max_rank,
+                                    u_orthonormal=True)
+            parts.append((todo[done], U, V, k))
+            capped += c
+        todo = todo[~done]
+        r = min(2 * r, cap)
+    return _gather_parts(parts, t, m, n, A.dtype, xp) + (capped,)
+
+
+def _gather_parts(parts, t, m, n, dtype, xp):
+    kmax = max([p[1].shape[2] for p in parts], default=0)
+    U = xp.zeros((t, m, kmax), dtype)
+    V = xp.zeros((t, n, kmax), dtype)
+    ranks = np.zeros(t, np.int64)
+    for ids, u, v, k in parts:
+        if len(ids):
+            d = xp.asarray(ids)
+            U[d, :, :u.shape[2]] = u
+            V[d, :, :v.shape[2]] = v
+            ranks[ids] = k
+    return U, V, ranks
+
+
+def aca(get_rows, get_cols, t, m, n, delta, max_rank, xp, dtype=np.float64, rng=None,
+        stride=8):
+    """Adaptive cross approximation with partial pivoting, run in lock step over ``t`` tiles.
+
+    ``get_rows(i)`` -> ``(t, p, n)``: rows ``i[t, :]`` of every tile (``i`` is ``(t, p)``);
+    ``get_cols(j)`` -> ``(t, p, m)``: columns ``j[t, :]``, as rows. Each iteration adds the
+    cross through the pivot ``(i, argmax |residual row i|)``. A tile stops when the new cross
+    is small, ``||u|| ||v|| <= delta / 10`` (the usual residual estimate), *and* a stratified
+    sample of residual rows (every ``stride``-th row from a random offset) agrees,
+    ``sqrt(stride) ||sampled residual||_F <= delta / 10``; otherwise the worst sampled row is
+    the next pivot. A heuristic (ACA can still miss interactions narrower than ``stride``
+    rows), not a bound; the result is then truncated by :func:`recompress` to ``delta``.
+    Returns ``(U, V, ranks, capped)`` in canonical form.
+    """
+    rng = rng if rng is not None else xp.random.RandomState(12345)
+    full = min(m, n)
+    K = full if max_rank is None else min(full, int(max_rank) + 8)
+    U = xp.zeros((t, m, K), dtype)
+    V = xp.zeros((t, n, K), dtype)
+    ar = xp.arange(t)
+    active = xp.ones(t, dtype=bool)
+    used = xp.zeros((t, m), dtype=bool)
+    i = xp.zeros(t, dtype=np.int64)
+    stop = 0.1 * delta
+    stride = max(1, min(int(stride), m))
+    it = 0
+
+    def residual_rows(q, it):  # q (t, p) -> (t, p, n)
+        rows = get_rows(q)
+        if it:
+            rows = rows - xp.matmul(U[ar[:, None], q, :it], _T(V[:, :, :it]))
+        return rows
+
+    while it < K:
+        row = residual_rows(i[:, None], it)[:, 0, :]
+        used[ar, i] = True
+        j = xp.argmax(xp.abs(row), axis=1)
+        piv = row[ar, j]
+        ok = active & (xp.abs(piv) > 0)
+        v = row / xp.where(ok, piv, 1.0)[:, None]
+        col = get_cols(j[:, None])[:, 0, :]
+        if it:
+            col = col - xp.matmul(U[:, :, :it], V[ar, j, :it][:, :, None])[:, :, 0]
+        okf = ok.astype(dtype)[:, None]
+        U[:, :, it] = col * okf
+        V[:, :, it] = v * okf
+        size = xp.sqrt(xp.sum(col * col, axis=1) * xp.sum(v * v, axis=1)) * okf[:, 0]
+        it += 1
+        small = active & (size <= stop)
+        nxt = xp.argmax(xp.where(used, -1.0, xp.abs(col)), axis=1)
+        if bool(host(xp.any(small))):
+            off = xp.asarray(rng.randint(0, stride, size=(t, 1))).astype(np.int64)
+            q = xp.minimum(off + xp.arange(0, m, stride)[None, :], m - 1)
+            R = residual_rows(q, it)
+            rn = xp.sum(R * R, axis=2)
+            est = xp.sqrt(xp.sum(rn, axis=1) * stride)
+            conv = small & (est <= stop)
+            nxt = xp.where(small, q[ar, xp.argmax(rn, axis=1)], nxt)
+            active = active & ~conv
+        if not bool(host(xp.any(active))):
+            break
+        i = nxt
+    capped_aca = 0
+    if max_rank is not None and it == K:
+        capped_aca = int(host(xp.sum(active)))
+    U, V, k, c = recompress(U[:, :, :it], V[:, :, :it], delta, max_rank)
+    return U, V, k, max(c, capped_aca)
+
+
+def _aca_dense(A, delta, max_rank):
+    xp = get_xp(A)
+    t, m, n = A.shape
+    ar = xp.arange(t)[:, None]
+    return aca(lambda i: A[ar, i, :], lambda j: A[ar, :, j], t, m, n, delta, max_rank, xp,
+               A.dtype)
+
+
+METHODS = ("svd", "rsvd", "aca")
+
+
+def compress_tiles(A, delta, max_rank=None, method="svd", rng=None):
+    """Compress a stack of dense tiles ``A (t, m, n)`` to canonical low-rank form.
+
+    ``method``: 'svd' (truncated SVD, optimal), 'rsvd' (adaptive randomized range finder
+    with an exact residual check, then truncated SVD of the small projection; ``rng`` is an
+    ``xp.random.RandomState``) or 'aca' (adaptive cross approximation, heuristic). Returns ``(U (t, m, kmax), V (t, n, kmax),
+    ranks (host), capped)``.
+    """
+    if method == "svd":
+        return _svd_compress(A, delta, max_rank)
+    if method == "rsvd":
+        return _rsvd_compress(A, delta, max_rank,
+                              rng if rng is not None else get_xp(A).random.RandomState(0))
+    if method == "aca":
+        return _aca_dense(A, delta, max_rank)
+    raise ValueError(f"method must be one of {METHODS}, not {method!r}")
