@@ -125,6 +125,10 @@ class Backend:
 
     def _call(self, fn, out, *args):
         """Run ``fn(*args, out)`` in place; strided non-column-major ``out`` goes via a copy."""
+        for x in args:  # BLAS reads raw memory: a mixed dtype is garbage or an overrun
+            if getattr(x, "ndim", 0) == 2 and x.dtype != out.dtype:
+                raise TypeError(f"kernel operands must share one dtype, got {x.dtype} "
+                                f"and {out.dtype}")
         args = tuple(self._colmajor(x) if getattr(x, "ndim", 0) == 2 else x for x in args)
         if _scipy_blas.is_colmajor(out):
             return fn(*args, out)
