@@ -1,0 +1,236 @@
+"""Benchmark: distributed Cholesky (``distla.linalg.cholesky``) against the single-device
+reference measured in the same run (SciPy/LAPACK ``cholesky`` on CPU, cuSOLVER through
+``cupy.linalg.cholesky`` on GPU).
+
+    mpiexec -n 2 python -m distla.bench cholesky --n 4096 --nb 256 --grid 1x2 --device cpu
+    python -m distla.bench.cholesky ...           (standalone, same options)
+
+The matrix is the SPD :func:`distla.bench.common.spd_matrix`, generated block by block (never
+globally for distla). Timing: best of ``--reps`` factorizations (``overwrite_a`` on a fresh copy
+made outside the timed region), device synchronized and ranks barriered around each; the time
+is the maximum over ranks. Rate: n^3/3 + n^2/2 flops. ``--profile`` adds the time per phase
+(panel, broadcasts, update; maximum over ranks) of one extra, separately run factorization.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import time
+
+import numpy as np
+
+from . import common
+
+NAME = "cholesky"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The benchmark's options (the framework calls this once). Not collective."""
+    common.add_problem_arguments(parser, n=(4096,), reps=3)
+    parser.add_argument("--lookahead", type=int, default=1, help="lookahead depth (default 1)")
+    parser.add_argument("--order", choices=("row", "col"), default="row",
+                        help="rank order of the process grid")
+    parser.add_argument("--profile", action="store_true",
+                        help="time spent in panel / broadcasts / update (one extra run)")
+    parser.add_argument("--no-check", dest="check", action="store_false",
+                        help="skip the factor and solve residuals")
+    parser.add_argument("--ref-threads", type=int, default=None,
+                        help="BLAS threads for the CPU reference on rank 0 (default: the "
+                             "number of ranks on the node, i.e. the cores the run uses)")
+
+
+def run(args) -> list[dict]:
+    """Collective over COMM_WORLD: run the benchmark; returns the result rows (the same on
+    every rank)."""
+    from mpi4py import MPI
+
+    from ..linalg.cholesky import CholeskyProfile, cho_solve, cholesky
+    comm = MPI.COMM_WORLD
+    device = args.device or common.default_device()
+    dtype = np.dtype(args.dtype)
+    grid = common.make_grid(args.grid, comm, order=getattr(args, "order", "row"))
+    gname = f"{grid.nprow}x{grid.npcol}"
+    rows = []
+    for n in common.parse_sizes(args.n):
+        nb = args.nb or common.default_nb(n, device, grid)
+        A = common.spd_matrix(grid, n, nb, seed=args.seed, dtype=dtype, device=device)
+        nfl = common.flops("cholesky", n)
+        best, L = math.inf, None
+        for _ in range(max(1, args.reps)):
+            W = A.copy()
+            common.sync(device)
+            comm.Barrier()
+            t0 = time.perf_counter()
+            L = cholesky(W, lower=True, overwrite_a=True, lookahead=args.lookahead)
+            common.sync(device)
+            dt = time.perf_counter() - t0
+            comm.Barrier()
+            best = min(best, comm.allreduce(dt, op=MPI.MAX))
+        rec = common.record(NAME, "distla", n=n, seconds=best, nflops=nfl, nb=nb, grid=gname,
+                            ranks=comm.size, device=device, dtype=dtype.name,
+                            lookahead=args.lookahead)
+        rec["gflops"] = nfl / best / 1e9
+        if args.check:
+            from ..checks import factor_residual_cholesky, solve_residual
+            from ..matrix import DistMatrix
+            rec["fresid"] = factor_residual_cholesky(A, L)
+            B = DistMatrix.random(grid, (n, 1), (nb, nb), seed=args.seed + 1, dtype=dtype,
+                                  device=device)
+            X = cho_solve((L, True), B)
+            rec["sresid"] = solve_residual(A, X, B)
+        del L
+        if args.profile:
+            prof = CholeskyProfile()
+            W = A.copy()
+            common.sync(device)
+            comm.Barrier()
+            t0 = time.perf_counter()
+            cholesky(W, overwrite_a=True, lookahead=args.lookahead, profile=prof)
+            common.sync(device)
+            total = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+            sec = prof.finalize()
+            rec["t_profiled"] = total
+            for phase in ("panel", "bcast", "update"):
+                rec[f"t_{phase}"] = comm.allreduce(sec.get(phase, 0.0), op=MPI.MAX)
+            del W
+        rows.append(rec)
+        if getattr(args, "reference", True):
+            ref = common.reference_rank0(
+                lambda: _reference(n, args.seed, dtype, device, args.reps,
+                                   args.ref_threads or _ranks_on_node(comm)), comm)
+            if ref is not None:
+                impl, t, threads = ref
+                r = common.record(NAME, impl, n=n, seconds=t, nflops=nfl, device=device,
+                                  dtype=dtype.name, ranks=1)
+                r["gflops"] = nfl / t / 1e9
+                if threads:
+                    r["threads"] = threads
+                r["vs_distla"] = best / t   # > 1: distla is faster
+                rows.append(r)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
+# the single-device reference (rank 0 only)
+# ---------------------------------------------------------------------------------------
+def _global_spd(n, seed, xp):
+    """The benchmark matrix, formed globally (for the reference only)."""
+    from ..random import hashed_uniform
+    I = xp.arange(n, dtype=xp.int64).reshape(-1, 1)
+    J = I.reshape(1, -1)
+    a = hashed_uniform(seed, xp.minimum(I, J), xp.maximum(I, J)) - 0.5
+    return xp.where(I == J, float(n), a)
+
+
+def _reference(n, seed, dtype, device, reps, threads):
+    """(name, best seconds, threads) of the single-device Cholesky, or None if it does not fit.
+    Not collective (rank 0)."""
+    need = 3 * n * n * dtype.itemsize
+    if device == "gpu":
+        import cupy
+        free, _ = cupy.cuda.runtime.memGetInfo()
+        if need > 0.9 * free:
+            return None
+        A = _global_spd(n, seed, cupy).astype(dtype)
+        best = math.inf
+        for _ in range(max(1, reps)):
+            cupy.cuda.runtime.deviceSynchronize()
+            t0 = time.perf_counter()
+            L = cupy.linalg.cholesky(A)
+            cupy.cuda.runtime.deviceSynchronize()
+            best = min(best, time.perf_counter() - t0)
+            del L
+        return "cupy(cusolver)", best, None
+    import scipy.linalg
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        avail = math.inf
+    if need > 0.8 * avail:
+        return None
+    A = _global_spd(n, seed, np).astype(dtype)
+    best = math.inf
+    with _blas_threads(threads) as got:
+        for _ in range(max(1, reps)):
+            W = np.array(A, order="F")
+            t0 = time.perf_counter()
+            scipy.linalg.cholesky(W, lower=True, overwrite_a=True, check_finite=False)
+            best = min(best, time.perf_counter() - t0)
+    return "scipy", best, got
+
+
+def _ranks_on_node(comm) -> int:
+    from mpi4py import MPI
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    k = local.Get_size()
+    local.Free()
+    return k
+
+
+@contextlib.contextmanager
+def _blas_threads(k):
+    """Run SciPy's OpenBLAS with ``k`` threads inside the block (threadpoolctl when installed,
+    else SciPy's bundled OpenBLAS by symbol); yields the thread count in effect (None if it
+    could not be controlled)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        threadpool_limits = None
+    if threadpool_limits is not None:
+        with threadpool_limits(limits=k, user_api="blas"):
+            yield k
+        return
+    lib = _scipy_openblas()
+    if lib is None:
+        yield None
+        return
+    old = lib.scipy_openblas_get_num_threads()
+    lib.scipy_openblas_set_num_threads(int(k))
+    try:
+        yield int(lib.scipy_openblas_get_num_threads())
+    finally:
+        lib.scipy_openblas_set_num_threads(old)
+
+
+def _scipy_openblas():
+    import ctypes
+    import scipy.linalg  # noqa: F401 - loads the library
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {ln.split()[-1] for ln in f if "libscipy_openblas" in ln
+                     and "openblas64" not in ln}
+    except OSError:
+        return None
+    for p in sorted(paths):
+        try:
+            lib = ctypes.CDLL(p)
+            lib.scipy_openblas_get_num_threads.restype = ctypes.c_int
+            lib.scipy_openblas_set_num_threads.argtypes = [ctypes.c_int]
+            return lib
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def main(argv=None) -> None:
+    """Standalone entry point: ``python -m distla.bench.cholesky ...`` (collective)."""
+    from mpi4py import MPI
+    parser = argparse.ArgumentParser(prog="python -m distla.bench.cholesky",
+                                     description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    parser.add_argument("--json", default=None, metavar="FILE",
+                        help="also write the results as JSON (rank 0)")
+    args = parser.parse_args(argv)
+    rows = run(args)
+    if MPI.COMM_WORLD.rank == 0:
+        print(common.format_table(rows), flush=True)
+        if args.json:
+            import json
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
