@@ -1,8 +1,18 @@
 """RBT solver: random butterfly transformation + no-pivot LU (GENP) + iterative refinement.
 
 Solve ``A X = B`` as ``A_r = U^T A V`` (U, V recursive random butterflies, depth d), GENP of
-``A_r``, ``A_r Y = U^T B`` with iterative refinement on the randomized system, ``X = V Y``
-(Parker; Baboulin, Dongarra, Herrmann, Tomov; ALGORITHMS.md). The butterflies make pivoting
+``A_r``, ``X = V A_r^-1 U^T B``, then iterative refinement (Parker; Baboulin, Dongarra,
+Herrmann, Tomov; ALGORITHMS.md).
+
+Refinement runs on the ORIGINAL system, with the transformed factorization as the solver:
+``r = B - A X``, ``X += V A_r^-1 U^T r``, until ``max|r| <= max|x| ||A||_inf eps sqrt(n)``
+(per column; the criterion of ALGORITHMS.md / dsgesv) and at least one correction was applied
+(Skeel: one step of working-precision refinement makes the solve componentwise backward
+stable). Refining on ``(A_r, U^T b)`` instead (MAGMA, SLATE) leaves the rounding of the final
+``X = V Y`` uncorrected, which ruins the componentwise backward error of structured matrices
+(diagonal: 1e-13 instead of 1e-16); refining on A corrects it, needs no copy of ``A_r`` (GENP
+factors it in place; A is the caller's, untouched) and costs only two O(d n nrhs) butterfly
+applications per iteration besides the residual and the triangular solves. The butterflies make pivoting
 unnecessary with high probability; when refinement does not converge, or GENP meets an exactly
 zero pivot, the partial-pivoting solve runs instead (``fallback=True``, as SLATE's gesv_rbt) with
 a warning and a note in the diagnostics, or an exception is raised (``fallback=False``).
@@ -41,16 +51,16 @@ class RBTInfo:
 
     ``iterations``: refinement corrections applied on the path that produced X (0 when the
     first GENP solution already met the criterion; -1 when X came from the fallback).
-    ``converged``: the refinement criterion ``max|r| <= max|y| ||A_r||_inf eps sqrt(n)`` held.
+    ``converged``: the refinement criterion ``max|r| <= max|x| ||A||_inf eps sqrt(n)`` held.
     ``fallback``: X came from the partial-pivoting solve; ``reason`` says why (also set when
     mixed precision had to retry in float64). ``factor_dtype``: dtype of the factorization
     that produced X. On the original system (``return_info=True`` only): ``backward_error``,
     LAPACK's componentwise ``max |B - A X| / (|A||X| + |B|)`` (:func:`distla.checks.
     backward_error`); ``residual``, ScaLAPACK's SRESID ``max_j ||A x_j - b_j||_inf /
     (||A||_inf ||x_j||_inf eps n)``; ``normwise_backward_error`` = residual * eps * n. ``times``: seconds per phase ('transform' =
-    padding, U^T A V, U^T B and V Y; 'factor'; 'refine' = solves and residuals; 'fallback';
+    padding, U^T A V, U^T r and V d; 'factor'; 'refine' = solves and residuals; 'fallback';
     'total'; 'backward_error', not in the total). ``history``: the scaled residual
-    ``max|r| / (max|y| ||A_r|| eps sqrt(n))`` at each check (<= 1 means converged).
+    ``max|r| / (max|x| ||A||_inf eps sqrt(n))`` at each check (<= 1 means converged).
     """
 
     depth: int
@@ -166,7 +176,7 @@ def _scaled_residual(R, Y, anorm, eps_sqrtn) -> float:
 # ---------------------------------------------------------------------------------------
 @dataclass
 class _Path:
-    y: DistMatrix | None
+    y: DistMatrix | None  # the solution x of the original system
     iterations: int
     converged: bool
     reason: str | None
@@ -176,51 +186,63 @@ class _Path:
     zero_pivot: int | None = None
 
 
-def _genp_refine(Ar: DistMatrix, C: DistMatrix, fdtype, max_iter: int, anorm: float,
-                 label: str) -> _Path:
-    """Collective: GENP of Ar in ``fdtype``, solve Ar y = C, refine in Ar's precision until
-    ``max|r| <= max|y| anorm eps sqrt(n)`` (at most max_iter corrections; stops early when the
-    scaled residual fails to halve, as LAPACK's dgerfs)."""
+def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: Butterfly,
+                 max_iter: int, anorm: float, label: str, times: dict) -> _Path:
+    """Collective: GENP of ``Ar`` (= U^T A V, in the factorization precision; factored in
+    place), first solution ``x = V A_r^-1 U^T b``, then refinement on the ORIGINAL system in
+    A's precision: ``r = b - A x``, stop when ``max|r| <= max|x| ||A||_inf eps sqrt(n)``, else
+    ``x += V A_r^-1 U^T r`` (at least one and at most max_iter corrections; stops early when
+    the scaled residual fails to halve, as LAPACK's dgerfs). ``times['transform']`` gets the U^T r / V d time."""
     from ..pblas import matmul
     from .lu import lu_factor, lu_solve
-    wdt = Ar.dtype
-    t0 = _sync(Ar)
+    wdt, fdt = A.dtype, Ar.dtype
+    t0 = _sync(A)
     try:
-        # lu_factor may work in place: factor a copy (astype copies too), keep Ar for residuals
-        F = lu_factor(Ar.copy() if np.dtype(fdtype) == wdt else Ar.astype(fdtype),
-                      pivoting="none")
+        F = lu_factor(Ar, pivoting="none", overwrite_a=True)
     except SingularMatrixError as e:
-        t1 = _sync(Ar)
+        t1 = _sync(A)
         return _Path(None, 0, False, f"{label}: GENP met an exactly zero pivot at column "
                      f"{e.index} of U^T A V", [], t1 - t0, 0.0, e.index)
-    t1 = _sync(Ar)
+    t1 = _sync(A)
+    t_rhs = [0.0]
 
-    def solve(R):
-        if np.dtype(fdtype) == wdt:
-            S = lu_solve(F, R)
-        else:
-            S = lu_solve(F, R.astype(fdtype)).astype(wdt)
+    def correction(R):
+        """V A_r^-1 U^T R, n rows in R's layout."""
+        s0 = _sync(A)
+        C = U.apply_transpose(R)
+        if fdt != wdt:
+            C = C.astype(fdt)
+        s1 = _sync(A)
+        S = lu_solve(F, C, overwrite_b=True)
+        if fdt != wdt:
+            S = S.astype(wdt)
         if not S.same_layout(R):
             S = S.redistribute(block=R.block, src=R.src)
-        return S
+        s2 = _sync(A)
+        X = V.apply(S)
+        t_rhs[0] += (s1 - s0) + (_sync(A) - s2)
+        return X
 
-    eps_sqrtn = np.finfo(wdt).eps * math.sqrt(Ar.n)
-    y = solve(C)
+    def done(x, it, ok, reason, hist):
+        times["transform"] = times.get("transform", 0.0) + t_rhs[0]
+        return _Path(x, it, ok, reason, hist, t1 - t0, _sync(A) - t1 - t_rhs[0])
+
+    eps_sqrtn = np.finfo(wdt).eps * math.sqrt(A.n)
+    x = correction(B)
     hist: list = []
     it = 0
     while True:
-        R = matmul(Ar, y, alpha=-1.0, beta=1.0, C=C.copy())
-        rho = _scaled_residual(R, y, anorm, eps_sqrtn)
+        R = matmul(A, x, alpha=-1.0, beta=1.0, C=B.copy())
+        rho = _scaled_residual(R, x, anorm, eps_sqrtn)
         hist.append(rho)
-        if rho <= 1.0:
-            return _Path(y, it, True, None, hist, t1 - t0, _sync(Ar) - t1)
-        stalled = len(hist) > 1 and not (rho <= 0.5 * hist[-2])
+        if rho <= 1.0 and (it >= min(1, max_iter)):
+            return done(x, it, True, None, hist)
+        stalled = len(hist) > 1 and not (rho <= 0.5 * hist[-2]) and rho > 1.0
         if it >= max_iter or stalled or not math.isfinite(rho):
             why = ("did not converge" if it >= max_iter else "stagnated") + \
                 f" after {it} iteration(s) (scaled residual {rho:.3g} > 1)"
-            return _Path(y, it, False, f"{label}: refinement {why}", hist, t1 - t0,
-                         _sync(Ar) - t1)
-        y.local += solve(R).local
+            return done(x, it, False, f"{label}: refinement {why}", hist)
+        x.local += correction(R).local
         it += 1
 
 
@@ -232,6 +254,9 @@ def _validate(A, B, depth, precision, max_iter, refine, fallback, return_info):
         raise TypeError("rbt_solve: A and B must be DistMatrix")
     if A.m != A.n:
         raise ValueError(f"rbt_solve needs a square A, got {A.shape}")
+    if A.mb != A.nb:
+        raise ValueError(f"rbt_solve needs square blocks (mb == nb, as the LU), got {A.block}; "
+                         f"redistribute(block=({A.nb}, {A.nb})) first")
     if B.m != A.n:
         raise ValueError(f"rbt_solve: B has {B.m} rows, A is {A.n} x {A.n}")
     if A.grid != B.grid:
@@ -262,9 +287,9 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     A: n x n DistMatrix (float32/float64; square blocks as the LU needs); B: n x nrhs on the
     same grid, device and dtype. Returns X (n x nrhs, in B's layout), or ``(X, RBTInfo)`` with
     ``return_info=True`` (the backward errors on the original system are then computed too:
-    two extra distributed products). ``refine=False`` applies no correction but still checks
-    the first solution against the refinement criterion (so it never silently returns an
-    inaccurate answer). ``precision``: 'double' (GENP in A's precision) or 'mixed' (float32
+    three extra distributed products with X). ``refine=False`` applies no correction but
+    still checks the first solution against the refinement criterion (so it never silently
+    returns an inaccurate answer). ``precision``: 'double' (GENP in A's precision) or 'mixed' (float32
     GENP, float64 refinement; float64 GENP when that does not converge).
 
     Failure (GENP zero pivot, refinement not converged): ``fallback=True`` solves with partial
@@ -288,45 +313,41 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     info = RBTInfo(depth=depth, seed=seed, n_pad=padded_size(A.n, depth), precision=precision)
     times = info.times
 
-    t0 = _sync(A)
-    Ar, U, V = rbt_transform(A, depth, seed)
-    C = U.apply_transpose(B)
-    times["transform"] = _sync(A) - t0
-    anorm = norm(Ar, "inf")
-
-    paths = []
-    if precision == "mixed":
-        amax = norm(Ar, "max")
-        single = np.float32 if A.dtype == np.float64 else np.complex64
-        if amax < np.finfo(np.float32).max / 4:
-            paths.append((single, "float32 GENP"))
-        else:
-            info.reason = "max|U^T A V| overflows float32"
-    paths.append((A.dtype, f"{A.dtype} GENP"))
-
+    anorm = norm(A, "inf")
+    single = {np.dtype(np.float64): np.dtype(np.float32),
+              np.dtype(np.complex128): np.dtype(np.complex64)}.get(A.dtype)
+    paths = [single, A.dtype] if precision == "mixed" else [A.dtype]
     path = zero_pivot = None
-    reasons = [info.reason] if info.reason else []
-    times["factor"] = times["refine"] = 0.0
-    for fdt, label in paths:
-        path = _genp_refine(Ar, C, fdt, max_iter, anorm, label)
+    reasons = []
+    times["transform"] = times["factor"] = times["refine"] = 0.0
+    for fdt in paths:
+        label = f"{fdt} GENP"
+        t0 = _sync(A)
+        Ar, U, V = rbt_transform(A, depth, seed)  # recomputed for a retry: cheaper than a copy
+        if fdt != A.dtype:
+            if norm(Ar, "max") >= np.finfo(fdt).max / 4:
+                reasons.append(f"{label}: max|U^T A V| overflows {fdt}")
+                del Ar
+                continue
+            Ar = Ar.astype(fdt)
+        times["transform"] += _sync(A) - t0
+        path = _genp_refine(A, B, Ar, U, V, max_iter, anorm, label, times)
+        del Ar
         times["factor"] += path.t_factor
         times["refine"] += path.t_refine
         info.history = path.history
         if path.converged:
-            info.factor_dtype = str(np.dtype(fdt))
+            info.factor_dtype = str(fdt)
             break
         reasons.append(path.reason)
         zero_pivot = path.zero_pivot
     info.reason = "; ".join(reasons) if reasons else None
-    del Ar
 
     if path.converged:
         info.iterations, info.converged = path.iterations, True
-        t0 = _sync(A)
-        X = V.apply(path.y)
-        times["transform"] += _sync(A) - t0
+        X = path.y
     else:
-        del C, path
+        del path
         msg = (f"rbt_solve (n={A.n}, depth={depth}, seed={seed}, precision={precision}): "
                f"{info.reason}")
         if not fallback:
@@ -338,7 +359,7 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
         warnings.warn(msg + "; falling back to the partial-pivoting solve",
                       RBTFallbackWarning, stacklevel=2)
         t0 = _sync(A)
-        F = lu_factor(A.copy(), pivoting="partial")
+        F = lu_factor(A, pivoting="partial")
         X = lu_solve(F, B)
         if not X.same_layout(B):
             X = X.redistribute(block=B.block, src=B.src)
