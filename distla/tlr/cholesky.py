@@ -142,9 +142,10 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 28)
             if mine and err is None:
                 try:
                     s0, s1 = L.col_slots[k]
-                    Vp = xp.ascontiguousarray(L.V[s0:s1, :, :Kp].swapaxes(1, 2))
-                    be.trsm("L", "L", "N", "N", 1.0, buf, Vp.reshape((s1 - s0) * Kp, nb).T)
-                    L.V[s0:s1, :, :Kp] = Vp.swapaxes(1, 2)
+                    kk = min(Kp, L.K)  # this rank's panel tiles have rank <= kk
+                    Vp = xp.ascontiguousarray(L.V[s0:s1, :, :kk].swapaxes(1, 2))
+                    be.trsm("L", "L", "N", "N", 1.0, buf, Vp.reshape((s1 - s0) * kk, nb).T)
+                    L.V[s0:s1, :, :kk] = Vp.swapaxes(1, 2)
                 except Exception as e:  # noqa: BLE001
                     err = e
         # 4. panel along process rows, then the transposed panel down process columns
@@ -154,8 +155,10 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 28)
         if rows_after:
             if mine:
                 s0, s1 = L.col_slots[k]
-                RP[:, 0] = L.U[s0:s1, :, :Kp]
-                RP[:, 1] = L.V[s0:s1, :, :Kp]
+                kk = min(Kp, L.K)
+                RP[:, :, :, kk:] = 0
+                RP[:, 0, :, :kk] = L.U[s0:s1, :, :kk]
+                RP[:, 1, :, :kk] = L.V[s0:s1, :, :kk]
             comms.row.bcast(RP, root=qk)
         cols_after = [j for j in L.cols if j > k]
         CP = xp.empty((len(cols_after), 2, nb, Kp), L.dtype)

@@ -1,0 +1,349 @@
+"""Tests of distla.tlr: batched kernels (serial) and the distributed TLR matrix, Cholesky,
+log-determinant and solves (mpi), against SciPy/NumPy on the gathered matrix."""
+import math
+
+import numpy as np
+import pytest
+
+from distla import covariance as cov
+from distla.tlr import batched
+
+rng0 = np.random.default_rng(0)
+
+
+def _lowrank(t, m, n, k, rng, decay=0.5):
+    U = np.linalg.qr(rng.standard_normal((t, m, k)))[0]
+    V = np.linalg.qr(rng.standard_normal((t, n, k)))[0] * (decay ** np.arange(k))
+    return U, V
+
+
+# ---- batched kernels (serial) -------------------------------------------------------------
+
+def test_truncation_rank_rule():
+    s = np.array([[4.0, 3.0, 2.0, 1.0], [1.0, 0.0, 0.0, 0.0]])
+    k, _ = batched.truncation_ranks(s, math.sqrt(5.0) + 1e-12)
+    np.testing.assert_array_equal(k, [2, 0])       # drop tail [2, 1]: ||.|| = sqrt(5)
+    k, _ = batched.truncation_ranks(s, math.sqrt(5.0) - 1e-9)
+    np.testing.assert_array_equal(k, [3, 0])
+    k, kfree = batched.truncation_ranks(s, 0.5, max_rank=2)
+    np.testing.assert_array_equal(k, [2, 1])
+    np.testing.assert_array_equal(kfree, [4, 1])
+
+
+def test_recompress_is_canonical_and_meets_delta():
+    rng = np.random.default_rng(1)
+    Cu, Cv = _lowrank(5, 40, 30, 12, rng)
+    Cu = np.concatenate([Cu, np.zeros((5, 40, 3))], axis=2)        # zero padding
+    Cv = np.concatenate([Cv, np.zeros((5, 30, 3))], axis=2)
+    C = Cu @ Cv.swapaxes(1, 2)
+    delta = 1e-3
+    U, V, k, capped = batched.recompress(Cu, Cv, delta)
+    assert capped == 0 and U.shape[2] == k.max()
+    for t in range(5):
+        s = np.linalg.svd(C[t], compute_uv=False)
+        kopt = int(np.sum(np.sqrt(np.cumsum((s ** 2)[::-1]))[::-1] > delta))
+        assert k[t] == kopt
+        assert np.linalg.norm(C[t] - U[t] @ V[t].T) <= delta
+        Ut = U[t, :, :k[t]]
+        np.testing.assert_allclose(Ut.T @ Ut, np.eye(k[t]), atol=1e-12)
+        np.testing.assert_array_equal(U[t, :, k[t]:], 0)
+        np.testing.assert_allclose(np.linalg.norm(V[t], axis=0)[:k[t]], s[:k[t]], rtol=1e-10)
+    U, V, k, capped = batched.recompress(Cu, Cv, delta, max_rank=4)
+    assert k.max() == 4 and capped == 5
+
+
+def test_gemm_lll_matches_dense():
+    rng = np.random.default_rng(2)
+    t, m, p, n = 4, 30, 25, 20
+    Cu, Cv = _lowrank(t, m, n, 6, rng)
+    Au, Av = _lowrank(t, m, p, 5, rng)
+    Bu, Bv = _lowrank(t, p, n, 4, rng)
+    for alpha, beta in ((-1.0, 1.0), (0.5, 2.0)):
+        ref = beta * Cu @ Cv.swapaxes(1, 2) + alpha * (Au @ Av.swapaxes(1, 2)) @ (
+            Bu @ Bv.swapaxes(1, 2))
+        U, V, k, _ = batched.gemm_lll(Cu, Cv, Au, Av, Bu, Bv, 1e-12, alpha=alpha, beta=beta)
+        np.testing.assert_allclose(U @ V.swapaxes(1, 2), ref, atol=1e-11)
+        assert k.max() <= 10
+
+
+def test_lr_gram_update():
+    rng = np.random.default_rng(3)
+    D = rng.standard_normal((3, 12, 12))
+    U, V = rng.standard_normal((3, 12, 4)), rng.standard_normal((3, 12, 4))
+    ref = D - U @ (V.swapaxes(1, 2) @ V) @ U.swapaxes(1, 2)
+    np.testing.assert_allclose(batched.lr_gram_update(D.copy(), U, V), ref, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["svd", "rsvd", "aca"])
+def test_compress_tiles_methods(method):
+    x, k = cov.default_problem(400, seed=4)
+    fn = cov.entry_function(x, k)
+    nb = 40
+    keys = [(1, 0), (3, 0), (6, 2), (9, 1), (9, 8)]
+    A = np.stack([fn(np.arange(i * nb, i * nb + nb)[:, None],
+                     np.arange(j * nb, j * nb + nb)[None, :]) for i, j in keys])
+    delta = 1e-6
+    U, V, r, _ = batched.compress_tiles(A, delta, None, method)
+    for t in range(len(keys)):
+        err = np.linalg.norm(A[t] - U[t] @ V[t].T)
+        assert err <= (1.0 if method != "aca" else 2.0) * delta
+        s = np.linalg.svd(A[t], compute_uv=False)
+        kopt = int(np.sum(np.sqrt(np.cumsum((s ** 2)[::-1]))[::-1] > delta))
+        assert kopt <= r[t] <= kopt + (0 if method == "svd" else 2)
+    with pytest.raises(ValueError):
+        batched.compress_tiles(A, delta, None, "qr")
+
+
+# ---- distributed ---------------------------------------------------------------------------
+
+def _grids():
+    from mpi4py import MPI
+
+    from distla.grid import ProcessGrid
+    from distla.testing import grid_shapes
+    comm = MPI.COMM_WORLD
+    for p, q in grid_shapes(comm.size):
+        for order in ("row", "col"):
+            yield ProcessGrid(p, q, comm=comm, order=order)
+
+
+def _problem(n=230, seed=0):
+    return cov.default_problem(n, seed=seed)
+
+
+def _rel2(E, A):
+    return np.linalg.norm(E, 2) / np.linalg.norm(A, 2)
+
+
+@pytest.mark.mpi
+def test_compress_accuracy_ranks_and_memory():
+    from distla import tlr
+    x, k = _problem()
+    n, nb = len(x), 24                                    # 230 = 9 * 24 + 14
+    for g in _grids():
+        src = (g.nprow - 1, g.npcol - 1)
+        A = cov.covariance_matrix(g, x, k, block=nb, src=src)
+        Ad = A.to_global(root=None)
+        F = np.linalg.norm(Ad)
+        for tol in (1e-4, 1e-8):
+            T = tlr.compress(A, tol=tol)
+            assert T.norm_fro == pytest.approx(F, rel=1e-12)
+            assert T.delta == pytest.approx(tol * F / T.nt)
+            Td = T.to_dense().to_global(root=None)
+            np.testing.assert_array_equal(Td, Td.T)
+            assert np.linalg.norm(Ad - Td) <= tol * F
+            r = T.ranks
+            assert 0 <= r.min <= r.mean <= r.max and r.count == T.nt * (T.nt - 1) // 2
+            assert T.nbytes < T.nbytes_dense
+            assert T.info["compress_time"] > 0
+            T2 = tlr.from_kernel(g, x, k, nb, tol=tol, src=src)       # rsvd, never dense
+            T2d = T2.to_dense().to_global(root=None)
+            assert np.linalg.norm(Ad - T2d) <= tol * F
+            assert T2.norm_fro == pytest.approx(F, rel=1e-12)
+            assert abs(T2.ranks.mean - r.mean) <= 1.0
+
+
+@pytest.mark.mpi
+def test_from_kernel_methods_and_fixed_rank():
+    from mpi4py import MPI
+
+    from distla import tlr
+    from distla.grid import ProcessGrid
+    g = ProcessGrid(comm=MPI.COMM_WORLD)
+    x, k = _problem(200, seed=3)
+    Ad = cov.entry_function(x, k)(np.arange(200)[:, None], np.arange(200)[None, :])
+    F = np.linalg.norm(Ad)
+    for method, slack in (("svd", 1.0), ("rsvd", 1.0), ("aca", 2.0)):
+        T = tlr.from_kernel(g, x, k, 30, tol=1e-6, method=method)
+        assert np.linalg.norm(Ad - T.to_dense().to_global(root=None)) <= slack * 1e-6 * F
+    T = tlr.from_kernel(g, x, k, 30, tol=None, max_rank=3)
+    assert T.ranks.max <= 3 and T.info["capped"] > 0
+    T = tlr.from_kernel(g, x, k, 30, tol=None, max_rank=16)      # fixed rank
+    L = tlr.cholesky(T)
+    assert L.ranks.max <= 16 and T.ranks.max == 16
+    Ld = L.to_dense().to_global(root=None)
+    assert _rel2(Ad - Ld @ Ld.T, Ad) < 1e-3
+
+
+def _check_factor(A, L, tol, c_fact=2.0):
+    Ad = A.to_global(root=None)
+    Ld = L.to_dense().to_global(root=None)
+    np.testing.assert_array_equal(np.triu(Ld, 1), 0)
+    fact = _rel2(Ad - Ld @ Ld.T, Ad)
+    ref = 2 * np.sum(np.log(np.diag(np.linalg.cholesky(Ad))))
+    ld = L.logdet()
+    ld_err = abs(ld - ref) / abs(ref)
+    assert fact <= c_fact * tol, (tol, fact)
+    assert ld_err <= tol, (tol, ld_err)
+    return fact, ld_err
+
+
+@pytest.mark.mpi
+def test_cholesky_accuracy_scales_with_tol():
+    from distla import tlr
+    x, k = _problem()
+    nb = 24
+    for g in _grids():
+        A = cov.covariance_matrix(g, x, k, block=nb, src=(g.nprow // 2, g.npcol - 1))
+        errs = []
+        for tol in (1e-4, 1e-8):
+            L = tlr.cholesky(tlr.compress(A, tol=tol))
+            errs.append(_check_factor(A, L, tol))
+            assert L.info["factor_time"] > 0 and L.ranks.count == L.nt * (L.nt - 1) // 2
+        assert errs[1][0] < 1e-3 * errs[0][0]         # 10^4 tighter tol: >= 10^3 smaller
+        assert errs[1][1] < 1e-2 * errs[0][1]
+
+
+@pytest.mark.mpi
+def test_cholesky_bigger_matrix_small_tiles():
+    from mpi4py import MPI
+
+    from distla import tlr
+    from distla.grid import ProcessGrid
+    comm = MPI.COMM_WORLD
+    g = ProcessGrid(comm=comm)
+    x, k = _problem(1000, seed=7)
+    A = cov.covariance_matrix(g, x, k, block=48)        # 1000 = 20 * 48 + 40
+    T = tlr.from_kernel(g, x, k, 48, tol=1e-8)
+    L = tlr.cholesky(T)
+    _check_factor(A, L, 1e-8)
+    assert T.compression_ratio < 0.6
+
+
+@pytest.mark.mpi
+def test_solves_backward_error():
+    from distla import DistMatrix, tlr
+    x, k = _problem(150, seed=2)
+    n = len(x)
+    for g in _grids():
+        A = cov.covariance_matrix(g, x, k, block=16)
+        Ad = A.to_global(root=None)
+        for tol in (1e-4, 1e-8):
+            L = tlr.cholesky(tlr.compress(A, tol=tol))
+            b = np.random.default_rng(1).standard_normal(n)
+            xs = tlr.cho_solve(L, b)
+            assert xs.shape == (n,)
+            bw = np.linalg.norm(Ad @ xs - b) / (np.linalg.norm(Ad, 2) * np.linalg.norm(xs))
+            assert bw <= tol
+            B = DistMatrix.random(g, (n, 3), block=(11, 2), seed=5)
+            X = L.solve(B)
+            assert X.same_layout(B)
+            Bd, Xd = B.to_global(root=None), X.to_global(root=None)
+            bw = np.linalg.norm(Ad @ Xd - Bd, 2) / (np.linalg.norm(Ad, 2) * np.linalg.norm(Xd, 2))
+            assert bw <= tol
+            np.testing.assert_allclose(Xd, tlr.cho_solve(L, Bd), rtol=1e-12, atol=1e-12)
+        X2 = tlr.solve(A, B, tol=1e-8).to_global(root=None)
+        cond = np.linalg.cond(Ad)                     # forward error <~ cond * tol
+        ref = np.linalg.solve(Ad, Bd)
+        assert np.linalg.norm(X2 - ref) <= cond * 1e-8 * np.linalg.norm(ref)
+
+
+@pytest.mark.mpi
+def test_matvec_matches_dense():
+    from distla import tlr
+    x, k = _problem(100, seed=8)
+    for g in _grids():
+        A = cov.covariance_matrix(g, x, k, block=13)
+        T = tlr.compress(A, tol=1e-6)
+        L = tlr.cholesky(T)
+        Td = T.to_dense().to_global(root=None)
+        Ld = L.to_dense().to_global(root=None)
+        v = np.random.default_rng(2).standard_normal((100, 2))
+        np.testing.assert_allclose(T.matvec(v), Td @ v, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(L.matvec(v), Ld @ v, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(L.matvec(v[:, 0], trans=True), Ld.T @ v[:, 0], rtol=1e-12,
+                                   atol=1e-12)
+
+
+@pytest.mark.mpi
+def test_logdet_matches_distla_dense_cholesky():
+    from mpi4py import MPI
+
+    from distla import tlr
+    from distla.grid import ProcessGrid
+    from distla.linalg.cholesky import cholesky, logdet
+    g = ProcessGrid(comm=MPI.COMM_WORLD)
+    x, k = _problem(300, seed=11)
+    A = cov.covariance_matrix(g, x, k, block=32)
+    ld_dense = logdet(cholesky(A))
+    L = tlr.cholesky(tlr.compress(A, tol=1e-8), overwrite=True)
+    assert abs(L.logdet() - ld_dense) <= 1e-8 * abs(ld_dense)
+
+
+@pytest.mark.mpi
+def test_not_positive_definite_raises_on_every_rank():
+    from distla import NotPositiveDefiniteError, tlr
+    x, k = _problem(120, seed=1)
+    base = cov.entry_function(x, k)
+    bad = 37
+
+    def fn(I, J):
+        return np.where((I == bad) & (J == bad), -1.0, base(I, J))
+
+    for g in _grids():
+        T = tlr.from_function(g, 120, 16, fn, tol=1e-8)
+        with pytest.raises(NotPositiveDefiniteError) as ei:
+            tlr.cholesky(T)
+        assert ei.value.index == bad
+        assert "tol" in str(ei.value) and "nugget" in str(ei.value)
+        # a too-loose tolerance without nugget: PD lost through compression
+    x, k0 = _problem(200, seed=1)
+    k0 = k0.replace(nugget=0.0, beta=0.3)
+    g = next(_grids())
+    T = tlr.from_kernel(g, x, k0, 20, tol=1e-2)
+    with pytest.raises(NotPositiveDefiniteError):
+        tlr.cholesky(T)
+
+
+@pytest.mark.mpi
+def test_bad_input_raises_everywhere():
+    from mpi4py import MPI
+
+    from distla import DistMatrix, tlr
+    from distla.grid import ProcessGrid
+    g = ProcessGrid(comm=MPI.COMM_WORLD)
+    A = DistMatrix.zeros(g, (20, 20), block=(4, 5))
+    with pytest.raises(ValueError, match="square"):
+        tlr.compress(A)
+    B = DistMatrix.eye(g, 20, block=(4, 4))
+    with pytest.raises(ValueError, match="tol"):
+        tlr.compress(B, tol=0)
+    with pytest.raises(ValueError, match="method"):
+        tlr.compress(B, method="qr")
+    with pytest.raises(ValueError):
+        tlr.compress(B, tol=None, max_rank=None)
+    with pytest.raises(TypeError):
+        tlr.compress(np.eye(3))
+    L = tlr.cholesky(tlr.compress(B))
+    np.testing.assert_allclose(L.to_dense().to_global(root=None), np.eye(20), atol=1e-14)
+    assert L.logdet() == pytest.approx(0.0, abs=1e-13)
+    with pytest.raises(TypeError):
+        tlr.cholesky(L)
+    with pytest.raises(ValueError, match="rows"):
+        tlr.cho_solve(L, np.ones(7))
+    with pytest.raises(TypeError):
+        tlr.cho_solve(tlr.compress(B), np.ones(20))
+
+
+@pytest.mark.mpi
+@pytest.mark.gpu
+def test_gpu_matches_cpu():
+    from mpi4py import MPI
+
+    from distla import tlr
+    from distla.device import gpu_available
+    from distla.grid import ProcessGrid
+    ok = MPI.COMM_WORLD.allreduce(gpu_available(), op=MPI.LAND)
+    if not ok:
+        pytest.skip("needs a GPU on every rank")
+    g = ProcessGrid(comm=MPI.COMM_WORLD)
+    x, k = _problem(600, seed=6)
+    A = cov.covariance_matrix(g, x, k, block=64, device="gpu")
+    for method in ("svd", "rsvd", "aca"):
+        T = tlr.from_kernel(g, x, k, 64, tol=1e-8, method=method, device="gpu")
+        L = tlr.cholesky(T)
+        _check_factor(A, L, 1e-8)
+        b = np.random.default_rng(0).standard_normal(600)
+        xs = tlr.cho_solve(L, b).get()
+        Ad = A.to_global(root=None)
+        assert np.linalg.norm(Ad @ xs - b) / (np.linalg.norm(Ad, 2) * np.linalg.norm(xs)) < 1e-8
