@@ -1,3 +1,5 @@
 """Dense solvers on DistMatrix: one module per solver family."""
 from .cholesky import cho_factor, cho_solve, cholesky, logdet, solve_cholesky
 from .rbt import RBTFallbackWarning, RBTInfo, rbt_solve, rbt_transform
+from .lu import LUFactor, LUProfile, lu_factor, lu_solve, solve_lu
+from .solve import METHODS, solve

@@ -1,0 +1,178 @@
+"""Row interchanges (pdlaswp) and pivot bookkeeping for distributed LU.
+
+Pivot vectors follow LAPACK's ``ipiv`` semantics, 0-based and global: ``piv[i] = p`` means row
+``i`` was interchanged with row ``p`` (``p >= i``), the interchanges applied in order
+``i = 0, 1, ...``. Everything here except :func:`permute_rows` and :func:`genp` is host-side index
+math on small NumPy arrays (no communication).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import layout
+
+__all__ = ["swaps_to_moves", "ipiv_to_perm", "winners_to_ipiv", "apply_swaps", "permute_rows",
+           "genp"]
+
+
+def apply_swaps(piv, n: int) -> np.ndarray:
+    """``order`` of length ``n`` after applying the swaps ``piv`` (0-based, relative to row 0)
+    to ``arange(n)``: position ``i`` then holds original row ``order[i]``."""
+    order = np.arange(n, dtype=np.int64)
+    for i, p in enumerate(np.asarray(piv).tolist()):
+        if p != i:
+            order[i], order[p] = order[p], order[i]
+    return order
+
+
+def ipiv_to_perm(piv, m: int) -> np.ndarray:
+    """The permutation of ``m`` rows equivalent to the swaps ``piv``: ``(P A)[i] = A[perm[i]]``."""
+    return apply_swaps(piv, m)
+
+
+def swaps_to_moves(piv, start: int) -> tuple[np.ndarray, np.ndarray]:
+    """Net effect of the swaps of one panel: row ``start + i`` swapped with ``piv[i]`` (global,
+    ``>= start + i``) for i = 0, 1, ....
+
+    Returns ``(dest, src)`` (int64, sorted by ``dest``): afterwards global row ``dest[t]`` holds
+    the old row ``src[t]``; rows not listed do not move (at most ``2 len(piv)`` rows move).
+    """
+    at: dict[int, int] = {}  # position -> original row now there (only moved positions)
+    for i, p in enumerate(np.asarray(piv).tolist()):
+        a = start + i
+        if p != a:
+            ra, rp = at.get(a, a), at.get(p, p)
+            at[a], at[p] = rp, ra
+    dest = sorted(g for g, r in at.items() if g != r)
+    return (np.array(dest, dtype=np.int64),
+            np.array([at[g] for g in dest], dtype=np.int64))
+
+
+def winners_to_ipiv(winners, start: int) -> np.ndarray:
+    """LAPACK-style swaps that bring the distinct global rows ``winners`` (all ``>= start``) to
+    positions ``start, start + 1, ...`` in that order (as tournament pivoting needs)."""
+    pos: dict[int, int] = {}  # original row -> current position (moved rows only)
+    at: dict[int, int] = {}   # position -> original row now there (moved positions only)
+    piv = []
+    for i, w in enumerate(np.asarray(winners).tolist()):
+        g = start + i
+        p = pos.get(w, w)
+        piv.append(p)
+        if p != g:
+            rg = at.get(g, g)
+            at[g], at[p] = w, rg
+            pos[w], pos[rg] = g, p
+    return np.array(piv, dtype=np.int64)
+
+
+def permute_rows(local, dest, src, *, mb: int, rsrc: int, nprow: int, myrow: int, comm, segs,
+                 xp) -> None:
+    """Move whole local row pieces: afterwards global row ``dest[t]`` holds the old row
+    ``src[t]`` in the local columns ``segs`` (a list of slices of ``local``'s columns).
+
+    Collective over the process column: ``comm`` is the data communicator of this rank's process
+    column (``grid.comms(device).col``, rank == process row); every rank of the column passes
+    the same ``dest``/``src`` (host int64, sorted by ``dest``) and the same column widths.
+    Rows are exchanged pairwise between process rows, one grouped ``exchange`` in all: each
+    rank sends at most one message to, and receives at most one from, each other process row.
+    """
+    segs = [s for s in segs if s.stop > s.start]
+    ncols = sum(s.stop - s.start for s in segs)
+    if len(dest) == 0 or ncols == 0:
+        return
+    od = layout.owner(dest, mb, rsrc, nprow)
+    osrc = layout.owner(src, mb, rsrc, nprow)
+    ldest = layout.global_to_local(dest, mb, nprow)
+    lsrc = layout.global_to_local(src, mb, nprow)
+    dtype = local.dtype
+
+    def gather(idx):
+        buf = xp.empty((len(idx), ncols), dtype=dtype, order="F")
+        ix = xp.asarray(idx)
+        off = 0
+        for s in segs:
+            w = s.stop - s.start
+            buf[:, off:off + w] = local[ix, s]
+            off += w
+        return buf
+
+    def scatter(idx, buf):
+        ix = xp.asarray(idx)
+        off = 0
+        for s in segs:
+            w = s.stop - s.start
+            local[ix, s] = buf[:, off:off + w]
+            off += w
+
+    sends, recvs = [], []
+    for q in range(nprow):
+        if q == myrow:
+            continue
+        ms = (osrc == myrow) & (od == q)
+        if ms.any():
+            sends.append((q, gather(lsrc[ms])))
+        mr = (od == myrow) & (osrc == q)
+        if mr.any():
+            recvs.append((q, xp.empty((int(mr.sum()), ncols), dtype=dtype, order="F"),
+                          ldest[mr]))
+    mine = (od == myrow) & (osrc == myrow)
+    if mine.any():  # all reads (gathers) happen before any write
+        scatter(ldest[mine], gather(lsrc[mine]))
+    if sends or recvs:
+        comm.exchange(sends, [(q, b) for q, b, _ in recvs])
+    for _, b, idx in recvs:
+        scatter(idx, b)
+
+
+def genp(a, backend, leaf: int = 16) -> None:
+    """LU without pivoting of the ``m x n`` (m >= n) column-major view ``a``, in place (unit L
+    below the diagonal, U on and above). Not collective. A zero pivot is not reported here (it
+    shows as an exact zero on U's diagonal; later entries may become inf/NaN).
+
+    GPU: cuSOLVER getrf with a null pivot array (its documented no-pivoting mode). CPU: a
+    recursive split (trsm + gemm) down to small unblocked leaves.
+    """
+    m, n = a.shape
+    if m == 0 or n == 0:
+        return
+    if backend.is_gpu:
+        _gpu_getrf_nopiv(a, backend)
+        return
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        _genp_rec(a, backend, leaf)
+
+
+def _genp_rec(a, backend, leaf):
+    m, n = a.shape
+    if n <= leaf:
+        for j in range(n):
+            if j + 1 < m:
+                a[j + 1:, j] /= a[j, j]
+                if j + 1 < n:
+                    a[j + 1:, j + 1:] -= np.outer(a[j + 1:, j], a[j, j + 1:])
+        return
+    n1 = n // 2
+    _genp_rec(a[:, :n1], backend, leaf)
+    backend.trsm("L", "L", "N", "U", 1.0, a[:n1, :n1], a[:n1, n1:])
+    backend.gemm("N", "N", -1.0, a[n1:, :n1], a[:n1, n1:], 1.0, a[n1:, n1:])
+    _genp_rec(a[n1:, n1:], backend, leaf)
+
+
+def _gpu_getrf_nopiv(a, backend):  # pragma: no cover - needs a GPU
+    """cuSOLVER ``?getrf`` with ``devIpiv = NULL``: LU without pivoting on the current stream."""
+    from .. import _scipy_blas
+    xp, cs = backend.xp, backend._cusolver
+    if not _scipy_blas.is_colmajor(a):
+        tmp = xp.asfortranarray(a)
+        _gpu_getrf_nopiv(tmp, backend)
+        a[...] = tmp
+        return
+    m, n = a.shape
+    info = xp.zeros((), dtype=np.int32)
+    bs = {"d": cs.dgetrf_bufferSize, "f": cs.sgetrf_bufferSize}[a.dtype.char]
+    f = {"d": cs.dgetrf, "f": cs.sgetrf}[a.dtype.char]
+    h = backend._solver()
+    lda = _scipy_blas.ld(a)
+    lwork = bs(h, m, n, a.data.ptr, lda)
+    work = xp.empty(max(1, lwork), dtype=a.dtype)
+    f(h, m, n, a.data.ptr, lda, work.data.ptr, 0, info.data.ptr)

@@ -1,0 +1,518 @@
+"""LU factorization of general matrices: partial pivoting (pdgetrf), CALU with tournament
+pivoting, and no pivoting (GENP), with solves.
+
+One right-looking blocked loop over block columns ``k`` (width ``nb``, ``mb == nb``) for all
+three pivoting modes; only the panel differs:
+
+* ``"partial"`` (GEPP, ScaLAPACK pdgetrf): the panel's active rows are gathered along the
+  process column (one allgather), and every rank of that column factors the same tall panel
+  with LAPACK/cuSOLVER getrf (identical pivots everywhere), keeping its own rows. One
+  collective per panel instead of one per column.
+* ``"tournament"`` (CALU): TSLU (:mod:`distla.linalg._tslu`) picks the ``nb`` pivot rows by a
+  binary or flat tree of GEPPs on candidate rows; they are swapped to the top and the panel is
+  factored without pivoting (``L21 = A21 U11^-1``). Fewer and smaller messages than GEPP; the
+  growth-factor bound is larger than GEPP's (``2^(nb(h+1))`` for tree height h vs
+  ``2^(n-1)``), but CALU is as stable as GEPP in practice. Check :meth:`LUFactor.growth_factor`.
+* ``"none"`` (GENP): the diagonal block is factored without pivoting and broadcast down the
+  process column; no swaps. Only safe for matrices that need no pivoting (diagonally dominant,
+  or randomized by RBT, :mod:`distla.linalg.rbt`).
+
+Then, every step: the factored panel and the pivots are broadcast along process rows; the
+panel's row interchanges are applied to all other columns (pdlaswp: whole row pieces exchanged
+pairwise between process rows, one grouped exchange per step); the process row owning block
+row ``k`` computes ``U12 = L11^-1 A12`` and broadcasts it down process columns; the trailing
+matrix gets one GEMM ``A22 -= L21 U12``. With ``lookahead=1`` the next block column is updated
+first and its panel factored (and its broadcast started) before the rest of the update.
+
+Pivot vector (``LUFactor.piv``): LAPACK's ipiv, 0-based and global: row ``i`` was interchanged
+with row ``piv[i]`` (``piv[i] >= i``), applied in order ``i = 0, 1, ..., min(m, n) - 1``.
+``LUFactor.perm`` is the same as a permutation: ``P A = L U`` with ``(P A)[i] = A[perm[i]]``.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+import time
+
+import numpy as np
+
+from .. import layout
+from ..errors import SingularMatrixError, agree, collective
+from ..matrix import DistMatrix
+from ._pivoting import genp, ipiv_to_perm, permute_rows, swaps_to_moves, winners_to_ipiv
+from ._tslu import tournament
+
+__all__ = ["LUFactor", "LUProfile", "lu_factor", "lu_solve", "solve_lu", "PIVOTING"]
+
+PIVOTING = ("partial", "tournament", "none")
+_ALIASES = {"gepp": "partial", "calu": "tournament", "tslu": "tournament", "genp": "none",
+            None: "none"}
+
+
+# --------------------------------------------------------------------------------------------
+class LUProfile:
+    """Optional timer for :func:`lu_factor`: seconds per phase (``times``) and call counts.
+
+    Phases: ``panel`` (gather + pivot search + panel factorization), ``swap`` (row
+    interchanges), ``bcast`` (waiting for the panel and U12 broadcasts), ``trsm`` (U12),
+    ``update`` (trailing GEMMs), ``check`` (zero-pivot agreement). On GPU ranks each phase
+    synchronizes the device at its ends, which removes some overlap: profile separately from
+    timing. Not collective.
+    """
+
+    def __init__(self, backend=None):
+        self.backend = backend
+        self.times: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def section(self, name: str):
+        if self.backend is not None:
+            self.backend.synchronize()
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.backend is not None:
+                self.backend.synchronize()
+            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t
+            self.counts[name] = self.counts.get(name, 0) + 1
+
+    def merge(self, other: "LUProfile") -> None:
+        for k, v in other.times.items():
+            self.times[k] = self.times.get(k, 0.0) + v
+            self.counts[k] = self.counts.get(k, 0) + other.counts.get(k, 0)
+
+
+class _NoProfile:
+    @contextlib.contextmanager
+    def section(self, name):
+        yield
+
+
+_NOPROF = _NoProfile()
+
+
+# --------------------------------------------------------------------------------------------
+class LUFactor:
+    """The result of :func:`lu_factor`.
+
+    ``lu``: DistMatrix in A's layout, unit L strictly below the diagonal, U on and above.
+    ``piv``: int64 NumPy array of length ``min(m, n)``, the same on every rank (LAPACK ipiv,
+    0-based: row i was interchanged with row piv[i], in order i = 0, 1, ...).
+    ``perm``: int64 array of length m with ``(P A)[i] = A[perm[i]]`` and ``P A = L U``.
+    ``pivoting``: 'partial' | 'tournament' | 'none'; ``tree``: the tournament tree.
+    """
+
+    def __init__(self, lu: DistMatrix, piv: np.ndarray, pivoting: str, max_abs_a: float,
+                 tree: str | None = None):
+        self.lu = lu
+        self.piv = piv
+        self.pivoting = pivoting
+        self.tree = tree
+        self.max_abs_a = float(max_abs_a)
+        self._perm = None
+
+    @property
+    def shape(self):
+        return self.lu.shape
+
+    @property
+    def perm(self) -> np.ndarray:
+        if self._perm is None:
+            self._perm = ipiv_to_perm(self.piv, self.lu.m)
+        return self._perm
+
+    def growth_factor(self) -> float:
+        """Collective: ``max |U| / max |A|`` (the element growth of the elimination; GEPP's
+        bound is ``2^(n-1)``, tournament pivoting's is larger, GENP's unbounded). Returns inf
+        for a zero A."""
+        U = self.lu
+        xp = U.xp
+        I = xp.asarray(U.row_indices()).reshape(-1, 1)
+        J = xp.asarray(U.col_indices()).reshape(1, -1)
+        loc = 0.0
+        if U.local.size:
+            loc = float(xp.max(xp.where(I <= J, xp.abs(U.local), 0)))
+        from mpi4py import MPI
+        mu = U.grid.comm.allreduce(loc, op=MPI.MAX)
+        return mu / self.max_abs_a if self.max_abs_a > 0 else math.inf
+
+    def solve(self, B: DistMatrix, trans: bool = False, overwrite_b: bool = False):
+        """Collective: same as :func:`lu_solve` (``self``, B)."""
+        return lu_solve(self, B, trans=trans, overwrite_b=overwrite_b)
+
+    def __repr__(self) -> str:
+        return f"LUFactor(pivoting={self.pivoting!r}, lu={self.lu!r})"
+
+
+# --------------------------------------------------------------------------------------------
+def _check_matrix(A, name="A"):
+    if not isinstance(A, DistMatrix):
+        raise TypeError(f"{name} must be a DistMatrix, not {type(A).__name__}")
+    if A.mb != A.nb:
+        raise ValueError(f"{name} needs square blocks (mb == nb, as ScaLAPACK's getrf), "
+                         f"got {A.block}; redistribute(block=({A.nb}, {A.nb})) first")
+    if A.dtype.kind not in "fc":
+        raise TypeError(f"{name} must be float32, float64, complex64 or complex128")
+    if A.device == "gpu" and A.dtype.kind == "c":
+        raise TypeError("complex LU is only available on CPU ranks")
+
+
+def _norm_pivoting(pivoting):
+    p = _ALIASES.get(pivoting, pivoting) if not isinstance(pivoting, str) else \
+        _ALIASES.get(pivoting.lower(), pivoting.lower())
+    if p not in PIVOTING:
+        raise ValueError(f"pivoting must be one of {PIVOTING}, not {pivoting!r}")
+    return p
+
+
+def _max_abs(A) -> float:
+    """Collective: max |a_ij| over the whole matrix."""
+    from mpi4py import MPI
+    loc = float(A.xp.max(A.xp.abs(A.local))) if A.local.size else 0.0
+    return A.grid.comm.allreduce(loc, op=MPI.MAX)
+
+
+def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = False,
+              tree: str = "binary", lookahead: int = 1, profile: LUProfile | None = None
+              ) -> LUFactor:
+    """LU factorization ``P A = L U`` of the ``m x n`` DistMatrix A (square blocks). Collective
+    over A's grid.
+
+    ``pivoting``: 'partial' (GEPP, pdgetrf), 'tournament' (CALU; ``tree`` 'binary' or 'flat'
+    shapes the reduction over each process column) or 'none' (GENP). ``overwrite_a``: factor in
+    A's storage. ``lookahead``: 0 or 1 (values > 1 act as 1: the loop is synchronous, one panel
+    ahead is what hides the panel). ``profile``: an :class:`LUProfile` to accumulate phase
+    times into.
+
+    Raises (on every rank) ``ValueError``/``TypeError`` for bad input before any work, and
+    :class:`distla.SingularMatrixError` (``.index`` = 0-based global column of the first
+    exactly zero pivot) after the loop: the factorization always runs to the end with the same
+    collectives on every rank.
+    """
+    with collective(A.grid.comm if isinstance(A, DistMatrix) else None):
+        _check_matrix(A)
+        pivoting = _norm_pivoting(pivoting)
+        if tree not in ("binary", "flat"):
+            raise ValueError(f"tree must be 'binary' or 'flat', not {tree!r}")
+        if not isinstance(lookahead, numbers.Integral) or lookahead < 0:
+            raise ValueError(f"lookahead must be a non-negative int, not {lookahead!r}")
+    F = A if overwrite_a else A.copy()
+    max_a = _max_abs(F)
+    drv = _LU(F, pivoting, tree, int(lookahead), profile)
+    piv = drv.run()
+    with drv.prof.section("check"):
+        drv.agree_singular()
+    return LUFactor(F, piv, pivoting, max_a, tree if pivoting == "tournament" else None)
+
+
+class _Panel:
+    """Panel k as every rank sees it after the row broadcast: ``lbuf`` = this process row's
+    active rows (global >= j0) of the factored panel (mrem x kb, contiguous), ``piv`` global
+    pivots (host) or None for GENP."""
+
+    def __init__(self, k, j0, kb, lbuf, piv, reqs):
+        self.k, self.j0, self.kb, self.lbuf, self.piv, self._reqs = k, j0, kb, lbuf, piv, reqs
+
+    def wait(self):
+        for r in self._reqs:
+            r.wait()
+        self._reqs = []
+
+
+class _LU:
+    """The blocked right-looking loop (one object per factorization, every rank)."""
+
+    def __init__(self, A, pivoting, tree, lookahead, profile):
+        self.A, self.pivoting, self.tree, self.lookahead = A, pivoting, tree, lookahead
+        self.prof = profile if profile is not None else _NOPROF
+        g = self.g = A.grid
+        self.be, self.xp = A.backend, A.xp
+        self.comms = g.comms(A.device)
+        self.m, self.n = A.shape
+        self.nb = A.nb
+        self.kmax = min(self.m, self.n)
+        self.nsteps = -(-self.kmax // self.nb) if self.kmax else 0
+        self.piv = np.arange(self.kmax, dtype=np.int64)
+        self.rows = A.row_indices()  # my global rows, local order (host)
+        self._rows_dev = {}
+        self.zero_checks = []  # (j0, 'info' | 'diag', value) for panels this rank factored
+
+    # ---- helpers --------------------------------------------------------------------------
+    def width(self, k):
+        return min(self.nb, self.kmax - k * self.nb)
+
+    def rows_of(self, pr):
+        """Global rows of process row ``pr`` in local order, on the device (cached)."""
+        r = self._rows_dev.get(pr)
+        if r is None:
+            A = self.A
+            r = self._rows_dev[pr] = self.xp.asarray(
+                layout.local_indices(self.m, A.mb, pr, A.rsrc, self.g.nprow))
+        return r
+
+    def swap(self, local, piv, j0, segs):
+        """Apply panel swaps ``piv`` (global, from row j0) to columns ``segs`` of ``local``;
+        collective over my process column."""
+        dest, src = swaps_to_moves(piv, j0)
+        A, g = self.A, self.g
+        permute_rows(local, dest, src, mb=A.mb, rsrc=A.rsrc, nprow=g.nprow, myrow=g.myrow,
+                     comm=self.comms.col, segs=segs, xp=self.xp)
+
+    # ---- panel factorization (ranks of process column pcol(k) only) ------------------------
+    def factor_panel(self, k):
+        """Factor panel k in place on the ranks of its process column; returns the global pivots
+        of the panel (host), None for GENP. Collective over that process column."""
+        A, g, be, xp = self.A, self.g, self.be, self.xp
+        j0, kb = k * self.nb, self.width(k)
+        lc0, lr0 = A.local_col_start(j0), A.local_row_start(j0)
+        pk = A.row_owner(j0)
+        view = A.local[lr0:, lc0:lc0 + kb]
+        if self.pivoting == "partial":
+            if g.nprow == 1:  # all active rows are mine, in order: factor in place
+                piv, info = be.getrf(view)
+            else:
+                T = self._gather_panel(j0, kb, view)
+                piv, info = be.getrf(T)
+                view[...] = T[self.rows_of(g.myrow)[lr0:] - j0]
+            self.zero_checks.append((j0, "info", info))
+            return j0 + np.asarray(be.to_host(piv), dtype=np.int64)
+        if self.pivoting == "tournament":
+            winners, f11, info = tournament(
+                view, self.rows[lr0:], kb, comm=self.comms.col, host_comm=g.col_comm,
+                root=pk, tree=self.tree, backend=be)
+            if g.myrow == pk:
+                self.zero_checks.append((j0, "info", info))
+            piv = winners_to_ipiv(winners, j0)
+            self.swap(A.local, piv, j0, [slice(lc0, lc0 + kb)])
+        else:  # GENP: factor the diagonal block, broadcast it down the process column
+            if g.myrow == pk:
+                f11 = xp.array(A.local[lr0:lr0 + kb, lc0:lc0 + kb], order="F", copy=True)
+                genp(f11, be)
+                self.zero_checks.append((j0, "diag", xp.diagonal(f11).copy()))
+            else:
+                f11 = be.empty((kb, kb), A.dtype)
+            self.comms.col.bcast(f11, pk)
+            piv = None
+        if g.myrow == pk:
+            A.local[lr0:lr0 + kb, lc0:lc0 + kb] = f11
+        lrb = A.local_row_start(j0 + kb)
+        be.trsm("R", "U", "N", "N", 1.0, f11, A.local[lrb:, lc0:lc0 + kb])
+        return piv
+
+    def _gather_panel(self, j0, kb, view):
+        """Allgather the active panel rows of the process column into one tall (m - j0) x kb
+        array in global row order (every rank of the column gets the same)."""
+        A, g, be, xp = self.A, self.g, self.be, self.xp
+        P = g.nprow
+        starts = [A.local_row_start(j0, pr) for pr in range(P)]
+        mrem = [layout.numroc(self.m, A.mb, pr, A.rsrc, P) - starts[pr] for pr in range(P)]
+        mx = max(mrem)
+        send = be.zeros((mx, kb), A.dtype)
+        send[:view.shape[0]] = view
+        recv = be.empty((P * mx * kb,), A.dtype)
+        self.comms.col.allgather(send, recv)
+        R = recv.reshape(P, kb, mx)  # [process row, column, row]
+        T = be.empty((self.m - j0, kb), A.dtype)
+        for pr in range(P):
+            if mrem[pr]:
+                T[self.rows_of(pr)[starts[pr]:] - j0] = R[pr, :, :mrem[pr]].T
+        return T
+
+    def post_panel(self, k, piv):
+        """Start the broadcast of panel k (and its pivots) along process rows. Every rank."""
+        A, g, be = self.A, self.g, self.be
+        j0, kb = k * self.nb, self.width(k)
+        pc = A.col_owner(j0)
+        lr0 = A.local_row_start(j0)
+        lbuf = be.empty((A.local.shape[0] - lr0, kb), A.dtype)
+        if g.mycol == pc:
+            lc0 = A.local_col_start(j0)
+            lbuf[...] = A.local[lr0:, lc0:lc0 + kb]
+        reqs = [self.comms.row.ibcast(lbuf, pc)]
+        pbuf = None
+        if self.pivoting != "none":
+            pbuf = np.empty(kb, dtype=np.int64)
+            if g.mycol == pc:
+                pbuf[:] = piv
+            if g.npcol > 1:
+                from mpi4py import MPI
+                r = g.row_comm.Ibcast([pbuf, MPI.INT64_T], root=pc)
+                reqs.append(r)
+        return _Panel(k, j0, kb, lbuf, pbuf, [_Wait(r) for r in reqs])
+
+    # ---- the loop -------------------------------------------------------------------------
+    def next_panel(self, k):
+        with self.prof.section("panel"):
+            piv = self.factor_panel(k) if self.g.mycol == self.A.col_owner(k * self.nb) \
+                else None
+        return self.post_panel(k, piv)
+
+    def run(self) -> np.ndarray:
+        if self.nsteps == 0:
+            return self.piv
+        panel = self.next_panel(0)
+        for k in range(self.nsteps):
+            panel = self.step(panel)
+        return self.piv
+
+    def step(self, pan: _Panel):
+        """Step k: swaps, U12, trailing update (with lookahead: next panel in between).
+        Returns the next panel (or None)."""
+        A, g, be, prof = self.A, self.g, self.be, self.prof
+        k, j0, kb = pan.k, pan.j0, pan.kb
+        loc = A.local
+        nloc = loc.shape[1]
+        with prof.section("bcast"):
+            pan.wait()
+        pr, pc = A.row_owner(j0), A.col_owner(j0)
+        if pan.piv is not None:
+            self.piv[j0:j0 + kb] = pan.piv
+            with prof.section("swap"):
+                if g.mycol == pc:
+                    lc0 = A.local_col_start(j0)
+                    segs = [slice(0, lc0), slice(lc0 + kb, nloc)]
+                else:
+                    segs = [slice(0, nloc)]
+                self.swap(loc, pan.piv, j0, segs)
+        lr0 = A.local_row_start(j0)
+        lr1 = A.local_row_start(j0 + kb)
+        lc1 = A.local_col_start(j0 + kb)
+        u = be.empty((kb, nloc - lc1), A.dtype)
+        with prof.section("trsm"):
+            if g.myrow == pr and u.size:
+                a12 = loc[lr0:lr0 + kb, lc1:]
+                be.trsm("L", "L", "N", "U", 1.0, pan.lbuf[:kb], a12)
+                u[...] = a12
+        with prof.section("bcast"):
+            self.comms.col.bcast(u, pr)
+        l21 = pan.lbuf[lr1 - lr0:]
+        a22 = loc[lr1:, lc1:]
+        nxt = None
+        if k + 1 < self.nsteps:
+            if self.lookahead:
+                # local width of block column k+1 (0 unless my process column owns it)
+                w = A.local_col_start(min(self.n, j0 + kb + self.nb)) - lc1
+                with prof.section("update"):
+                    be.gemm("N", "N", -1.0, l21, u[:, :w], 1.0, a22[:, :w])
+                nxt = self.next_panel(k + 1)
+                with prof.section("update"):
+                    be.gemm("N", "N", -1.0, l21, u[:, w:], 1.0, a22[:, w:])
+            else:
+                with prof.section("update"):
+                    be.gemm("N", "N", -1.0, l21, u, 1.0, a22)
+                nxt = self.next_panel(k + 1)
+        else:
+            with prof.section("update"):
+                be.gemm("N", "N", -1.0, l21, u, 1.0, a22)
+        return nxt
+
+    def agree_singular(self):
+        """Collective: raise SingularMatrixError(first zero pivot column) on every rank."""
+        from mpi4py import MPI
+        first = self.kmax
+        for j0, kind, val in self.zero_checks:
+            if kind == "info":
+                info = self.be.info_value(val) if not isinstance(val, int) else val
+                if info > 0:
+                    first = min(first, j0 + info - 1)
+            else:
+                z = np.flatnonzero(np.asarray(self.be.to_host(val)) == 0)
+                if z.size:
+                    first = min(first, j0 + int(z[0]))
+        first = self.g.comm.allreduce(first, op=MPI.MIN)
+        agree(self.g.comm, SingularMatrixError(first) if first < self.kmax else None)
+
+
+class _Wait:
+    """Uniform ``wait()`` over distla Requests and mpi4py Requests."""
+
+    def __init__(self, r):
+        self.r = r
+
+    def wait(self):
+        if self.r is not None:
+            r, self.r = self.r, None
+            (getattr(r, "Wait", None) or r.wait)()
+
+
+# --------------------------------------------------------------------------------------------
+def _check_rhs(F, B):
+    if not isinstance(F, LUFactor):
+        raise TypeError(f"expected an LUFactor from lu_factor, not {type(F).__name__}")
+    A = F.lu
+    if not isinstance(B, DistMatrix):
+        raise TypeError(f"B must be a DistMatrix, not {type(B).__name__}")
+    if A.m != A.n:
+        raise ValueError(f"lu_solve needs a square factorization, got {A.shape}")
+    if B.grid != A.grid:
+        raise ValueError("B must live on the same process grid as the factored matrix")
+    if B.device != A.device:
+        raise TypeError(f"B is on {B.device}, the factorization on {A.device}")
+    if B.dtype != A.dtype:
+        raise TypeError(f"B has dtype {B.dtype}, the factorization {A.dtype}; convert with "
+                        f"B.astype({A.dtype}) first")
+    if B.m != A.n:
+        raise ValueError(f"B has {B.m} rows, the matrix is {A.n} x {A.n}")
+    if B.mb != A.mb or B.rsrc != A.rsrc:
+        raise ValueError(f"B's rows must be blocked like A's (mb={A.mb}, rsrc={A.rsrc}), got "
+                         f"mb={B.mb}, rsrc={B.rsrc}; use B.redistribute(block=({A.mb}, "
+                         f"{B.nb}), src=({A.rsrc}, {B.csrc}))")
+
+
+def _permute(B, dest, src):
+    """Collective: B[dest[t]] = old B[src[t]] (rows; global indices, any order)."""
+    o = np.argsort(dest, kind="stable")
+    g = B.grid
+    permute_rows(B.local, np.asarray(dest)[o], np.asarray(src)[o], mb=B.mb, rsrc=B.rsrc,
+                 nprow=g.nprow, myrow=g.myrow, comm=g.comms(B.device).col,
+                 segs=[slice(0, B.local.shape[1])], xp=B.xp)
+
+
+def lu_solve(F: LUFactor, B: DistMatrix, trans: bool = False, overwrite_b: bool = False
+             ) -> DistMatrix:
+    """Solve ``A X = B`` (or ``A^T X = B`` with ``trans=True``) from ``F = lu_factor(A)``.
+    Collective over the grid. B: n x nrhs DistMatrix on the same grid, device and dtype, with
+    A's row blocking (``mb``, ``rsrc``). Returns X in B's layout (in B's storage if
+    ``overwrite_b``). Row interchanges are applied to B by one pairwise exchange along process
+    columns, then the unit-lower and upper triangular solves (:func:`distla.pblas.
+    triangular_solve`)."""
+    with collective(B.grid.comm if isinstance(B, DistMatrix) else None):
+        _check_rhs(F, B)
+    from ..pblas import triangular_solve
+    A = F.lu
+    X = B if overwrite_b else B.copy()
+    perm = F.perm
+    moved = np.flatnonzero(perm != np.arange(A.m))
+    if not trans:
+        _permute(X, moved, perm[moved])
+        X = triangular_solve(A, X, lower=True, unit_diagonal=True, overwrite_b=True)
+        X = triangular_solve(A, X, lower=False, overwrite_b=True)
+    else:
+        X = triangular_solve(A, X, lower=False, trans=True, overwrite_b=True)
+        X = triangular_solve(A, X, lower=True, trans=True, unit_diagonal=True, overwrite_b=True)
+        _permute(X, perm[moved], moved)
+    return X
+
+
+def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans: bool = False,
+             overwrite_a: bool = False, overwrite_b: bool = False, **kw) -> DistMatrix:
+    """Collective: solve ``A X = B`` by :func:`lu_factor` + :func:`lu_solve` (A square).
+    Extra keywords (``tree``, ``lookahead``) go to :func:`lu_factor`."""
+    with collective(A.grid.comm if isinstance(A, DistMatrix) else None):
+        _check_matrix(A)
+        if A.m != A.n:
+            raise ValueError(f"solve_lu needs a square matrix, got {A.shape}")
+        if not isinstance(B, DistMatrix):
+            raise TypeError(f"B must be a DistMatrix, not {type(B).__name__}")
+        if B.m != A.n:
+            raise ValueError(f"B has {B.m} rows, A is {A.n} x {A.n}")
+        if B.dtype != A.dtype or B.device != A.device or B.grid != A.grid:
+            raise ValueError("A and B must share grid, device and dtype")
+        if B.mb != A.mb or B.rsrc != A.rsrc:
+            raise ValueError(f"B's rows must be blocked like A's (mb={A.mb}, rsrc={A.rsrc}), "
+                             f"got mb={B.mb}, rsrc={B.rsrc}")
+    F = lu_factor(A, pivoting=pivoting, overwrite_a=overwrite_a, **kw)
+    return lu_solve(F, B, trans=trans, overwrite_b=overwrite_b)
