@@ -1,0 +1,180 @@
+"""Benchmark: TLR (tile low-rank) Cholesky against distla's dense Cholesky on the same matrix.
+
+    mpiexec -n 4 python -m distla.bench tlr --n 8192 --tile 256 --tol 1e-8 --device cpu
+    python -m distla.bench tlr --n 65536 --tile 1024 --tol 1e-8 --device gpu
+    python -m distla.bench.tlr ...                     (standalone, same options)
+
+Problem: the HiCMA/STARS-H "st-2D-sqexp" covariance (:func:`distla.covariance.default_problem`:
+jittered grid in the unit square, Morton order, squared exponential, beta 0.1, sigma 1, nugget
+1e-2). The TLR matrix is built tile by tile on each owner (:func:`distla.tlr.from_kernel`,
+never dense); the dense matrix (for distla's dense Cholesky and the accuracy checks) only
+without ``--no-dense``.
+
+Reported per n: compression time, TLR factor time (copy outside the timed region), dense
+factor time and the speedup; memory of the TLR matrix (compressed footprint and allocated
+padded stacks) as a fraction of the dense n x n matrix; ranks min/mean/max before and after
+factoring; accuracy: ``||A - L L^T||_2 / ||A||_2`` (20 power iterations, with the exact dense A,
+or with the TLR matrix under ``--no-dense``), the compression error ``||A - A_tlr||_2 /
+||A||_2`` (dense only), the log-determinant relative error against the dense factor, and the
+backward error ``||A x - b|| / (||A|| ||x||)`` of a TLR solve. Times are maxima over ranks.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import numpy as np
+
+from . import common
+
+NAME = "tlr"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The benchmark's options (the framework calls this once). Not collective."""
+    parser.add_argument("--n", nargs="+", default=["4096"], metavar="N",
+                        help="matrix sizes (default 4096; commas and 1k/64k accepted)")
+    parser.add_argument("--tile", type=int, default=None, metavar="NB",
+                        help="tile size (default 256 on cpu, 1024 on gpu, at most n/max(P,Q))")
+    parser.add_argument("--tol", type=float, default=1e-8,
+                        help="fixed accuracy (default 1e-8; see distla.tlr.matrix)")
+    parser.add_argument("--max-rank", type=int, default=None, help="cap on every tile rank")
+    parser.add_argument("--method", choices=("svd", "rsvd", "aca"), default="rsvd",
+                        help="compression method (default rsvd)")
+    parser.add_argument("--grid", default=None, metavar="PxQ",
+                        help="process grid (default: the squarest P x Q)")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default=None,
+                        help="cpu or gpu (default: gpu if CuPy sees one)")
+    parser.add_argument("--no-dense", dest="dense", action="store_false",
+                        help="skip the dense matrix: no dense Cholesky, accuracy vs the TLR "
+                             "matrix only")
+    parser.add_argument("--reps", type=int, default=1, help="best of REPS factorizations")
+    parser.add_argument("--beta", type=float, default=0.1, help="kernel length scale")
+    parser.add_argument("--nugget", type=float, default=1e-2, help="diagonal nugget")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workspace", type=int, default=256,
+                        help="MiB of scratch per batched call (default 256)")
+
+
+def _timed(fn, device, comm):
+    """Collective: seconds of ``fn()`` (device synced, ranks barriered, max over ranks)."""
+    return common.timed_result(fn, device, comm, reps=1)
+
+
+def _dense_matvec(A, x):
+    """Collective: ``A x`` replicated, for ``x`` replicated ``(n,)`` on A's device."""
+    xp = A.xp
+    y = xp.zeros(A.m, dtype=A.dtype)
+    rows = xp.asarray(A.row_indices())
+    cols = xp.asarray(A.col_indices())
+    if A.local.size:
+        y[rows] = A.local @ x[cols]
+    A.grid.comms(A.device).all.allreduce(y, "sum")
+    return y
+
+
+def _power(apply, n, xp, iters=20, seed=1):
+    """Collective (through ``apply``): estimate of ``||E||_2`` for symmetric E."""
+    v = xp.asarray(np.random.default_rng(seed).standard_normal(n))
+    v /= xp.linalg.norm(v)
+    est = 0.0
+    for _ in range(iters):
+        w = apply(v)
+        est = float(xp.linalg.norm(w))
+        if est == 0.0:
+            return 0.0
+        v = w / est
+    return est
+
+
+def run(args) -> list[dict]:
+    """Collective over COMM_WORLD: run the benchmark; returns the result rows."""
+    from mpi4py import MPI
+
+    from .. import covariance as cov
+    from .. import tlr
+    comm = MPI.COMM_WORLD
+    device = args.device or common.default_device()
+    grid = common.make_grid(args.grid, comm)
+    gname = f"{grid.nprow}x{grid.npcol}"
+    work = int(args.workspace) << 20
+    rows = []
+    for n in common.parse_sizes(args.n):
+        nb = args.tile or min(1024 if device == "gpu" else 256,
+                              max(1, -(-n // max(grid.nprow, grid.npcol))))
+        pts, ker = cov.default_problem(n, seed=args.seed, beta=args.beta, nugget=args.nugget)
+        base = dict(n=n, nb=nb, grid=gname, ranks=grid.size, device=device, dtype="float64",
+                    tol=args.tol)
+        # --- TLR: compress (never dense), factor --------------------------------------
+        t_comp, T = _timed(lambda: tlr.from_kernel(
+            grid, pts, ker, nb, tol=args.tol, max_rank=args.max_rank, method=args.method,
+            device=device, seed=args.seed, workspace=work), device, comm)
+        best, L = math.inf, None
+        for _ in range(max(1, args.reps)):
+            Tc = T.copy()
+            dt, L = _timed(lambda: tlr.cholesky(Tc, overwrite=True, workspace=work),
+                           device, comm)
+            best = min(best, dt)
+            del Tc
+        t_fact = best
+        ld_tlr = L.logdet()
+        xp = L.xp
+        b = xp.asarray(np.random.default_rng(args.seed + 1).standard_normal(n))
+        t_solve, x = _timed(lambda: tlr.cho_solve(L, b), device, comm)
+        rec = common.record(NAME, "distla-tlr", seconds=t_fact, **base,
+                            compress_s=t_comp, solve_s=t_solve,
+                            mem_frac=T.nbytes / T.nbytes_dense,
+                            alloc_frac=T.nbytes_allocated / T.nbytes_dense,
+                            mem_gib=T.nbytes / 2 ** 30,
+                            rank_min=T.ranks.min, rank_mean=round(T.ranks.mean, 2),
+                            rank_max=T.ranks.max, L_rank_mean=round(L.ranks.mean, 2),
+                            L_rank_max=L.ranks.max, capped=T.info.get("capped", 0)
+                            + L.info.get("factor_capped", 0))
+        dense_rec = None
+        if args.dense:
+            from ..linalg.cholesky import cholesky as dense_cholesky
+            from ..linalg.cholesky import logdet as dense_logdet
+
+            def make():
+                return cov.covariance_matrix(grid, pts, ker, block=nb, device=device)
+            best = math.inf
+            for _ in range(max(1, args.reps)):
+                A = make()
+                dt, Ld = _timed(lambda: dense_cholesky(A, overwrite_a=True), device, comm)
+                best = min(best, dt)
+                ld_dense = dense_logdet(Ld)
+                del A, Ld
+            dense_rec = common.record(NAME, "distla-dense", seconds=best,
+                                      nflops=common.flops("cholesky", n), **base)
+            A = make()
+            nA = _power(lambda v: _dense_matvec(A, v), n, xp)
+            e_fact = _power(lambda v: _dense_matvec(A, v) - L.matvec(L.matvec(v, trans=True)),
+                            n, xp) / nA
+            e_comp = _power(lambda v: _dense_matvec(A, v) - T.matvec(v), n, xp) / nA
+            r = _dense_matvec(A, x) - b
+            del A
+            rec.update(speedup=best / t_fact if t_fact > 0 else float("nan"),
+                       err_fact=e_fact, err_comp=e_comp,
+                       err_logdet=abs(ld_tlr - ld_dense) / abs(ld_dense))
+        else:
+            nA = _power(T.matvec, n, xp)
+            e_fact = _power(lambda v: T.matvec(v) - L.matvec(L.matvec(v, trans=True)),
+                            n, xp) / nA
+            r = T.matvec(x) - b
+            rec.update(err_fact_vs_tlr=e_fact)
+        rec["backward"] = float(xp.linalg.norm(r)) / (nA * float(xp.linalg.norm(x)))
+        rec["logdet"] = ld_tlr
+        rows.append(rec)
+        if dense_rec is not None:
+            rows.append(dense_rec)
+        del T, L
+    return rows
+
+
+if __name__ == "__main__":
+    import sys
+
+    from . import main_argv
+    t0 = time.perf_counter()
+    sys.exit(main_argv(["tlr", *sys.argv[1:]], prog="python -m distla.bench.tlr"))
