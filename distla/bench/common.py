@@ -18,6 +18,7 @@ Collective-ness is stated per function.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import re
 import time
@@ -27,7 +28,8 @@ import numpy as np
 __all__ = ["parse_grid", "make_grid", "parse_sizes", "default_device", "sync", "timed",
            "timed_result", "reference_rank0", "flops", "tflops", "record", "spd_matrix",
            "general_matrix", "covariance_matrix", "make_problem", "PROBLEM_KINDS",
-           "add_problem_arguments", "format_table", "default_nb"]
+           "add_problem_arguments", "format_table", "default_nb", "ranks_on_node",
+           "blas_threads"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -159,7 +161,9 @@ def reference_rank0(fn, comm=None, poll: float = 0.01):
     """Collective over ``comm`` (default COMM_WORLD): ``fn()`` runs on rank 0 only (e.g. a
     single-process NumPy or CuPy reference) and its result (picklable) is returned on every
     rank. The other ranks wait in a sleeping poll, so they leave the CPU to rank 0. An exception
-    on rank 0 is raised on every rank."""
+    on rank 0 is raised on every rank. ``fn`` must not communicate (no collective can complete
+    while the other ranks wait here): compute what needs ``comm`` before, e.g.
+    ``k = ranks_on_node(comm); reference_rank0(lambda: ref(k))``."""
     from mpi4py import MPI
 
     from ..errors import agree
@@ -175,6 +179,81 @@ def reference_rank0(fn, comm=None, poll: float = 0.01):
         time.sleep(poll)
     agree(comm, err)
     return comm.bcast(result, root=0)
+
+
+def ranks_on_node(comm=None) -> int:
+    """Collective over ``comm`` (default COMM_WORLD): how many of its ranks share this node
+    (a shared-memory split) -- the cores (or GPUs) a run uses on one node."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD if comm is None else comm
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    k = local.Get_size()
+    local.Free()
+    return k
+
+
+def _openblas_libs():
+    """(set, get) function pairs of the OpenBLAS libraries loaded in this process (NumPy's
+    and SciPy's wheels each bundle one). Not collective."""
+    import ctypes
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({p for p in (ln.split()[-1] for ln in f if " /" in ln)
+                            if "openblas" in p.lower() and (p.endswith(".so") or ".so." in p)})
+    except OSError:
+        return []
+    out = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for suffix in ("", "64_"):
+            for prefix in ("scipy_openblas_", "openblas_"):
+                try:
+                    setf = getattr(lib, f"{prefix}set_num_threads{suffix}")
+                    getf = getattr(lib, f"{prefix}get_num_threads{suffix}")
+                except AttributeError:
+                    continue
+                setf.argtypes, getf.restype = [ctypes.c_int], ctypes.c_int
+                out.append((setf, getf))
+                break
+            else:
+                continue
+            break
+    return out
+
+
+@contextlib.contextmanager
+def blas_threads(k: int | None):
+    """Context: NumPy's and SciPy's BLAS use ``k`` threads inside the block (threadpoolctl
+    when installed, else the OpenBLAS libraries' own setters); yields the count in effect
+    (None when it could not be controlled, or ``k`` is None). Not collective."""
+    if k is None:
+        yield None
+        return
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        threadpool_limits = None
+    if threadpool_limits is not None:
+        with threadpool_limits(limits=int(k), user_api="blas"):
+            yield int(k)
+        return
+    import numpy  # noqa: F401 - make sure both libraries are loaded
+    import scipy.linalg  # noqa: F401
+    libs = _openblas_libs()
+    if not libs:
+        yield None
+        return
+    old = [g() for _, g in libs]
+    for s, _ in libs:
+        s(int(k))
+    try:
+        yield int(libs[0][1]())
+    finally:
+        for (s, _), o in zip(libs, old):
+            s(o)
 
 
 # ---------------------------------------------------------------------------------------

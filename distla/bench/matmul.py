@@ -2,7 +2,8 @@
 
 For every n: C = A B with n x n random A, B on the P x Q grid, best of --reps (device synced
 and ranks barriered around each run); then the same product by NumPy or CuPy on rank 0 alone
-(its one GPU, or its BLAS threads) while the other ranks sleep. The distla row carries
+(its one GPU, or as many BLAS threads as there are ranks on its node: the same cores) while
+the other ranks sleep. The distla row carries
 ``speedup`` = reference seconds / distla seconds.
 
     mpiexec -n 2 python -m distla.bench matmul --device gpu --n 32768 --nb 2048 --grid 1x2
@@ -13,8 +14,9 @@ import gc
 
 import numpy as np
 
-from .common import (add_problem_arguments, default_device, default_nb, flops, make_grid,
-                     parse_sizes, record, reference_rank0, sync, timed)
+from .common import (add_problem_arguments, blas_threads, default_device, default_nb, flops,
+                     make_grid, parse_sizes, ranks_on_node, record, reference_rank0, sync,
+                     timed)
 
 
 def add_arguments(parser) -> None:
@@ -23,6 +25,9 @@ def add_arguments(parser) -> None:
                         help="untimed runs before the timed ones (default 1)")
     parser.add_argument("--check", action="store_true",
                         help="also report |C x - A (B x)| / |A (B x)| for a random x")
+    parser.add_argument("--ref-threads", type=int, default=None, metavar="K",
+                        help="BLAS threads of the CPU reference on rank 0 (default: the number "
+                             "of ranks on rank 0's node, i.e. the cores the run uses)")
 
 
 def _free(device) -> None:
@@ -32,8 +37,9 @@ def _free(device) -> None:
         cupy.get_default_memory_pool().free_all_blocks()
 
 
-def _reference(n, dtype, device, reps, warmup, seed):
-    """Seconds of one n x n x n product in one process (rank 0), best of ``reps``."""
+def _reference(n, dtype, device, reps, warmup, seed, threads):
+    """(seconds, BLAS threads) of one n x n x n product in one process (rank 0), best of
+    ``reps``. Not collective."""
     import time
     if device == "gpu":
         import cupy as xp
@@ -49,17 +55,18 @@ def _reference(n, dtype, device, reps, warmup, seed):
         b = rng.standard_normal((n, n)).astype(dtype)
     c = xp.empty((n, n), dtype=dtype)
     best = float("inf")
-    for i in range(warmup + max(1, reps)):
-        sync(device)
-        t0 = time.perf_counter()
-        xp.matmul(a, b, out=c)
-        sync(device)
-        dt = time.perf_counter() - t0
-        if i >= warmup:
-            best = min(best, dt)
+    with blas_threads(threads if device == "cpu" else None) as got:
+        for i in range(warmup + max(1, reps)):
+            sync(device)
+            t0 = time.perf_counter()
+            xp.matmul(a, b, out=c)
+            sync(device)
+            dt = time.perf_counter() - t0
+            if i >= warmup:
+                best = min(best, dt)
     del a, b, c
     _free(device)
-    return best
+    return best, got
 
 
 def run(args) -> list[dict]:
@@ -83,6 +90,7 @@ def run(args) -> list[dict]:
     reference = getattr(args, "reference", True)
     quiet = getattr(args, "quiet", False)
     ranks = comm.Get_size()
+    ref_threads = getattr(args, "ref_threads", None) or ranks_on_node(comm)
     out = []
     for n in sizes:
         nb = args.nb or default_nb(n, device, grid)
@@ -106,10 +114,13 @@ def run(args) -> list[dict]:
             print(f"matmul n={n}: distla {rec['tflops']:.4g} TFLOP/s", flush=True)
         out.append(rec)
         if reference:
-            tr = reference_rank0(lambda: _reference(n, dtype, device, args.reps, args.warmup,
-                                                    args.seed), comm)
-            out.append(record("matmul", "cupy" if device == "gpu" else "numpy", n=n,
-                              ranks=1, device=device, dtype=dtype.name, seconds=tr,
-                              nflops=flops("gemm", n)))
+            tr, got = reference_rank0(lambda: _reference(n, dtype, device, args.reps,
+                                                         args.warmup, args.seed, ref_threads),
+                                      comm)
+            ref = record("matmul", "cupy" if device == "gpu" else "numpy", n=n, ranks=1,
+                         device=device, dtype=dtype.name, seconds=tr, nflops=flops("gemm", n))
+            if got is not None:
+                ref["threads"] = got
+            out.append(ref)
             rec["speedup"] = tr / t if t > 0 else 0.0
     return out
