@@ -29,7 +29,7 @@ import traceback
 __all__ = ["main", "run_main", "ArgumentParser", "CommandError", "UsageError", "guarded",
            "on_root", "METHODS"]
 
-METHODS = ("cholesky", "gepp", "calu", "rbt", "tlr")
+METHODS = ("cholesky", "gepp", "calu", "genp", "rbt", "tlr")  # = distla.linalg.solve.METHODS
 EXIT_USAGE, EXIT_NUMERIC, EXIT_THRESH = 2, 1, 3
 
 
@@ -265,8 +265,9 @@ def build_parser() -> ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed of --rhs-kind random")
     s.add_argument("--method", "-m", choices=METHODS, default="cholesky",
                    help="cholesky (SPD), gepp (LU, partial pivoting), calu (LU, tournament "
-                        "pivoting), rbt (random butterfly, no pivoting), tlr (tile low-rank "
-                        "Cholesky). Default: cholesky")
+                        "pivoting), genp (LU, no pivoting), rbt (random butterflies + LU "
+                        "without pivoting + refinement), tlr (tile low-rank Cholesky; "
+                        "accuracy -O tol=1e-8). Default: cholesky")
     s.add_argument("--grid", "-g", metavar="PxQ",
                    help="process grid (default: the squarest with P*Q = ranks)")
     s.add_argument("--nb", type=int, metavar="NB",
@@ -292,7 +293,7 @@ def build_parser() -> ArgumentParser:
                                    ".mtx output is gathered on rank 0 (moderate n only).")
     g.add_argument("--kind", "-k", choices=("spd", "general", "covariance"), default="spd",
                    help="spd: symmetric diagonally dominant; general: standard normal; "
-                        "covariance: exponential kernel on 2-D points (default spd)")
+                        "covariance: a kernel matrix of 2-D points (default spd)")
     g.add_argument("--n", "-n", type=int, required=True)
     g.add_argument("--out", "-o", required=True, metavar="FILE", help=".npy (or .mtx)")
     g.add_argument("--seed", type=int, default=0)
@@ -300,8 +301,11 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--nb", type=int, default=256, help="block size used while writing")
     g.add_argument("--rhs-out", metavar="FILE",
                    help="also write b = A @ ones (a length-n vector) here")
+    g.add_argument("--kernel", choices=("sqexp", "exp", "matern"), default="sqexp",
+                   help="covariance kernel: squared exponential (default), exponential, "
+                        "Matern nu=3/2")
     g.add_argument("--length", type=float, default=0.1, help="covariance length scale")
-    g.add_argument("--nugget", type=float, default=1e-4, help="covariance diagonal nugget")
+    g.add_argument("--nugget", type=float, default=1e-2, help="covariance diagonal nugget")
     _add_output_flags(g)
 
     sub.add_parser("bench", help="run a benchmark (distla bench NAME --help)", add_help=False)
@@ -378,22 +382,14 @@ def _inspect(path, comm, what):
 
 
 def _solver(method: str):
-    """The function ``f(A, B, **kw) -> X`` for ``method`` (solvers are imported lazily, so the
-    rest of the command line works whatever is installed). Solvers leave A unchanged."""
-    from . import linalg
-    solve = getattr(linalg, "solve", None)
-    if callable(solve):
-        return lambda A, B, **kw: solve(A, B, method=method, **kw)
-    # Until distla.linalg.solve exists: the solver families' own drivers.
-    table = {"cholesky": ("solve_cholesky", {}),
-             "gepp": ("solve_lu", {"pivoting": "partial"}),
-             "calu": ("solve_lu", {"pivoting": "tournament"}),
-             "rbt": ("rbt_solve", {})}
-    name, fixed = table.get(method, (None, None))
-    fn = getattr(linalg, name, None) if name else None
-    if fn is None:
-        raise CommandError(f"--method {method} is not available in this build of distla")
-    return lambda A, B, **kw: fn(A, B, **fixed, **kw)
+    """The function ``f(A, B, **kw) -> X`` for ``method`` (distla.linalg.solve, imported
+    lazily so that the rest of the command line works whatever is installed). A is left
+    unchanged."""
+    try:
+        from .linalg import solve
+    except ImportError as e:
+        raise CommandError(f"--method {method}: the solvers cannot be imported ({e})") from None
+    return lambda A, B, **kw: solve(A, B, method=method, **kw)
 
 
 # ---------------------------------------------------------------------------------------
@@ -550,7 +546,7 @@ def cmd_generate(args, comm) -> int:
     nb = max(1, min(args.nb, -(-args.n // max(grid.nprow, grid.npcol))))
     kw = {"seed": args.seed, "dtype": np.dtype(args.dtype)}
     if args.kind == "covariance":
-        kw.update(length=args.length, nugget=args.nugget)
+        kw.update(length=args.length, nugget=args.nugget, kernel=args.kernel)
     t = Timings()
     with t.phase("generate", None, comm), guarded(comm):
         A = make_problem(args.kind, grid, args.n, nb, **kw)

@@ -253,3 +253,44 @@ def test_serial_usage_error_without_mpiexec():
     p = subprocess.run([sys.executable, "-m", "distla", "solve"], env=_env(),
                        capture_output=True, text=True, timeout=60)
     assert_fails(p, 2, "--matrix")
+
+
+# ---------------------------------------------------------------------------------------
+# launchers (no cluster or container engine here: syntax, dry runs, and a real local run)
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("script", ["local.sh", "slurm.sbatch", "pbs.sh", "container.sh"])
+def test_launcher_syntax(script):
+    p = subprocess.run(["bash", "-n", str(ROOT / "launch" / script)], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+
+
+def test_local_launcher_runs_info():
+    env = _env()
+    env["MPIEXEC"] = MPIEXEC
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    p = subprocess.run(["bash", str(ROOT / "launch" / "local.sh"), "--cpu", "-n", "2",
+                        "distla", "info", "--json"], env=env, capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
+    assert p.returncode == 0, p.stdout + p.stderr
+    info = json.loads(p.stdout)
+    assert info["ranks"] == 2 and info["threads_env"].get("OPENBLAS_NUM_THREADS")
+    bad = subprocess.run(["bash", str(ROOT / "launch" / "local.sh"), "-n", "zero", "x"],
+                         env=env, capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "positive number" in bad.stderr
+
+
+def test_container_launcher_dry_run(tmp_path):
+    env = _env()
+    env["NCCL_DEBUG"] = "INFO"
+    p = subprocess.run(["bash", str(ROOT / "launch" / "container.sh"), "--engine", "docker",
+                        "--dry-run", "mpiexec", "-n", "2", "distla", "info"], env=env,
+                       capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    for flag in ("--gpus all", "--ipc=host", "--shm-size", f"{tmp_path}:/work", "-e NCCL_DEBUG",
+                 "distla:gpu mpiexec -n 2 distla info"):
+        assert flag in p.stdout, (flag, p.stdout)
+    p = subprocess.run(["bash", str(ROOT / "launch" / "container.sh"), "--engine",
+                        "apptainer", "--image", "d.sif", "--dry-run"], env=env,
+                       capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    assert p.returncode == 0 and "--nv" in p.stdout and "d.sif distla info" in p.stdout

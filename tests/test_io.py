@@ -177,13 +177,6 @@ def test_timings_nested_phases():
         pass
 
 
-def test_covariance_points_are_morton_sorted():
-    pts = common.covariance_points(256, seed=3)
-    assert pts.shape == (256, 2) and (pts >= 0).all() and (pts < 1).all()
-    # consecutive points are close on average (space-filling order)
-    assert np.mean(np.linalg.norm(np.diff(pts, axis=0), axis=1)) < 0.2
-
-
 # ---------------------------------------------------------------------------------------
 # mpi: reading and writing on every grid
 # ---------------------------------------------------------------------------------------

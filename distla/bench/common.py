@@ -329,47 +329,22 @@ def general_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64, d
                              dtype=dtype, device=device)
 
 
-def covariance_points(n: int, seed: int = 0) -> np.ndarray:
-    """``n`` points in the unit square (``n x 2`` float64), uniform from a hashed seed, sorted
-    along a Morton (Z-order) curve so that nearby indices are nearby points (the off-diagonal
-    tiles of the covariance are then numerically low rank). Not collective; every rank
-    computes the same array (O(n) memory)."""
-    from ..random import hashed_uniform
-    idx = np.arange(n, dtype=np.int64)
-    pts = np.stack([hashed_uniform(seed, idx, 0, stream=2),
-                    hashed_uniform(seed, idx, 1, stream=2)], axis=1)
-    q = np.minimum((pts * (1 << 16)).astype(np.uint64), np.uint64((1 << 16) - 1))
-    code = _spread_bits(q[:, 0]) | (_spread_bits(q[:, 1]) << np.uint64(1))
-    return pts[np.argsort(code, kind="stable")]
-
-
-def _spread_bits(x):
-    x = x & np.uint64(0xFFFF)
-    x = (x | (x << np.uint64(8))) & np.uint64(0x00FF00FF)
-    x = (x | (x << np.uint64(4))) & np.uint64(0x0F0F0F0F)
-    x = (x | (x << np.uint64(2))) & np.uint64(0x33333333)
-    x = (x | (x << np.uint64(1))) & np.uint64(0x55555555)
-    return x
-
-
 def covariance_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64,
-                      device="cpu", length: float = 0.1, nugget: float = 1e-4):
-    """Collective: the exponential (Matern 1/2) covariance ``exp(-|x_i - x_j| / length)`` of
-    :func:`covariance_points` plus ``nugget`` on the diagonal: SPD, data-sparse (low-rank
-    off-diagonal tiles), the kind of matrix a Gaussian-process likelihood needs."""
-    from ..matrix import DistMatrix
-    pts_host = covariance_points(n, seed)
-    cache = {}
-
-    def fn(I, J):
-        xp = _xp_of(I)
-        pts = cache.setdefault("p", xp.asarray(pts_host))
-        i, j = I[:, 0], J[0, :]
-        dx = pts[i, 0][:, None] - pts[j, 0][None, :]
-        dy = pts[i, 1][:, None] - pts[j, 1][None, :]
-        k = xp.exp(-xp.sqrt(dx * dx + dy * dy) / length)
-        return k + nugget * (I == J)
-    return DistMatrix.from_function(grid, (n, n), _pair(block), fn, dtype=dtype, device=device)
+                      device="cpu", length: float = 0.1, nugget: float = 1e-2,
+                      kernel: str = "sqexp"):
+    """Collective: the covariance matrix of ``n`` jittered-grid points in the unit square
+    (Morton-ordered, :func:`distla.covariance.points`) under the ``kernel`` 'sqexp'
+    (squared exponential, the HiCMA/STARS-H "st-2D-sqexp" problem), 'exp' (exponential) or
+    'matern' (nu = 3/2), with length scale ``length`` and ``nugget`` on the diagonal: SPD and
+    data-sparse (low-rank off-diagonal tiles), as in a Gaussian-process likelihood."""
+    from .. import covariance as cov
+    kinds = {"sqexp": cov.SquaredExponential, "exp": cov.Exponential,
+             "matern": lambda **k: cov.Matern(nu=1.5, **k)}
+    if kernel not in kinds:
+        raise ValueError(f"kernel must be one of {', '.join(kinds)}, not {kernel!r}")
+    pts = cov.points(n, dim=2, kind="jittered", seed=seed)
+    k = kinds[kernel](sigma=1.0, beta=length, nugget=nugget)
+    return cov.covariance_matrix(grid, pts, k, _pair(block), device=device, dtype=dtype)
 
 
 def make_problem(kind: str, grid, n: int, block=64, **kw):
