@@ -291,6 +291,33 @@ def test_benchmark_runs_serial():
     assert any(r["impl"] == "scipy" for r in rows)
 
 
+@pytest.mark.mpi
+@pytest.mark.skipif(not gpu_available(), reason="no GPU")
+def test_gpu_every_grid(comm, grids):
+    """GPU ranks (NCCL broadcasts, side stream): residuals, lookahead depths, non-SPD index."""
+    n, nb = 301, 32
+    a = spd(n, 1e6, seed=12)
+    b = rhs(n, 3)
+    bad = a + np.eye(n)
+    bad[150, 150] = 0.0
+    for g in grids:
+        src = (g.nprow - 1, g.npcol - 1)
+        A = DistMatrix.from_global(g, a, block=nb, src=src, device="gpu")
+        B = DistMatrix.from_global(g, b, block=nb, src=src, device="gpu")
+        ref = None
+        for la in (0, 1, 3):
+            L = cholesky(A, lookahead=la)
+            assert L.device == "gpu"
+            assert passes(factor_residual_cholesky(A, L), THRESH)
+            Lg = L.to_global(root=None)
+            ref = Lg if ref is None else ref
+            np.testing.assert_allclose(Lg, ref, atol=1e-10)
+        assert passes(solve_residual(A, cho_solve(L, B), B), THRESH)
+        with pytest.raises(NotPositiveDefiniteError) as ei:
+            cholesky(DistMatrix.from_global(g, bad, block=nb, src=src, device="gpu"))
+        assert ei.value.index == 150
+
+
 @pytest.mark.skipif(not gpu_available(), reason="no GPU")
 def test_gpu_matches_cpu(grid1):
     a = spd(300, 1e6, seed=8)
