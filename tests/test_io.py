@@ -290,3 +290,18 @@ def test_timed_and_reference_rank0(comm):
         raise ValueError("reference failed")
     with pytest.raises(ValueError, match="reference failed"):
         common.reference_rank0(boom, comm)
+
+
+def test_plot_records(tmp_path):
+    pytest.importorskip("matplotlib")
+    from distla.bench import load_records, plot_records
+    f = tmp_path / "r.jsonl"
+    recs = [common.record("matmul", "distla", n=n, seconds=1.0, nflops=n ** 3, ranks=p)
+            for n in (100, 200) for p in (1, 2, 4)]
+    recs += [common.record("matmul", "numpy", n=n, seconds=1.0, nflops=n ** 3, threads=4)
+             for n in (100, 200)]
+    import json
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs) + "not json\n\n")
+    assert len(load_records(f, "matmul")) == 8 and load_records(f, "lu") == []
+    plot_records(load_records(f), str(tmp_path / "p.png"), "matmul")
+    assert (tmp_path / "p.png").stat().st_size > 1000

@@ -152,13 +152,16 @@ def plot_records(records: list[dict], path: str, title: str = "") -> None:
     series: dict[tuple, dict[int, float]] = {}
     for r in recs:
         impl = r.get("impl", "?")
-        nr = int(r.get("ranks", 1)) if impl == "distla" else 1
+        nr = int(r.get("ranks", 1)) if impl == "distla" else int(r.get("threads") or 0)
         label = (impl, nr, r.get("device", ""), r.get("dtype", ""))
         pts = series.setdefault(label, {})
         pts[int(r["n"])] = max(pts.get(int(r["n"]), 0.0), float(r[key]))
     for (impl, nr, dev, dt), pts in sorted(series.items(), key=lambda kv: str(kv[0])):
         xs = sorted(pts)
-        lab = f"{impl} ({nr} rank{'s' * (nr != 1)}" if impl == "distla" else f"{impl} (1 process"
+        if impl == "distla":
+            lab = f"{impl} ({nr} rank{'s' * (nr != 1)}"
+        else:
+            lab = f"{impl} (1 process" + (f", {nr} thread{'s' * (nr != 1)}" if nr else "")
         lab += f", {dev}" if dev else ""
         lab += f", {dt})" if dt else ")"
         ax.plot(xs, [pts[x] for x in xs], marker="o",
