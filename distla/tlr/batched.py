@@ -58,6 +58,17 @@ def truncation_ranks(s, delta: float, max_rank: int | None = None):
     return kc, k
 
 
+def _ranks_to_host(s, delta, max_rank):
+    """Truncation ranks on the device and on the host (one transfer), the number of capped
+    tiles and the largest rank."""
+    xp = get_xp(s)
+    k, kfree = truncation_ranks(s, delta, max_rank)
+    both = host(xp.stack([k, kfree]))
+    kh = both[0]
+    capped = int(np.sum(both[1] > kh))
+    return k, kh, capped, int(kh.max()) if kh.size else 0
+
+
 def _assemble(Qu, X, s, Yt, Qv, k, kmax):
     """``U = Qu X_k``, ``V = Qv Y_k S_k`` with per-tile rank ``k`` in a width-``kmax`` stack."""
     xp = get_xp(Qu)
@@ -92,10 +103,7 @@ def recompress(Cu, Cv, delta: float, max_rank: int | None = None, *, u_orthonorm
     Qv, Rv = xp.linalg.qr(Cv)
     M = _T(Rv) if Ru is None else xp.matmul(Ru, _T(Rv))
     X, s, Yt = xp.linalg.svd(M, full_matrices=False)
-    k, kfree = truncation_ranks(s, delta, max_rank)
-    kh = host(k)
-    capped = int(host(xp.sum(kfree > k))) if max_rank is not None else 0
-    kmax = int(kh.max()) if kh.size else 0
+    k, kh, capped, kmax = _ranks_to_host(s, delta, max_rank)
     U, V = _assemble(Qu, X, s, Yt, Qv, k, kmax)
     return U, V, kh, capped
 
@@ -140,10 +148,7 @@ def _svd_compress(A, delta, max_rank):
         return xp.zeros((t, m, 0), A.dtype), xp.zeros((t, n, 0), A.dtype), \
             np.zeros(t, np.int64), 0
     X, s, Yt = xp.linalg.svd(A, full_matrices=False)
-    k, kfree = truncation_ranks(s, delta, max_rank)
-    kh = host(k)
-    capped = int(host(xp.sum(kfree > k))) if max_rank is not None else 0
-    kmax = int(kh.max()) if kh.size else 0
+    k, kh, capped, kmax = _ranks_to_host(s, delta, max_rank)
     mask = (xp.arange(kmax)[None, :] < k[:, None]).astype(A.dtype)
     U = X[:, :, :kmax] * mask[:, None, :]
     V = _T(Yt[:, :kmax, :]) * (s[:, :kmax] * mask)[:, None, :]
@@ -211,7 +216,7 @@ def aca(get_rows, get_cols, t, m, n, delta, max_rank, xp, dtype=np.float64, rng=
     rows), not a bound; the result is then truncated by :func:`recompress` to ``delta``.
     Returns ``(U, V, ranks, capped)`` in canonical form.
     """
-    rng = rng if rng is not None else xp.random.RandomState(12345)
+    rng = rng if rng is not None else np.random.default_rng(12345)  # host: probe offsets
     full = min(m, n)
     K = full if max_rank is None else min(full, int(max_rank) + 8)
     U = xp.zeros((t, m, K), dtype)
@@ -248,7 +253,7 @@ def aca(get_rows, get_cols, t, m, n, delta, max_rank, xp, dtype=np.float64, rng=
         small = active & (size <= stop)
         nxt = xp.argmax(xp.where(used, -1.0, xp.abs(col)), axis=1)
         if bool(host(xp.any(small))):
-            off = xp.asarray(rng.randint(0, stride, size=(t, 1))).astype(np.int64)
+            off = xp.asarray(rng.integers(0, stride, size=(t, 1), dtype=np.int64))
             q = xp.minimum(off + xp.arange(0, m, stride)[None, :], m - 1)
             R = residual_rows(q, it)
             rn = xp.sum(R * R, axis=2)

@@ -266,13 +266,13 @@ class TLRMatrix:
             raise ValueError(f"expected an array of {self.n} rows (1-D or 2-D), got shape "
                              f"{tuple(xa.shape)}")
         shape = xa.shape
-        X2 = xa.reshape(self.n, -1).astype(self.dtype)
+        X2 = xa.reshape(self.n, 1 if xa.ndim == 1 else xa.shape[1]).astype(self.dtype)
         X = xp.zeros((self.nt * self.nb, X2.shape[1]), self.dtype)
         X[:self.n] = X2
         return X.reshape(self.nt, self.nb, X2.shape[1]), shape
 
     def _unstack(self, Y, shape):
-        return Y.reshape(self.nt * self.nb, -1)[:self.n].reshape(shape)
+        return Y.reshape(self.nt * self.nb, Y.shape[2])[:self.n].reshape(shape)
 
     def matvec(self, x, trans: bool = False):
         """Collective: ``A x`` (``L x``, or ``L^T x`` with ``trans``, for a Cholesky factor)
@@ -401,12 +401,12 @@ def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=2 **
         return A.local[r0:r0 + T.tile_size(i), c0:c0 + T.tile_size(j)]
 
     # ||A||_F of the symmetric matrix defined by the lower block triangle
-    ss = 0.0
+    ss = xp.zeros((), dtype=np.float64)
     for k in T.diag_keys:
-        ss += float(xp.sum(tile(k, k) ** 2))
+        ss += xp.sum(tile(k, k) ** 2)
     for i, j in T.keys:
-        ss += 2.0 * float(xp.sum(tile(i, j) ** 2))
-    F = math.sqrt(max(_allreduce_sum(A.grid.comm, ss), 0.0))
+        ss += 2.0 * xp.sum(tile(i, j) ** 2)
+    F = math.sqrt(max(_allreduce_sum(A.grid.comm, float(ss)), 0.0))
     delta = _delta(T, tol, F)
     for s, k in enumerate(T.diag_keys):
         m = T.tile_size(k)
@@ -509,9 +509,9 @@ def from_function(grid, n, tile, fn, tol=1e-8, max_rank=None, method="rsvd", *,
     try:
         if T.diag_keys:
             T.D[...] = _eval_tiles(T, fn, [(k, k) for k in T.diag_keys])
-            for s, k in enumerate(T.diag_keys):
-                m = T.tile_size(k)
-                ss += float(xp.sum(T.D[s, :m, :m] ** 2))
+            pad = xp.asarray(np.array([k for k in T.diag_keys]) == T.nt - 1)
+            # the identity pad of the last tile adds (nb - m) to the sum of squares
+            ss = float(xp.sum(T.D * T.D) - xp.sum(pad) * (T.nb - T.tile_size(T.nt - 1)))
     except Exception as e:  # noqa: BLE001
         err = e
     agree(grid.comm, err)
@@ -520,19 +520,21 @@ def from_function(grid, n, tile, fn, tol=1e-8, max_rank=None, method="rsvd", *,
     try:
         rng = xp.random.RandomState(seed + 7919 * grid.rank)
         step = _chunk(T.nb, T.dtype.itemsize, workspace)
+        ssd = xp.zeros((), dtype=np.float64)
         for c0 in range(0, len(T.keys), step):
             slots = np.arange(c0, min(c0 + step, len(T.keys)))
             tiles = [T.keys[s] for s in slots]
             if method == "aca":
                 U, V, k, c = _aca_fn(T, fn, tiles, delta1, max_rank)
-                ss += 2.0 * float(xp.sum(V * V))
+                ssd += 2.0 * xp.sum(V * V)
             else:
                 stack = _eval_tiles(T, fn, tiles)
-                ss += 2.0 * float(xp.sum(stack * stack))
+                ssd += 2.0 * xp.sum(stack * stack)
                 U, V, k, c = batched.compress_tiles(stack, delta1, max_rank, method, rng)
                 del stack
             parts.append((slots, U, V, k))
             capped += c
+        ss += float(ssd)
     except Exception as e:  # noqa: BLE001
         err = e
     agree(grid.comm, err)
