@@ -82,6 +82,40 @@ class ArgumentParser(argparse.ArgumentParser):
             super()._print_message(message, file)
 
 
+def _local_ranks_env() -> int:
+    for var in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_SIZE"):
+        v = os.environ.get(var, "")
+        if v.isdigit() and int(v) > 0:
+            return int(v)
+    return 1
+
+
+def apply_runtime_defaults() -> None:
+    """Process defaults for command-line runs, before MPI starts (not collective; library code
+    never calls this). With several ranks on a node and none of OPENBLAS_NUM_THREADS /
+    OMP_NUM_THREADS / MKL_NUM_THREADS set, each rank's BLAS gets cores / ranks-on-node threads
+    (not all the cores each); with more ranks than cores, MPICH's waiting ranks yield the CPU
+    (MPIR_CVAR_POLLS_BEFORE_YIELD=1, unless set)."""
+    ranks = _local_ranks_env()
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    if ranks > cores:
+        os.environ.setdefault("MPIR_CVAR_POLLS_BEFORE_YIELD", "1")
+    if ranks > 1 and not any(v in os.environ for v in
+                             ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")):
+        k = max(1, cores // ranks)
+        os.environ["OMP_NUM_THREADS"] = str(k)  # for libraries loaded from now on
+        try:
+            from .bench.common import _openblas_libs
+            import scipy.linalg  # noqa: F401 - load SciPy's OpenBLAS too
+            for setf, _ in _openblas_libs():
+                setf(k)
+        except Exception:  # noqa: BLE001 - best effort: a tuning, not a requirement
+            pass
+
+
 def _world():
     from mpi4py import MPI
     return MPI.COMM_WORLD
@@ -701,6 +735,7 @@ def main(argv=None) -> None:
     """Console-script entry point (``distla``): run the command, exit with its code on every
     rank."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    apply_runtime_defaults()
     code = run_main(_main, argv, prog="distla")
     sys.stdout.flush()
     sys.stderr.flush()

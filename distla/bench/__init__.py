@@ -274,6 +274,9 @@ def main_argv(argv, prog: str = "python -m distla.bench") -> int:
 def main(argv=None) -> None:
     """``python -m distla.bench``: exit with the framework's code on every rank."""
     import sys
+
+    from ..cli import apply_runtime_defaults
+    apply_runtime_defaults()
     code = main_argv(sys.argv[1:] if argv is None else argv)
     sys.stdout.flush()
     sys.exit(code)
