@@ -625,7 +625,7 @@ def _blas_info() -> str:
         return "unknown"
 
 
-def _gpu_info() -> dict:
+def _gpu_info(local_rank: int = 0) -> dict:
     info = {"gpus": 0}
     try:
         import cupy
@@ -637,7 +637,8 @@ def _gpu_info() -> dict:
         nd = cupy.cuda.runtime.getDeviceCount()
         info["gpus"] = nd
         if nd:
-            props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+            info["gpu_index"] = local_rank % nd  # the device distla selects for this rank
+            props = cupy.cuda.runtime.getDeviceProperties(local_rank % nd)
             name = props.get("name", b"")
             info["gpu_name"] = name.decode() if isinstance(name, bytes) else str(name)
             info["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
@@ -671,7 +672,7 @@ def cmd_info(args, comm) -> int:
     mine = {"rank": comm.Get_rank(), "host": socket.gethostname(), "local_rank": local_rank,
             "grid_pos": [grid.myrow, grid.mycol],
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
-    mine.update(_gpu_info())
+    mine.update(_gpu_info(local_rank))
     everyone = comm.gather(mine, root=0)
     if comm.Get_rank() != 0:
         return 0
@@ -706,7 +707,7 @@ def cmd_info(args, comm) -> int:
     for r in everyone:
         dev = r.get("gpu_name", "cpu") if r.get("gpus") else "cpu"
         if r.get("gpus"):
-            dev += f" (GPU {r['local_rank'] % r['gpus']} of {r['gpus']})"
+            dev += f" (GPU {r.get('gpu_index', 0)} of {r['gpus']})"
         if r.get("cuda_visible_devices") is not None:
             dev += f", CUDA_VISIBLE_DEVICES={r['cuda_visible_devices']}"
         pos = f"({r['grid_pos'][0]},{r['grid_pos'][1]})"

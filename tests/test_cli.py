@@ -294,3 +294,21 @@ def test_container_launcher_dry_run(tmp_path):
                         "apptainer", "--image", "d.sif", "--dry-run"], env=env,
                        capture_output=True, text=True, timeout=30, cwd=tmp_path)
     assert p.returncode == 0 and "--nv" in p.stdout and "d.sif distla info" in p.stdout
+
+
+def test_guarded_aborts_instead_of_hanging(tmp_path):
+    """A rank that fails alone while the others are stuck elsewhere ends the job (Abort after
+    the watchdog timeout) instead of hanging forever."""
+    script = tmp_path / "hang.py"
+    script.write_text(
+        "from mpi4py import MPI\n"
+        "from distla.cli import guarded\n"
+        "comm = MPI.COMM_WORLD\n"
+        "with guarded(comm, timeout=2):\n"
+        "    if comm.rank == 1:\n"
+        "        raise ValueError('rank 1 failed alone')\n"
+        "    comm.recv(source=1, tag=99)  # never satisfied: rank 0 is stuck here\n")
+    p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script)], env=_env(),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "rank 1 failed alone" in p.stderr and "aborting" in p.stderr
