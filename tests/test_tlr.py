@@ -119,7 +119,7 @@ def _rel2(E, A):
 def test_compress_accuracy_ranks_and_memory():
     from distla import tlr
     x, k = _problem()
-    n, nb = len(x), 24                                    # 230 = 9 * 24 + 14
+    nb = 24                                               # 230 = 9 * 24 + 14
     for g in _grids():
         src = (g.nprow - 1, g.npcol - 1)
         A = cov.covariance_matrix(g, x, k, block=nb, src=src)

@@ -17,6 +17,8 @@ factoring; accuracy: ``||A - L L^T||_2 / ||A||_2`` (20 power iterations, with th
 or with the TLR matrix under ``--no-dense``), the compression error ``||A - A_tlr||_2 /
 ||A||_2`` (dense only), the log-determinant relative error against the dense factor, and the
 backward error ``||A x - b|| / (||A|| ||x||)`` of a TLR solve. Times are maxima over ranks.
+``--profile`` adds ``prof_<phase>`` seconds (potrf, header, bcast, trsm, diag, stack, qr, svd,
+assemble, store) of one extra factorization with the device synchronized at every phase.
 """
 from __future__ import annotations
 
@@ -52,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beta", type=float, default=0.1, help="kernel length scale")
     parser.add_argument("--nugget", type=float, default=1e-2, help="diagonal nugget")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", action="store_true",
+                        help="add seconds per phase of one extra, separately run TLR "
+                             "factorization (device synchronized per phase)")
     parser.add_argument("--workspace", type=int, default=None,
                         help="MiB of scratch per batched call (default 256 on cpu, 2048 on gpu)")
 
@@ -115,7 +120,7 @@ def run(args) -> list[dict]:
             dt, L = _timed(lambda: tlr.cholesky(Tc, overwrite=True, workspace=work),
                            device, comm)
             best = min(best, dt)
-            del Tc
+            Tc = None  # free the copy
         t_fact = best
         ld_tlr = L.logdet()
         xp = L.xp
@@ -130,6 +135,10 @@ def run(args) -> list[dict]:
                             rank_max=T.ranks.max, L_rank_mean=round(L.ranks.mean, 2),
                             L_rank_max=L.ranks.max, capped=T.info.get("capped", 0)
                             + L.info.get("factor_capped", 0))
+        if getattr(args, "profile", False):
+            Lp = tlr.cholesky(T.copy(), overwrite=True, workspace=work, profile=True)
+            rec.update({f"prof_{k}": v for k, v in Lp.info["profile"].items()})
+            Lp = None
         dense_rec = None
         if args.dense:
             from ..linalg.cholesky import cholesky as dense_cholesky
@@ -143,7 +152,7 @@ def run(args) -> list[dict]:
                 dt, Ld = _timed(lambda: dense_cholesky(A, overwrite_a=True), device, comm)
                 best = min(best, dt)
                 ld_dense = dense_logdet(Ld)
-                del A, Ld
+                A = Ld = None
             dense_rec = common.record(NAME, "distla-dense", seconds=best,
                                       nflops=common.flops("cholesky", n), **base)
             A = make()
@@ -152,7 +161,7 @@ def run(args) -> list[dict]:
                             n, xp) / nA
             e_comp = _power(lambda v: _dense_matvec(A, v) - T.matvec(v), n, xp) / nA
             r = _dense_matvec(A, x) - b
-            del A
+            A = None
             rec.update(speedup=best / t_fact if t_fact > 0 else float("nan"),
                        err_fact=e_fact, err_comp=e_comp,
                        err_logdet=abs(ld_tlr - ld_dense) / abs(ld_dense))
@@ -167,7 +176,7 @@ def run(args) -> list[dict]:
         rows.append(rec)
         if dense_rec is not None:
             rows.append(dense_rec)
-        del T, L
+        T = L = None  # free before the next size
     return rows
 
 

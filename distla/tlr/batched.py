@@ -21,8 +21,41 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["host", "get_xp", "truncation_ranks", "recompress", "gemm_lll", "compress_tiles",
+__all__ = ["Profile", "host", "get_xp", "truncation_ranks", "recompress", "gemm_lll", "compress_tiles",
            "lr_gram_update"]
+
+
+class Profile:
+    """Seconds per named phase, with the device synchronized at each phase boundary (use only
+    for diagnosis: the synchronizations cost time on GPU). ``None`` everywhere means off."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.times: dict = {}
+        self.counts: dict = {}
+
+    def section(self, name):
+        import contextlib
+        import time
+
+        @contextlib.contextmanager
+        def cm():
+            self.backend.synchronize()
+            t0 = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.backend.synchronize()
+                self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
+                self.counts[name] = self.counts.get(name, 0) + 1
+        return cm()
+
+
+def _sec(prof, name):
+    if prof is None:
+        import contextlib
+        return contextlib.nullcontext()
+    return prof.section(name)
 
 
 def get_xp(a):
@@ -78,7 +111,8 @@ def _assemble(Qu, X, s, Yt, Qv, k, kmax):
     return U, V
 
 
-def recompress(Cu, Cv, delta: float, max_rank: int | None = None, *, u_orthonormal=False):
+def recompress(Cu, Cv, delta: float, max_rank: int | None = None, *, u_orthonormal=False,
+               prof=None):
     """Truncate the stacked low-rank products ``C_t = Cu_t Cv_t^T`` to accuracy ``delta``.
 
     ``Cu``: ``(t, m, w)``, ``Cv``: ``(t, n, w)`` (any ranks, zero-padded columns allowed).
@@ -96,19 +130,22 @@ def recompress(Cu, Cv, delta: float, max_rank: int | None = None, *, u_orthonorm
     if t == 0 or w == 0:
         z = np.zeros(t, dtype=np.int64)
         return (xp.zeros((t, m, 0), Cu.dtype), xp.zeros((t, n, 0), Cu.dtype), z, 0)
-    if u_orthonormal:
-        Qu, Ru = Cu, None
-    else:
-        Qu, Ru = xp.linalg.qr(Cu)
-    Qv, Rv = xp.linalg.qr(Cv)
-    M = _T(Rv) if Ru is None else xp.matmul(Ru, _T(Rv))
-    X, s, Yt = xp.linalg.svd(M, full_matrices=False)
-    k, kh, capped, kmax = _ranks_to_host(s, delta, max_rank)
-    U, V = _assemble(Qu, X, s, Yt, Qv, k, kmax)
+    with _sec(prof, "qr"):
+        if u_orthonormal:
+            Qu, Ru = Cu, None
+        else:
+            Qu, Ru = xp.linalg.qr(Cu)
+        Qv, Rv = xp.linalg.qr(Cv)
+    with _sec(prof, "svd"):
+        M = _T(Rv) if Ru is None else xp.matmul(Ru, _T(Rv))
+        X, s, Yt = xp.linalg.svd(M, full_matrices=False)
+        k, kh, capped, kmax = _ranks_to_host(s, delta, max_rank)
+    with _sec(prof, "assemble"):
+        U, V = _assemble(Qu, X, s, Yt, Qv, k, kmax)
     return U, V, kh, capped
 
 
-def gemm_lll(Cu, Cv, Au, Av, Bu, Bv, delta, max_rank=None, alpha=-1.0, beta=1.0):
+def gemm_lll(Cu, Cv, Au, Av, Bu, Bv, delta, max_rank=None, alpha=-1.0, beta=1.0, prof=None):
     """Low-rank GEMM into low-rank tiles, stacked: ``C = alpha A B + beta C`` with
     ``A = Au Av^T``, ``B = Bu Bv^T``, ``C = Cu Cv^T``, recompressed to ``delta``.
 
@@ -119,13 +156,15 @@ def gemm_lll(Cu, Cv, Au, Av, Bu, Bv, delta, max_rank=None, alpha=-1.0, beta=1.0)
     ``Bu (t, p, kb)``, ``Bv (t, n, kb)``. Returns what :func:`recompress` returns.
     """
     xp = get_xp(Cu)
-    W = xp.matmul(_T(Av), Bu)
-    if alpha != 1.0:
-        W *= alpha
-    Cv2 = xp.matmul(Bv, _T(W))
-    Cvb = Cv if beta == 1.0 else Cv * beta
-    return recompress(xp.concatenate([Cu, Au], axis=2), xp.concatenate([Cvb, Cv2], axis=2),
-                      delta, max_rank)
+    with _sec(prof, "stack"):
+        W = xp.matmul(_T(Av), Bu)
+        if alpha != 1.0:
+            W *= alpha
+        Cv2 = xp.matmul(Bv, _T(W))
+        Cvb = Cv if beta == 1.0 else Cv * beta
+        Cu2 = xp.concatenate([Cu, Au], axis=2)
+        Cv2 = xp.concatenate([Cvb, Cv2], axis=2)
+    return recompress(Cu2, Cv2, delta, max_rank, prof=prof)
 
 
 def lr_gram_update(D, U, V, alpha=-1.0):

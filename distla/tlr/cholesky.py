@@ -41,7 +41,6 @@ import numpy as np
 
 from ..errors import NotPositiveDefiniteError, agree, collective
 from . import batched
-from .batched import host
 from .matrix import TLRMatrix
 
 __all__ = ["TLRCholesky", "cholesky"]
@@ -91,12 +90,15 @@ def _npd_message(L, index, tol):
             f"compression error stays below the smallest eigenvalue.")
 
 
-def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 28) -> TLRCholesky:
+def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 28,
+             profile: bool = False) -> TLRCholesky:
     """Collective: the TLR Cholesky factor of the symmetric positive definite TLR matrix ``T``.
 
     Returns a :class:`TLRCholesky`. ``overwrite=True`` factors ``T``'s storage in place
     (``T`` must not be used afterwards); otherwise ``T`` is copied first. ``workspace``: bytes
-    of scratch per batched recompression call. Raises
+    of scratch per batched recompression call. ``profile=True`` records the seconds per phase
+    (device synchronized at every phase boundary, so slower) in ``L.info['profile']``
+    (maximum over ranks) and the calls per phase in ``L.info['profile_calls']``. Raises
     :class:`distla.NotPositiveDefiniteError` (``.index`` = the global column) on every rank
     when a diagonal tile is not positive definite after compression and updates.
     """
@@ -112,6 +114,8 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 28)
     from mpi4py import MPI
     err, npd, capped = None, 0, 0
     stats = {"updates": 0, "groups": 0}
+    prof = batched.Profile(be) if profile else None
+    sec = lambda name: batched._sec(prof, name)  # noqa: E731
     for k in range(nt):
         pk, qk = L.prow(k), L.pcol(k)
         # 1. POTRF of the diagonal tile
@@ -119,13 +123,14 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 28)
         status = 0
         if k in L.dslot and err is None:
             try:
-                s = L.dslot[k]
-                Lkk = xp.asfortranarray(L.D[s])
-                info = be.info_value(be.potrf("L", Lkk))
-                if info:
-                    status = k * nb + info  # 1-based global column
-                Lkk = xp.asfortranarray(xp.tril(Lkk))
-                L.D[s] = Lkk
+                with sec("potrf"):
+                    s = L.dslot[k]
+                    Lkk = xp.asfortranarray(L.D[s])
+                    info = be.info_value(be.potrf("L", Lkk))
+                    if info:
+                        status = k * nb + info  # 1-based global column
+                    Lkk = xp.asfortranarray(xp.tril(Lkk))
+                    L.D[s] = Lkk
             except Exception as e:  # noqa: BLE001
                 err = e
         # 2. agree on status and the panel ranks
@@ -135,7 +140,8 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 28)
         if k in L.col_slots:
             s0, s1 = L.col_slots[k]
             hdr[2 + L.key_rows[s0:s1] - k - 1] = L.rank[s0:s1]
-        grid.comm.Allreduce(MPI.IN_PLACE, hdr, op=MPI.MAX)
+        with sec("header"):
+            grid.comm.Allreduce(MPI.IN_PLACE, hdr, op=MPI.MAX)
         if hdr[0] or hdr[1]:
             npd = int(hdr[0])
             break
@@ -148,46 +154,27 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 28)
         if grid.mycol == qk:
             buf = Lkk if (grid.myrow == pk and Lkk is not None) else \
                 xp.empty((nb, nb), L.dtype, order="F")
-            comms.col.bcast(buf, root=pk)
+            with sec("bcast"):
+                comms.col.bcast(buf, root=pk)
             if mine and err is None:
                 try:
-                    s0, s1 = L.col_slots[k]
-                    kk = min(Kp, L.K)  # this rank's panel tiles have rank <= kk
-                    Vp = xp.ascontiguousarray(L.V[s0:s1, :, :kk].swapaxes(1, 2))
-                    be.trsm("L", "L", "N", "N", 1.0, buf, Vp.reshape((s1 - s0) * kk, nb).T)
-                    L.V[s0:s1, :, :kk] = Vp.swapaxes(1, 2)
+                    with sec("trsm"):
+                        s0, s1 = L.col_slots[k]
+                        kk = min(Kp, L.K)  # this rank's panel tiles have rank <= kk
+                        Vp = xp.ascontiguousarray(L.V[s0:s1, :, :kk].swapaxes(1, 2))
+                        be.trsm("L", "L", "N", "N", 1.0, buf,
+                                Vp.reshape((s1 - s0) * kk, nb).T)
+                        L.V[s0:s1, :, :kk] = Vp.swapaxes(1, 2)
                 except Exception as e:  # noqa: BLE001
                     err = e
         # 4. panel along process rows, then the transposed panel down process columns
-        rows_after = [i for i in L.rows if i > k]
-        rpos = {i: a for a, i in enumerate(rows_after)}
-        RP = xp.empty((len(rows_after), 2, nb, Kp), L.dtype)
-        if rows_after:
-            if mine:
-                s0, s1 = L.col_slots[k]
-                kk = min(Kp, L.K)
-                RP[:, :, :, kk:] = 0
-                RP[:, 0, :, :kk] = L.U[s0:s1, :, :kk]
-                RP[:, 1, :, :kk] = L.V[s0:s1, :, :kk]
-            comms.row.bcast(RP, root=qk)
-        cols_after = [j for j in L.cols if j > k]
-        CP = xp.empty((len(cols_after), 2, nb, Kp), L.dtype)
-        cpos, off = {}, 0
-        for r in range(grid.nprow):
-            S = [j for j in cols_after if L.prow(j) == r]
-            if not S:
-                continue
-            part = CP[off:off + len(S)]
-            if grid.myrow == r:
-                part[...] = RP[xp.asarray(np.array([rpos[j] for j in S]))]
-            comms.col.bcast(part, root=r)
-            for a, j in enumerate(S):
-                cpos[j] = off + a
-            off += len(S)
+        with sec("bcast"):
+            RP, rpos, CP, cpos, e = _broadcast_panel(L, k, Kp, mine, comms)
+        err = err or e
         # 5. trailing updates (local, batched)
         if err is None:
             try:
-                capped += _update(L, k, prank, RP, rpos, CP, cpos, workspace, stats)
+                capped += _update(L, k, prank, RP, rpos, CP, cpos, workspace, stats, prof)
             except Exception as e:  # noqa: BLE001
                 err = e
     if npd:
@@ -201,35 +188,83 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 28)
     L.info = dict(T.info)
     L.info.update(factor_time=float(tm[0]), factor_capped=int(cp[0]),
                   local_updates=stats["updates"], local_groups=stats["groups"])
+    if prof is not None:
+        names = ["potrf", "header", "bcast", "trsm", "diag", "stack", "qr", "svd", "assemble",
+                 "store"]
+        v = np.array([prof.times.get(nm, 0.0) for nm in names])
+        grid.comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
+        L.info["profile"] = dict(zip(names, map(float, v)))
+        L.info["profile_calls"] = dict(prof.counts)
     L._summarize()
     return L
 
 
-def _update(L, k, prank, RP, rpos, CP, cpos, workspace, stats) -> int:
+def _broadcast_panel(L, k, Kp, mine, comms):
+    """Collective over the grid: every rank gets the panel tiles ``(i, k)`` of its tile rows
+    (``RP``, ``(len(rows), 2, nb, Kp)``: U and V, rows ``rpos``) and of its tile columns
+    (``CP``, columns ``cpos``). One broadcast along each process row from column ``qk``, then
+    one broadcast down each process column per process row that owns needed tiles. A local
+    failure while packing is returned (last item), not raised: the broadcasts go on."""
+    grid, xp, nb = L.grid, L.xp, L.nb
+    qk = L.pcol(k)
+    rows_after = [i for i in L.rows if i > k]
+    rpos = {i: a for a, i in enumerate(rows_after)}
+    RP = xp.empty((len(rows_after), 2, nb, Kp), L.dtype)
+    err = None
+    if rows_after:
+        if mine:
+            try:
+                s0, s1 = L.col_slots[k]
+                kk = min(Kp, L.K)
+                RP[:, :, :, kk:] = 0
+                RP[:, 0, :, :kk] = L.U[s0:s1, :, :kk]
+                RP[:, 1, :, :kk] = L.V[s0:s1, :, :kk]
+            except Exception as e:  # noqa: BLE001 - reported at the next header
+                err = e
+        comms.row.bcast(RP, root=qk)
+    cols_after = [j for j in L.cols if j > k]
+    CP = xp.empty((len(cols_after), 2, nb, Kp), L.dtype)
+    cpos, off = {}, 0
+    for r in range(grid.nprow):
+        S = [j for j in cols_after if L.prow(j) == r]
+        if not S:
+            continue
+        part = CP[off:off + len(S)]
+        if grid.myrow == r and err is None:
+            try:
+                part[...] = RP[xp.asarray(np.array([rpos[j] for j in S]))]
+            except Exception as e:  # noqa: BLE001
+                err = e
+        comms.col.bcast(part, root=r)
+        for a, j in enumerate(S):
+            cpos[j] = off + a
+        off += len(S)
+    return RP, rpos, CP, cpos, err
+
+
+def _update(L, k, prank, RP, rpos, CP, cpos, workspace, stats, prof=None) -> int:
     """Local trailing update of step ``k`` (see the module docstring). Returns the number of
     tiles whose rank was cut by ``max_rank``."""
     xp = L.xp
     nb = L.nb
-    Kp = RP.shape[3]
     # diagonal tiles: D_j -= U_jk (V_jk^T V_jk) U_jk^T
     dj = [j for j in L.diag_keys if j > k and prank[j - k - 1] > 0]
     if dj:
-        ds = xp.asarray(np.array([L.dslot[j] for j in dj]))
-        ri = xp.asarray(np.array([rpos[j] for j in dj]))
-        D = L.D[ds]
-        batched.lr_gram_update(D, RP[ri, 0], RP[ri, 1], alpha=-1.0)
-        L.D[ds] = D
+        with batched._sec(prof, "diag"):
+            ds = xp.asarray(np.array([L.dslot[j] for j in dj]))
+            ri = xp.asarray(np.array([rpos[j] for j in dj]))
+            D = L.D[ds]
+            batched.lr_gram_update(D, RP[ri, 0], RP[ri, 1], alpha=-1.0)
+            L.D[ds] = D
     # off-diagonal tiles (i, j), i > j > k: GEMM-LLL with recompression
-    slots, ra, rb = [], [], []
+    slots = []
     for j in cpos:
         if j not in L.col_slots or prank[j - k - 1] == 0:
             continue
         s0, s1 = L.col_slots[j]
         for s in range(s0, s1):
-            i = int(L.key_rows[s])
-            if prank[i - k - 1]:
+            if prank[int(L.key_rows[s]) - k - 1]:
                 slots.append(s)
-        # ranks looked up below
     if not slots:
         return 0
     slots = np.array(slots, dtype=np.int64)
@@ -253,10 +288,10 @@ def _update(L, k, prank, RP, rpos, CP, cpos, workspace, stats) -> int:
                 L.U[d, :, :Kc], L.V[d, :, :Kc],
                 RP[ri, 0, :, :Ka], RP[ri, 1, :, :Ka],   # A_ik = U_ik V_ik^T
                 CP[ci, 1, :, :Kb], CP[ci, 0, :, :Kb],   # A_jk^T = V_jk U_jk^T
-                L.delta, L.max_rank, alpha=-1.0, beta=1.0)
-            L.set_tiles(sl, U, V, kh)
+                L.delta, L.max_rank, alpha=-1.0, beta=1.0, prof=prof)
+            with batched._sec(prof, "store"):
+                L.set_tiles(sl, U, V, kh)
             capped += c
             stats["groups"] += 1
     stats["updates"] += int(slots.size)
-    del Kp
     return capped
