@@ -15,6 +15,8 @@ runs the optimizer on the same (allreduced) numbers, so all ranks take the same 
 """
 from __future__ import annotations
 
+import _env  # noqa: F401  (threads per rank; must come before NumPy and MPI)
+
 import argparse
 import math
 import time
