@@ -23,7 +23,6 @@ import os
 import socket
 import sys
 import threading
-import time
 import traceback
 
 __all__ = ["main", "run_main", "ArgumentParser", "CommandError", "UsageError", "guarded",
@@ -664,7 +663,6 @@ def cmd_info(args, comm) -> int:
     from mpi4py import MPI
 
     from . import __version__
-    from .bench.common import make_grid
     from .device import node_local_rank
 
     grid = _grid(args.grid, comm)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 
 __all__ = ["BENCHMARKS", "main", "main_argv", "run_benchmark", "plot_records",
            "load_records"]
