@@ -163,11 +163,12 @@ class NcclComm:
 
     def allreduce(self, buf, op: str = "sum") -> None:
         _contig(buf)
+        op = self._op(op)
         if self.size == 1:
             return
         self._enter()
         dt, count = self._dt(buf)
-        self.comm.allReduce(buf.data.ptr, buf.data.ptr, count, dt, self._op(op), self.stream.ptr)
+        self.comm.allReduce(buf.data.ptr, buf.data.ptr, count, dt, op, self.stream.ptr)
         self._leave()
 
     def allgather(self, sendbuf, recvbuf) -> None:
