@@ -58,6 +58,17 @@ def _check_layout(grid, shape, block, src):
     return (m, n), (mb, nb), (rsrc, csrc)
 
 
+def _same_ranks(c1, c2) -> bool:
+    """True when two mpi4py communicators hold the same ranks in the same order (local)."""
+    from mpi4py import MPI
+    g1, g2 = c1.Get_group(), c2.Get_group()
+    try:
+        return MPI.Group.Compare(g1, g2) == MPI.IDENT
+    finally:
+        g1.Free()
+        g2.Free()
+
+
 class DistMatrix:
     """A 2D block-cyclic distributed matrix.
 
@@ -355,8 +366,9 @@ class DistMatrix:
         from .redistribute import remap
         grid = self.grid if grid is None else grid
         with collective(self.grid.comm):
-            if grid.comm is not self.grid.comm and grid.size != self.grid.size:
-                raise ValueError("redistribute needs a grid over the same communicator")
+            if grid.comm is not self.grid.comm and not _same_ranks(grid.comm, self.grid.comm):
+                raise ValueError("redistribute needs a grid over the same communicator "
+                                 "(the same ranks in the same order)")
             _check_layout(grid, self.shape, self.block if block is None else block,
                           self.src if src is None else src)
         out = DistMatrix(grid, self.shape, self.block if block is None else block,
