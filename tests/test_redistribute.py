@@ -120,3 +120,18 @@ def test_redistribute_bad_arguments_raise_everywhere(comm, grids):
             A.redistribute(grid=small)
         sub.Free()
     comm.Barrier()
+
+
+def test_redistribute_to_grid_over_another_communicator(comm, grids):
+    a = np.arange(42.0).reshape(7, 6)
+    A = DistMatrix.from_global(grids[0], a, block=(2, 3))
+    dup = comm.Dup()  # the same ranks in the same order: allowed
+    B = A.redistribute(grid=ProcessGrid(comm=dup, order="col"), block=2, src=(0, 0))
+    check_local(B, a)
+    if comm.size > 1:  # the same ranks in another order: rejected on every rank
+        rev = comm.Split(0, key=comm.size - comm.rank)
+        with pytest.raises(ValueError, match="same order"):
+            A.redistribute(grid=ProcessGrid(comm=rev), src=(0, 0))
+        rev.Free()
+    dup.Free()
+    comm.Barrier()
