@@ -12,7 +12,7 @@ import numpy as np
 from .. import layout
 
 __all__ = ["swaps_to_moves", "ipiv_to_perm", "winners_to_ipiv", "apply_swaps", "permute_rows",
-           "genp"]
+           "swap_rows", "laswp", "genp"]
 
 
 def apply_swaps(piv, n: int) -> np.ndarray:
@@ -85,6 +85,7 @@ def permute_rows(local, dest, src, *, mb: int, rsrc: int, nprow: int, myrow: int
     ldest = layout.global_to_local(dest, mb, nprow)
     lsrc = layout.global_to_local(src, mb, nprow)
     dtype = local.dtype
+    host = xp is np
 
     def gather(idx):
         buf = xp.empty((len(idx), ncols), dtype=dtype, order="F")
@@ -92,7 +93,10 @@ def permute_rows(local, dest, src, *, mb: int, rsrc: int, nprow: int, myrow: int
         off = 0
         for s in segs:
             w = s.stop - s.start
-            buf[:, off:off + w] = local[ix, s]
+            if host:  # rows of a column-major array: take along the transposed view (fast)
+                np.take(local[:, s].T, ix, axis=1, out=buf[:, off:off + w].T)
+            else:
+                buf[:, off:off + w] = local[ix, s]
             off += w
         return buf
 
@@ -122,6 +126,43 @@ def permute_rows(local, dest, src, *, mb: int, rsrc: int, nprow: int, myrow: int
         comm.exchange(sends, [(q, b) for q, b, _ in recvs])
     for _, b, idx in recvs:
         scatter(idx, b)
+
+
+def swap_rows(local, piv, start: int, *, mb: int, rsrc: int, nprow: int, myrow: int, comm,
+              segs, xp) -> None:
+    """Apply one panel's interchanges (row ``start + i`` with ``piv[i]``, global, in order) to
+    the local columns ``segs``. Collective over the process column, like
+    :func:`permute_rows`; with one process row on CPU it is LAPACK's laswp in place (global
+    row == local row there)."""
+    segs = [s for s in segs if s.stop > s.start]
+    if not segs or len(piv) == 0:
+        return
+    if nprow == 1 and xp is np and local.dtype.char in "fdFD" and \
+            (local.shape[0] <= 1 or local.strides[0] == local.itemsize):
+        for s in segs:
+            laswp(local[:, s], piv, start)
+        return
+    dest, src = swaps_to_moves(piv, start)
+    permute_rows(local, dest, src, mb=mb, rsrc=rsrc, nprow=nprow, myrow=myrow, comm=comm,
+                 segs=segs, xp=xp)
+
+
+def laswp(a, piv, start: int) -> None:
+    """LAPACK ``?laswp`` in place on the column-major NumPy view ``a``: row ``start + i`` is
+    interchanged with row ``piv[i]`` (0-based rows of ``a``) for i = 0, 1, .... Not
+    collective."""
+    import ctypes
+
+    from .. import _scipy_blas as sb
+    n = a.shape[1]
+    k = len(piv)
+    if n == 0 or k == 0:
+        return
+    ip = np.empty(start + k, dtype=np.int32)
+    ip[start:] = np.asarray(piv, dtype=np.int64) + 1
+    sb._fn(sb._prefix(a.dtype) + "laswp")(
+        sb._i(n), sb._ptr(a), sb._i(sb.ld(a)), sb._i(start + 1), sb._i(start + k),
+        ip.ctypes.data_as(ctypes.c_void_p), sb._i(1))
 
 
 def genp(a, backend, leaf: int = 16) -> None:

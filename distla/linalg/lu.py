@@ -40,7 +40,7 @@ import numpy as np
 from .. import layout
 from ..errors import SingularMatrixError, agree, collective
 from ..matrix import DistMatrix
-from ._pivoting import genp, ipiv_to_perm, permute_rows, swaps_to_moves, winners_to_ipiv
+from ._pivoting import genp, ipiv_to_perm, permute_rows, swap_rows, winners_to_ipiv
 from ._tslu import tournament
 
 __all__ = ["LUFactor", "LUProfile", "lu_factor", "lu_solve", "solve_lu", "PIVOTING"]
@@ -256,10 +256,9 @@ class _LU:
     def swap(self, local, piv, j0, segs):
         """Apply panel swaps ``piv`` (global, from row j0) to columns ``segs`` of ``local``;
         collective over my process column."""
-        dest, src = swaps_to_moves(piv, j0)
         A, g = self.A, self.g
-        permute_rows(local, dest, src, mb=A.mb, rsrc=A.rsrc, nprow=g.nprow, myrow=g.myrow,
-                     comm=self.comms.col, segs=segs, xp=self.xp)
+        swap_rows(local, piv, j0, mb=A.mb, rsrc=A.rsrc, nprow=g.nprow, myrow=g.myrow,
+                  comm=self.comms.col, segs=segs, xp=self.xp)
 
     # ---- panel factorization (ranks of process column pcol(k) only) ------------------------
     def factor_panel(self, k):

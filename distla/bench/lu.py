@@ -1,0 +1,226 @@
+"""Benchmark: distributed LU (``distla.linalg.lu``: partial pivoting, tournament pivoting, none)
+against the single-device reference measured in the same run (SciPy ``lu_factor`` on CPU,
+cuSOLVER getrf through ``cupyx.scipy.linalg.lu_factor`` on GPU).
+
+    mpiexec -n 2 python -m distla.bench lu --n 4096 --nb 256 --grid 1x2 --device cpu
+    python -m distla.bench.lu ...                (standalone, same options)
+
+The matrix has independent standard normal entries (:func:`distla.bench.common.general_matrix`,
+generated block by block, the same whatever the grid). Timing: best of ``--reps``
+factorizations (``overwrite_a`` on a fresh copy made outside the timed region), device
+synchronized and ranks barriered around each, maximum over ranks. Rate: 2n^3/3 - n^2/2 flops.
+``--profile`` adds the seconds per phase (panel = gather + pivot search + panel factorization,
+swap, bcast waits, trsm, update; maximum over ranks) of one extra, separately run
+factorization (on GPU every phase synchronizes the device, so the phases add up to more than
+the timed run). Checks: SRESID of one solve and the growth factor max|U|/max|A|.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+
+import numpy as np
+
+from . import common
+
+NAME = "lu"
+_PHASES = ("panel", "swap", "bcast", "trsm", "update")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The benchmark's options (the framework calls this once). Not collective."""
+    common.add_problem_arguments(parser, n=(4096,), reps=3, reference=False)
+    parser.add_argument("--pivoting", nargs="+", default=["partial"],
+                        choices=("partial", "tournament", "none"),
+                        help="pivoting strategies to time (default: partial)")
+    parser.add_argument("--tree", choices=("binary", "flat"), default="binary",
+                        help="tournament reduction tree (default binary)")
+    parser.add_argument("--lookahead", type=int, default=1, help="lookahead (0 or 1, default 1)")
+    parser.add_argument("--order", choices=("row", "col"), default="row",
+                        help="rank order of the process grid")
+    parser.add_argument("--profile", action="store_true",
+                        help="time per phase (panel/swap/bcast/trsm/update) of one extra run")
+    parser.add_argument("--no-check", dest="check", action="store_false",
+                        help="skip the solve residual and growth factor")
+    parser.add_argument("--no-ref", "--no-reference", dest="reference", action="store_false",
+                        help="skip the single-device reference")
+    parser.add_argument("--ref-threads", type=int, default=None,
+                        help="BLAS threads for the CPU reference on rank 0 (default: the "
+                             "number of ranks on the node, i.e. the cores the run uses)")
+
+
+def run(args) -> list[dict]:
+    """Collective over COMM_WORLD: run the benchmark; returns the result rows."""
+    from mpi4py import MPI
+
+    from ..linalg.lu import LUProfile, lu_factor, lu_solve
+    comm = MPI.COMM_WORLD
+    device = args.device or common.default_device()
+    dtype = np.dtype(args.dtype)
+    grid = common.make_grid(args.grid, comm, order=getattr(args, "order", "row"))
+    gname = f"{grid.nprow}x{grid.npcol}"
+    rows = []
+    for n in common.parse_sizes(args.n):
+        nb = args.nb or common.default_nb(n, device, grid)
+        A = common.general_matrix(grid, n, nb, seed=args.seed, dtype=dtype, device=device)
+        nfl = common.flops("lu", n)
+        best_partial = None
+        for piv in args.pivoting:
+            best, F = math.inf, None
+            for _ in range(max(1, args.reps)):
+                F = None
+                W = A.copy()
+                common.sync(device)
+                comm.Barrier()
+                t0 = time.perf_counter()
+                F = lu_factor(W, pivoting=piv, overwrite_a=True, tree=args.tree,
+                              lookahead=args.lookahead)
+                common.sync(device)
+                dt = time.perf_counter() - t0
+                comm.Barrier()
+                best = min(best, comm.allreduce(dt, op=MPI.MAX))
+            rec = common.record(NAME, "distla", n=n, seconds=best, nflops=nfl, nb=nb,
+                                grid=gname, ranks=comm.size, device=device, dtype=dtype.name,
+                                pivoting=piv, lookahead=args.lookahead)
+            if piv == "tournament":
+                rec["tree"] = args.tree
+            rec["gflops"] = nfl / best / 1e9
+            if piv == "partial":
+                best_partial = best
+            elif best_partial is not None:
+                rec["vs_partial"] = best_partial / best  # > 1: faster than partial pivoting
+            if args.check:
+                from ..checks import solve_residual
+                from ..matrix import DistMatrix
+                rec["growth"] = F.growth_factor()
+                B = DistMatrix.random(grid, (n, 1), (nb, nb), seed=args.seed + 1, dtype=dtype,
+                                      device=device)
+                rec["sresid"] = solve_residual(A, lu_solve(F, B), B)
+            del F, W
+            if args.profile:
+                prof = LUProfile(A.backend if device == "gpu" else None)
+                W = A.copy()
+                common.sync(device)
+                comm.Barrier()
+                t0 = time.perf_counter()
+                lu_factor(W, pivoting=piv, overwrite_a=True, tree=args.tree,
+                          lookahead=args.lookahead, profile=prof)
+                common.sync(device)
+                rec["t_profiled"] = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+                for ph in _PHASES:
+                    rec[f"t_{ph}"] = comm.allreduce(prof.times.get(ph, 0.0), op=MPI.MAX)
+                del W
+            rows.append(rec)
+        if getattr(args, "reference", True):
+            ref = common.reference_rank0(
+                lambda: _reference(n, args.seed, dtype, device, args.reps,
+                                   args.ref_threads or _ranks_on_node(comm)), comm)
+            if ref is not None:
+                impl, t, threads = ref
+                r = common.record(NAME, impl, n=n, seconds=t, nflops=nfl, device=device,
+                                  dtype=dtype.name, ranks=1, pivoting="partial")
+                r["gflops"] = nfl / t / 1e9
+                if threads:
+                    r["threads"] = threads
+                for d in rows:
+                    if d["n"] == n and d["impl"] == "distla":
+                        d["vs_ref"] = t / d["seconds"]  # > 1: distla is faster
+                rows.append(r)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
+# the single-device reference (rank 0 only)
+# ---------------------------------------------------------------------------------------
+def _global_normal(n, seed, dtype, xp):
+    """The benchmark matrix formed on one device, column chunk by column chunk (reference)."""
+    from ..random import hashed_normal
+    out = xp.empty((n, n), dtype=dtype, order="F")
+    I = xp.arange(n, dtype=xp.int64).reshape(-1, 1)
+    step = max(1, (1 << 24) // max(1, n))
+    for j in range(0, n, step):
+        J = xp.arange(j, min(n, j + step), dtype=xp.int64).reshape(1, -1)
+        out[:, j:j + J.shape[1]] = hashed_normal(seed, I, J)
+    return out
+
+
+def _reference(n, seed, dtype, device, reps, threads):
+    """(name, best seconds, threads) of the single-device LU, or None if it does not fit.
+    Not collective (rank 0)."""
+    need = 2.2 * n * n * dtype.itemsize
+    if device == "gpu":
+        import cupy
+        from cupyx.scipy.linalg import lu_factor as cu_lu_factor
+        free, _ = cupy.cuda.runtime.memGetInfo()
+        if need > 0.9 * free:
+            return None
+        A = _global_normal(n, seed, dtype, cupy)
+        best = math.inf
+        for _ in range(max(1, reps)):
+            W = A.copy(order="F")
+            cupy.cuda.runtime.deviceSynchronize()
+            t0 = time.perf_counter()
+            cu_lu_factor(W, overwrite_a=True, check_finite=False)
+            cupy.cuda.runtime.deviceSynchronize()
+            best = min(best, time.perf_counter() - t0)
+            del W
+        return "cupy(cusolver)", best, None
+    import scipy.linalg
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        avail = math.inf
+    if need > 0.8 * avail:
+        return None
+    A = _global_normal(n, seed, dtype, np)
+    best = math.inf
+    with _blas_threads(threads) as got:
+        for _ in range(max(1, reps)):
+            W = np.array(A, order="F")
+            t0 = time.perf_counter()
+            scipy.linalg.lu_factor(W, overwrite_a=True, check_finite=False)
+            best = min(best, time.perf_counter() - t0)
+    return "scipy", best, got
+
+
+def _ranks_on_node(comm) -> int:
+    from mpi4py import MPI
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    k = local.Get_size()
+    local.Free()
+    return k
+
+
+def _blas_threads(k):
+    """Context manager running SciPy's BLAS with ``k`` threads (the Cholesky benchmark's
+    helper; a no-op context yielding None if it is unavailable)."""
+    try:
+        from .cholesky import _blas_threads as bt
+        return bt(k)
+    except ImportError:  # pragma: no cover
+        import contextlib
+        return contextlib.nullcontext(None)
+
+
+def main(argv=None) -> None:
+    """Standalone entry point: ``python -m distla.bench.lu ...`` (collective)."""
+    from mpi4py import MPI
+    parser = argparse.ArgumentParser(prog="python -m distla.bench.lu",
+                                     description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    parser.add_argument("--json", default=None, metavar="FILE",
+                        help="also write the results as JSON (rank 0)")
+    args = parser.parse_args(argv)
+    rows = run(args)
+    if MPI.COMM_WORLD.rank == 0:
+        print(common.format_table(rows), flush=True)
+        if args.json:
+            import json
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
