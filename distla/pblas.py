@@ -63,7 +63,9 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
         beta = 0.0
     elif (C.mb, C.rsrc, C.nb, C.csrc) != (A.mb, A.rsrc, B.nb, B.csrc):
         raise ValueError("matmul: C must have A's row blocking and B's column blocking")
-    if beta != 1.0:
+    if beta == 0.0:
+        C.local[...] = 0      # BLAS semantics: beta = 0 ignores C (NaN/Inf included)
+    elif beta != 1.0:
         C.local *= beta
     _summa(A, B, C, alpha)
     return C
@@ -208,12 +210,17 @@ def norm(A: DistMatrix, ord="fro") -> float:
         grid.comm.Allreduce(MPI.IN_PLACE, loc, op=MPI.SUM)
         return float(np.sqrt(loc))
     if ord == "max":
-        loc = np.array(float(be.to_host(absA.max())) if absA.size else 0.0)
-        grid.comm.Allreduce(MPI.IN_PLACE, loc, op=MPI.MAX)
-        return float(loc)
+        local = float(be.to_host(absA.max())) if absA.size else 0.0
+        return _allmax(grid.comm, local)
     axis, sub = (0, grid.col_comm) if ord == 1 else (1, grid.row_comm)
     sums = np.ascontiguousarray(be.to_host(absA.sum(axis=axis)).astype(np.float64))
     sub.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
-    loc = np.array(sums.max() if sums.size else 0.0)
-    grid.comm.Allreduce(MPI.IN_PLACE, loc, op=MPI.MAX)
-    return float(loc)
+    return _allmax(grid.comm, float(sums.max()) if sums.size else 0.0)
+
+
+def _allmax(comm, value: float) -> float:
+    """Max over ranks that propagates NaN (MPI's MAX may drop it, so ranks could disagree)."""
+    from mpi4py import MPI
+    buf = np.array([-np.inf if np.isnan(value) else value, float(np.isnan(value))])
+    comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
+    return float("nan") if buf[1] else float(buf[0])

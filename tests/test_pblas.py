@@ -241,8 +241,6 @@ def test_norm_function_matches_numpy(comm, grids):
             assert norm(A, o) == pytest.approx(want, rel=1e-13)
 
 
-@pytest.mark.xfail(reason="pblas.norm reduces with MPI MAX, which may drop a NaN held by "
-                          "another rank (reported to the lead)", strict=False)
 def test_norm_keeps_nan(comm, grids):
     # Assert only on the allgathered outcome: with a NaN-dropping MAX, ranks can even get
     # different norms, and a rank-local assert would let the ranks' control flow diverge.
