@@ -362,9 +362,13 @@ class DistMatrix:
     def redistribute(self, grid=None, block=None, src=None) -> "DistMatrix":
         """Collective: this matrix in another layout (pdgemr2d): new ``grid`` (over the same
         communicator), ``block`` and/or ``src``; by direct all-to-all exchange, never
-        gathered."""
+        gathered. ``src`` defaults to the current source process when it lies on the new
+        grid, else (0, 0)."""
         from .redistribute import remap
         grid = self.grid if grid is None else grid
+        if src is None:
+            fits = self.rsrc < grid.nprow and self.csrc < grid.npcol
+            src = self.src if fits else (0, 0)
         with collective(self.grid.comm):
             if grid.comm is not self.grid.comm and not _same_ranks(grid.comm, self.grid.comm):
                 raise ValueError("redistribute needs a grid over the same communicator "
