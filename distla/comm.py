@@ -23,15 +23,27 @@ __all__ = ["MpiComm", "NcclComm", "GridComms", "make_grid_comms", "Request"]
 
 class Request:
     """A pending operation; ``wait()`` completes it (host-blocking on MPI, stream-ordered on
-    NCCL)."""
+    NCCL). ``test()`` lets a nonblocking MPI operation progress while the caller computes
+    (MPI moves large messages only inside MPI calls); it returns True once complete."""
 
-    def __init__(self, wait=None):
+    def __init__(self, wait=None, test=None):
         self._wait = wait
+        self._test = test
 
     def wait(self) -> None:
         if self._wait is not None:
             w, self._wait = self._wait, None
             w()
+
+    def test(self) -> bool:
+        if self._wait is None:
+            return True
+        if self._test is None:  # NCCL: progresses on its own stream
+            return False
+        if self._test():
+            self._wait = None
+            return True
+        return False
 
 
 def _contig(buf):
@@ -64,7 +76,8 @@ class MpiComm:
         _contig(buf)
         if self.size == 1:
             return Request()
-        return Request(self.mpi.Ibcast(buf, root=root).Wait)
+        req = self.mpi.Ibcast(buf, root=root)
+        return Request(req.Wait, req.Test)
 
     def allreduce(self, buf, op: str = "sum") -> None:
         _contig(buf)
