@@ -298,7 +298,7 @@ class _Factorization:
         xp = self.xp
         self.fail_dev = xp.full((), self.n, dtype=np.int64) if self.be.is_gpu else None
         self.fail = self.n
-        self.reqs = {}
+        self.pending = []   # CPU: posted row broadcasts, poked by _progress()
 
     # ---- host index math, once ------------------------------------------------------
     def _plan(self):
@@ -388,6 +388,8 @@ class _Factorization:
         if self.Q > 1 and full.size:
             with self._sec("bcast"):
                 req = self.comms.row.ibcast(full, pc)
+            if not self.be.is_gpu:
+                self.pending.append(req)
         self.panels[k] = (full, seg, req)
 
     def finish_panel(self, k):
@@ -395,9 +397,10 @@ class _Factorization:
         matching my local columns). Local (the broadcast was posted by every rank)."""
         full, seg, req = self.panels[k]
         p = self.plan[k]
-        with self._sec("bcast"):
-            if req is not None:
+        if req is not None:
+            with self._sec("wait"):
                 req.wait()
+        with self._sec("bcast"):
             kb = full.shape[1]
             if p["sel"] is not None:
                 X = full[p["sel"]]
@@ -430,6 +433,13 @@ class _Factorization:
                     be.gemm("T", "N", -1.0, LT[:, w:], XT, 1.0, C[w:])
                 else:
                     be.gemm("T", "N", -1.0, LT, XT, 1.0, C)
+                self._progress()
+
+    def _progress(self):
+        """CPU: let posted broadcasts move while we compute (MPI progresses large messages
+        only inside MPI calls, so the root and the receivers poke it between GEMMs)."""
+        if self.pending:
+            self.pending = [r for r in self.pending if not r.test()]
 
     def _record_fail(self, off, info):
         if self.be.is_gpu:
