@@ -92,14 +92,14 @@ def run(args) -> list[dict]:
             total = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
             sec = prof.finalize()
             rec["t_profiled"] = total
-            for phase in ("panel", "bcast", "update"):
+            for phase in ("panel", "bcast", "wait", "update"):
                 rec[f"t_{phase}"] = comm.allreduce(sec.get(phase, 0.0), op=MPI.MAX)
             del W
         rows.append(rec)
         if getattr(args, "reference", True):
+            threads = args.ref_threads or _ranks_on_node(comm)   # collective
             ref = common.reference_rank0(
-                lambda: _reference(n, args.seed, dtype, device, args.reps,
-                                   args.ref_threads or _ranks_on_node(comm)), comm)
+                lambda: _reference(n, args.seed, dtype, device, args.reps, threads), comm)
             if ref is not None:
                 impl, t, threads = ref
                 r = common.record(NAME, impl, n=n, seconds=t, nflops=nfl, device=device,

@@ -143,8 +143,10 @@ def logdet(L: DistMatrix) -> float:
 
 class CholeskyProfile:
     """Time per phase of :func:`cholesky`: ``seconds['panel']`` (potrf + trsm + packing),
-    ``['bcast']`` (diagonal-block broadcast, panel allgather + row broadcast, waits, gather of
-    the transposed panel), ``['update']`` (lookahead-column and trailing SYRK/GEMM).
+    ``['bcast']`` (diagonal-block broadcast, panel allgather, posting the row broadcast,
+    gather of the transposed panel), ``['wait']`` (completing the row broadcast: on CPU the
+    time a rank sits idle waiting for a panel), ``['update']`` (lookahead-column and
+    trailing SYRK/GEMM).
 
     CPU: host wall time. GPU: CUDA events on the stream each phase runs on (side or main),
     read by :meth:`finalize`; phases on different streams overlap, so the sum can exceed the
