@@ -192,6 +192,27 @@ def test_transform_matches_dense(n, nb, depth):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("mode", ["gather", "panels"])
+def test_transform_copy_paths(mode, monkeypatch):
+    """The one-gather copy path (many runs) and the panel loop (huge local matrices)."""
+    import distla.linalg._butterfly as bf
+    from distla.linalg import rbt_transform
+    if mode == "gather":
+        monkeypatch.setattr(bf, "_MAX_RUNS", 0)
+    else:
+        monkeypatch.setattr(bf, "_PANEL_ELEMS", 37)  # panels of a few columns / rows
+    n, depth = 27, 2
+    a = np.random.default_rng(3).standard_normal((n, n))
+    ap = np.zeros((28, 28))
+    ap[:n, :n] = a
+    ap[n, n] = np.abs(a).max()
+    for grid in _grids():
+        Ar, U, V = rbt_transform(_dist(grid, a, 3, (grid.nprow - 1, grid.npcol - 1)), depth, 8)
+        np.testing.assert_allclose(Ar.to_global(None), U.matrix().T @ ap @ V.matrix(),
+                                   rtol=0, atol=1e-12)
+
+
+@pytest.mark.mpi
 def test_transform_same_on_every_grid_and_seed_none():
     from mpi4py import MPI
 

@@ -22,8 +22,11 @@ on q, and q sends me the same number back. Each level therefore does ONE grouped
 point-to-point exchange (``grid.comms(dev).col.exchange``) of whole local row sets between
 partner process rows (columns: along the process row), then a local elementwise update on the
 device. When ``h`` is a multiple of ``mb * nprow`` (e.g. large n with a power-of-two grid) all
-partners are local and no communication happens at all. Only very large local matrices are
-processed in panels (one exchange per panel) to bound temporary memory.
+partners are local and no communication happens at all. Rows move as contiguous runs (pieces of
+blocks: a few slice copies per block, no fancy indexing) and the update ``X = a X + b P`` is one
+fused kernel on GPU, so a level costs about five passes over the local matrix. Local matrices
+larger than ``_PANEL_ELEMS`` are processed in panels of columns (rows) to bound the temporary
+memory to one panel (one exchange per panel).
 """
 from __future__ import annotations
 
@@ -51,12 +54,71 @@ def _partners(g: np.ndarray, N: int):
     return np.where(top, g + h, g - h), np.where(top, 1.0, -1.0)
 
 
+def _runs(dst: np.ndarray, src: np.ndarray) -> list[tuple[int, int, int]]:
+    """Maximal runs ``(d0, s0, length)`` with dst[d0 + t] == d0 + t <-> src[s0 + t] == s0 + t:
+    the contiguous pieces of the copy ``out[dst] = in[src]`` (block-cyclic rows come in runs
+    of up to a block)."""
+    if dst.size == 0:
+        return []
+    brk = np.nonzero((np.diff(dst) != 1) | (np.diff(src) != 1))[0] + 1
+    starts = np.concatenate([[0], brk])
+    ends = np.concatenate([brk, [dst.size]])
+    return [(int(dst[i]), int(src[i]), int(j - i)) for i, j in zip(starts, ends)]
+
+
+# Above this many contiguous pieces per level, copies use one fancy-indexing gather instead.
+_MAX_RUNS = 512
+
+
+def _sl(x, axis, i0, i1):
+    return x[i0:i1] if axis == 0 else x[:, i0:i1]
+
+
+class _Copy:
+    """``out[dst] = in[src]`` along an axis, by slices (few runs) or by one gather."""
+
+    def __init__(self, dst, src, xp, by_runs):
+        self.runs = _runs(dst, src) if by_runs else None
+        if not by_runs:
+            self.dst, self.src = xp.asarray(dst), xp.asarray(src)
+
+    def __call__(self, out, inp, axis):
+        if self.runs is not None:
+            for d0, s0, n in self.runs:
+                _sl(out, axis, d0, d0 + n)[...] = _sl(inp, axis, s0, s0 + n)
+        elif axis == 0:
+            out[self.dst] = inp[self.src]
+        else:
+            out[:, self.dst] = inp[:, self.src]
+
+
+_FUSED = {}
+
+
+def _axpby(x, p, a, b, xp) -> None:
+    """In place ``x = a x + b p`` (a, b broadcast against x). One fused kernel on GPU."""
+    if xp is np:
+        p *= b
+        x *= a
+        x += p
+        return
+    k = _FUSED.get("k")
+    if k is None:
+        # output parameters are references: reading x in the body is the in-place update
+        # pattern of Chainer's optimizers ('T grad, T lr', 'T param', 'param -= lr * grad')
+        k = _FUSED["k"] = xp.ElementwiseKernel("T a, T b, T p", "T x", "x = a * x + b * p",
+                                               "distla_rbt_axpby")
+    k(a, b, p, x)
+
+
 def mix(X: DistMatrix, axis: int, N: int, a: np.ndarray, b: np.ndarray) -> None:
     """In place: ``X[g] := a[g] X[g] + b[g] X[partner(g)]`` for every global row (axis 0) or
     column (axis 1) g of X, partner(g) = g +- N/2 within g's block of size N.
 
     ``a``, ``b``: host arrays indexed by global index (length X.m or X.n, a multiple of N).
-    Collective over the process column (axis 0) or the process row (axis 1) of every rank.
+    Collective over the process column (axis 0) or the process row (axis 1) of every rank:
+    one grouped exchange with the partner process rows (columns) per panel (one panel unless
+    the local matrix exceeds ``_PANEL_ELEMS``).
     """
     grid, xp = X.grid, X.xp
     comms = grid.comms(X.device)
@@ -69,58 +131,51 @@ def mix(X: DistMatrix, axis: int, N: int, a: np.ndarray, b: np.ndarray) -> None:
         return
     partner, _ = _partners(g, N)
     powner = layout.owner(partner, nb, src, P)
-    local = np.nonzero(powner == me)[0]
-    dst_loc = xp.asarray(local)
-    src_loc = xp.asarray(layout.global_to_local(partner[local], nb, P))
-    peers = []  # (q, send positions in q's local order, receive positions in my local order)
+    plocal = layout.global_to_local(partner, nb, P)
+    here = np.nonzero(powner == me)[0]
+    pieces = [(here, plocal[here])]
+    peers = []  # (q, positions to send in q's order, positions to receive in my order)
     for q in range(P):
-        if q == me:
-            continue
         sel = np.nonzero(powner == q)[0]  # ascending local == ascending global
-        if sel.size:
+        if q != me and sel.size:
             send = sel[np.argsort(partner[sel], kind="stable")]  # ordered as q stores them
-            peers.append((q, xp.asarray(send), xp.asarray(sel)))
+            peers.append((q, send, sel))
+    nruns = len(_runs(*pieces[0])) + sum(len(_runs(np.arange(s.size), s)) +
+                                          len(_runs(r, np.arange(r.size))) for _, s, r in peers)
+    by_runs = nruns <= _MAX_RUNS
+    local_copy = _Copy(here, plocal[here], xp, by_runs)
+    plan = [(q, s.size, _Copy(np.arange(s.size), s, xp, by_runs),
+             _Copy(r, np.arange(r.size), xp, by_runs)) for q, s, r in peers]
     dt = X.dtype
     av = xp.asarray(a[g].astype(dt))
     bv = xp.asarray(b[g].astype(dt))
+    av, bv = (av[:, None], bv[:, None]) if axis == 0 else (av[None, :], bv[None, :])
     L = X.local
     other = L.shape[1 - axis]
     # the panel width must be the same on every rank of the group: bound by the largest extent
     most = -(-n // (nb * P)) * nb
     width = max(1, min(other, _PANEL_ELEMS // max(1, most)))
-    for c0 in range(0, max(other, 1), width):
+    for c0 in range(0, other, width):
         c1 = min(other, c0 + width)
-        if c1 <= c0:
-            break
-        if axis == 0:
-            Xc = L[:, c0:c1]
-            sends = [(q, xp.ascontiguousarray(Xc[s])) for q, s, _ in peers]
-            recvs = [(q, xp.empty((r.size, c1 - c0), dtype=dt)) for q, _, r in peers]
-        else:
-            Xc = L[c0:c1, :]
-            sends = [(q, xp.asfortranarray(Xc[:, s])) for q, s, _ in peers]
-            recvs = [(q, xp.empty((c1 - c0, r.size), dtype=dt, order="F"))
-                     for q, _, r in peers]
-        if peers:
+        Xc = _sl(L, 1 - axis, c0, c1)
+
+        def shape(k):
+            return (k, c1 - c0) if axis == 0 else (c1 - c0, k)
+        sends, recvs = [], []
+        for q, k, pack, _ in plan:
+            buf = xp.empty(shape(k), dtype=dt, order="F")
+            pack(buf, Xc, axis)
+            sends.append((q, buf))
+            recvs.append((q, xp.empty(shape(k), dtype=dt, order="F")))
+        if plan:
             comm.exchange(sends, recvs)
-        if axis == 0:
-            Pm = xp.empty((L.shape[0], c1 - c0), dtype=dt, order="F")
-            if local.size:
-                Pm[dst_loc] = Xc[src_loc]
-            for (q, _, r), (_, buf) in zip(peers, recvs):
-                Pm[r] = buf
-            Pm *= bv[:, None]
-            Xc *= av[:, None]
-        else:
-            Pm = xp.empty((c1 - c0, L.shape[1]), dtype=dt, order="F")
-            if local.size:
-                Pm[:, dst_loc] = Xc[:, src_loc]
-            for (q, _, r), (_, buf) in zip(peers, recvs):
-                Pm[:, r] = buf
-            Pm *= bv[None, :]
-            Xc *= av[None, :]
-        Xc += Pm
-        del Pm, sends, recvs
+        Pm = xp.empty(Xc.shape, dtype=dt, order="F")
+        local_copy(Pm, Xc, axis)
+        for (q, k, _, unpack), (_, buf) in zip(plan, recvs):
+            unpack(Pm, buf, axis)
+        del sends, recvs
+        _axpby(Xc, Pm, av, bv, xp)
+        del Pm
 
 
 class Butterfly:
