@@ -153,7 +153,7 @@ def _same_everywhere(comm, value):
 # ---------------------------------------------------------------------------------------
 @pytest.mark.mpi
 @pytest.mark.parametrize("n,nb,depth", [(30, 4, 2), (37, 5, 3), (13, 16, 1), (64, 8, 2),
-                                        (3, 2, 2)])
+                                        (3, 2, 2), (95, 4, 2)])
 def test_transform_matches_dense(n, nb, depth):
     from distla.linalg import rbt_transform
     rng = np.random.default_rng(n)
@@ -192,22 +192,27 @@ def test_transform_matches_dense(n, nb, depth):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("mode", ["gather", "panels"])
+@pytest.mark.parametrize("mode", ["gather", "panels", "mix"])
 def test_transform_copy_paths(mode, monkeypatch):
     """The one-gather copy path (many runs) and the panel loop (huge local matrices)."""
     import distla.linalg._butterfly as bf
     from distla.linalg import rbt_transform
+    n, nb, depth = 27, 3, 2
     if mode == "gather":
         monkeypatch.setattr(bf, "_MAX_RUNS", 0)
-    else:
+    elif mode == "panels":
         monkeypatch.setattr(bf, "_PANEL_ELEMS", 37)  # panels of a few columns / rows
-    n, depth = 27, 2
+    else:  # an aligned layout (no communication), forced through the general mixing
+        n, nb, depth = 95, 2, 3
+        monkeypatch.setattr(bf, "_aligned", lambda X, d: False)
+    npad = padded_size(n, depth)
     a = np.random.default_rng(3).standard_normal((n, n))
-    ap = np.zeros((28, 28))
+    ap = np.zeros((npad, npad))
     ap[:n, :n] = a
-    ap[n, n] = np.abs(a).max()
+    ap[np.arange(n, npad), np.arange(n, npad)] = np.abs(a).max()
     for grid in _grids():
-        Ar, U, V = rbt_transform(_dist(grid, a, 3, (grid.nprow - 1, grid.npcol - 1)), depth, 8)
+        A = _dist(grid, a, nb, (grid.nprow - 1, grid.npcol - 1))
+        Ar, U, V = rbt_transform(A, depth, 8)
         np.testing.assert_allclose(Ar.to_global(None), U.matrix().T @ ap @ V.matrix(),
                                    rtol=0, atol=1e-12)
 
@@ -450,7 +455,7 @@ def test_gpu_solve_matches_cpu():
     from distla.device import gpu_available
     if not gpu_available():
         pytest.skip("no GPU")
-    from distla.linalg import rbt_solve
+    from distla.linalg import rbt_solve, rbt_transform
     n = 70
     a = make_matrix("random", n, 1)
     b = np.random.default_rng(2).standard_normal((n, 1))
@@ -461,9 +466,22 @@ def test_gpu_solve_matches_cpu():
             Xg, info = rbt_solve(Ag, Bg, seed=3, precision=prec, return_info=True)
             assert Xg.device == "gpu" and not info.fallback
             assert berr_np(a, Xg.to_global(None), b) <= max(20 * gepp_berr(a, b), 4 * n * EPS)
-        Ar, U, V = __import__("distla.linalg", fromlist=["rbt_transform"]).rbt_transform(
-            Ag, 2, seed=5)
-        np.testing.assert_allclose(Ar.to_global(None),
-                                   quarter_formula(np.pad(a, ((0, 2), (0, 2))) +
-                                                   np.diag([0.0] * n + [np.abs(a).max()] * 2),
-                                                   U.coef, V.coef, 2), atol=1e-12, rtol=0)
+        ap = np.pad(a, ((0, 2), (0, 2))) + np.diag([0.0] * n + [np.abs(a).max()] * 2)
+        for nb in (8, 9):  # both the aligned (fused quad kernel) and the general path
+            Ar, U, V = rbt_transform(_dist(grid, a, nb).to("gpu"), 2, seed=5)
+            assert Ar.device == "gpu"
+            np.testing.assert_allclose(Ar.to_global(None), quarter_formula(ap, U.coef, V.coef, 2),
+                                       atol=1e-12, rtol=0)
+
+
+@pytest.mark.mpi
+def test_empty_system():
+    from distla import DistMatrix
+    from distla.linalg import rbt_solve
+    for grid in _grids():
+        X, info = rbt_solve(DistMatrix.zeros(grid, (0, 0), 2), DistMatrix.zeros(grid, (0, 2), 2),
+                            return_info=True)
+        assert X.shape == (0, 2) and info.converged and not info.fallback
+        A = DistMatrix.random(grid, (5, 5), 2)
+        X = rbt_solve(A, DistMatrix.zeros(grid, (5, 0), 2))
+        assert X.shape == (5, 0)

@@ -35,7 +35,7 @@ import numpy as np
 from .. import layout
 from ..matrix import DistMatrix
 
-__all__ = ["Butterfly", "random_butterflies", "mix", "padded_size"]
+__all__ = ["Butterfly", "random_butterflies", "mix", "two_sided", "padded_size"]
 
 # Temporary-memory bound of one mixing step, in elements of the local matrix (1 GiB in float64).
 _PANEL_ELEMS = 1 << 27
@@ -253,6 +253,89 @@ class Butterfly:
             Wk[np.arange(n), p] = b
             W = Wk @ W
         return W
+
+
+def _aligned(X: DistMatrix, depth: int) -> bool:
+    """True when every level's partners are local on both axes: the smallest half-block
+    ``n_pad / 2^depth`` is a multiple of ``mb * nprow`` and of ``nb * npcol``. Then every
+    level block of rows (columns) is a contiguous local range on every process."""
+    if depth == 0:
+        return True
+    h = X.m >> depth
+    g = X.grid
+    return X.m == X.n and h % (X.mb * g.nprow) == 0 and h % (X.nb * g.npcol) == 0
+
+
+# CPU: elements per quarter-chunk of the local two-sided update (keeps the temporaries in cache)
+_CHUNK_ELEMS = 1 << 13
+
+
+def _quad(a00, a01, a10, a11, ut, ub, vl, vr, xp) -> None:
+    """In place, ALGORITHMS.md's elementary product on four quarters (rows top/bottom, columns
+    left/right): b1 = a00 + a01, b2 = a10 + a11, b3 = a00 - a01, b4 = a10 - a11;
+    a00 = ut vl (b1 + b2), a01 = ut vr (b3 + b4), a10 = ub vl (b1 - b2), a11 = ub vr (b3 - b4).
+    ut, ub: (h, 1) row factors; vl, vr: (1, w) column factors."""
+    if xp is not np:
+        k = _FUSED.get("quad")
+        if k is None:
+            k = _FUSED["quad"] = xp.ElementwiseKernel(
+                "T ut, T ub, T vl, T vr", "T a00, T a01, T a10, T a11",
+                "T b1 = a00 + a01; T b2 = a10 + a11; T b3 = a00 - a01; T b4 = a10 - a11; "
+                "a00 = ut * vl * (b1 + b2); a01 = ut * vr * (b3 + b4); "
+                "a10 = ub * vl * (b1 - b2); a11 = ub * vr * (b3 - b4);", "distla_rbt_quad")
+        k(ut, ub, vl, vr, a00, a01, a10, a11)
+        return
+    h, w = a00.shape
+    step = max(1, _CHUNK_ELEMS // max(1, h))
+    for j0 in range(0, w, step):
+        j1 = min(w, j0 + step)
+        q00, q01, q10, q11 = (q[:, j0:j1] for q in (a00, a01, a10, a11))
+        l, r = vl[:, j0:j1], vr[:, j0:j1]
+        b1, b3 = q00 + q01, q00 - q01
+        b2, b4 = q10 + q11, q10 - q11
+        np.add(b1, b2, out=q00)
+        np.subtract(b1, b2, out=q10)
+        np.add(b3, b4, out=q01)
+        np.subtract(b3, b4, out=q11)
+        q00 *= ut
+        q00 *= l
+        q01 *= ut
+        q01 *= r
+        q10 *= ub
+        q10 *= l
+        q11 *= ub
+        q11 *= r
+
+
+def two_sided(X: DistMatrix, U: "Butterfly", V: "Butterfly") -> None:
+    """In place ``X := U^T X V`` (X square n_pad x n_pad). Collective over the grid.
+
+    Aligned layouts (:func:`_aligned`: e.g. large n on a power-of-two grid) need no
+    communication: per level, every quadruple of quarter blocks is updated in place by the
+    elementary product (one fused kernel on GPU: one read and one write of the matrix per
+    level). Otherwise rows, then columns, are mixed level by level through :func:`mix`.
+    """
+    if not _aligned(X, U.depth):
+        U.rows_transpose(X)
+        V.cols(X)
+        return
+    xp, g, L = X.xp, X.grid, X.local
+    rows, cols = X.row_indices(), X.col_indices()
+    dt = X.dtype
+    for k in reversed(range(U.depth)):
+        N = X.m >> k
+        hr, hc = (N // 2) // g.nprow, (N // 2) // g.npcol  # local rows / columns per half
+        uk = xp.asarray(U.coef[k][rows].astype(dt)).reshape(-1, 1)
+        vk = xp.asarray(V.coef[k][cols].astype(dt)).reshape(1, -1)
+        for bi in range(1 << k):
+            r0 = 2 * hr * bi
+            ut, ub = uk[r0:r0 + hr], uk[r0 + hr:r0 + 2 * hr]
+            for bj in range(1 << k):
+                c0 = 2 * hc * bj
+                vl, vr = vk[:, c0:c0 + hc], vk[:, c0 + hc:c0 + 2 * hc]
+                _quad(L[r0:r0 + hr, c0:c0 + hc], L[r0:r0 + hr, c0 + hc:c0 + 2 * hc],
+                      L[r0 + hr:r0 + 2 * hr, c0:c0 + hc],
+                      L[r0 + hr:r0 + 2 * hr, c0 + hc:c0 + 2 * hc], ut, ub, vl, vr, xp)
 
 
 def random_butterflies(n: int, depth: int, seed: int, count: int = 2):

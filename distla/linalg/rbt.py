@@ -1,24 +1,27 @@
 """RBT solver: random butterfly transformation + no-pivot LU (GENP) + iterative refinement.
 
-Solve ``A X = B`` as ``A_r = U^T A V`` (U, V recursive random butterflies, depth d), GENP of
-``A_r``, ``X = V A_r^-1 U^T B``, then iterative refinement (Parker; Baboulin, Dongarra,
-Herrmann, Tomov; ALGORITHMS.md).
+Solve ``A X = B`` with ``A_r = U^T A V`` (U, V recursive random butterflies of depth d), GENP of
+``A_r`` and ``X = V A_r^-1 U^T B``, then iterative refinement (Parker; Baboulin, Dongarra,
+Herrmann, Tomov; ALGORITHMS.md). The butterflies make pivoting unnecessary with high
+probability.
 
-Refinement runs on the ORIGINAL system, with the transformed factorization as the solver:
-``r = B - A X``, ``X += V A_r^-1 U^T r``, until ``max|r| <= max|x| ||A||_inf eps sqrt(n)``
-(per column; the criterion of ALGORITHMS.md / dsgesv) and at least one correction was applied
+Refinement runs on the ORIGINAL system with the transformed factorization as the solver:
+``r = B - A X``, ``X += V A_r^-1 U^T r``, until ``max|r| <= max|x| ||A||_inf eps sqrt(n)`` for
+every column (the criterion of ALGORITHMS.md / dsgesv) and at least one correction was applied
 (Skeel: one step of working-precision refinement makes the solve componentwise backward
 stable). Refining on ``(A_r, U^T b)`` instead (MAGMA, SLATE) leaves the rounding of the final
 ``X = V Y`` uncorrected, which ruins the componentwise backward error of structured matrices
-(diagonal: 1e-13 instead of 1e-16); refining on A corrects it, needs no copy of ``A_r`` (GENP
-factors it in place; A is the caller's, untouched) and costs only two O(d n nrhs) butterfly
-applications per iteration besides the residual and the triangular solves. The butterflies make pivoting
-unnecessary with high probability; when refinement does not converge, or GENP meets an exactly
-zero pivot, the partial-pivoting solve runs instead (``fallback=True``, as SLATE's gesv_rbt) with
-a warning and a note in the diagnostics, or an exception is raised (``fallback=False``).
+(diagonal: 1e-13 instead of 1e-16). Refining on A corrects it, needs no copy of ``A_r`` (GENP
+factors it in place; A is the caller's and is not modified) and costs only two O(d n nrhs)
+butterfly applications per iteration besides the residual and the triangular solves.
+
+When refinement does not converge, or GENP meets an exactly zero pivot, the partial-pivoting
+solve runs instead (``fallback=True``, as SLATE's gesv_rbt) with a warning and a note in the
+diagnostics, or an exception is raised (``fallback=False``).
 
 ``precision="mixed"`` factors ``A_r`` in float32 and refines in float64 (LAPACK dsgesv style);
-when that does not converge it retries with a float64 GENP, then falls back as above.
+when that does not converge it retries with a float64 GENP (``A_r`` recomputed), then falls
+back as above.
 
 n not a multiple of 2^d: A is padded to ``[[A, 0], [0, max|A| I]]`` (the identity scaled to A,
 so that matrices scaled near underflow survive the mixing), B with zero rows.
@@ -36,7 +39,7 @@ import numpy as np
 
 from ..errors import ConvergenceError, SingularMatrixError, collective
 from ..matrix import DistMatrix
-from ._butterfly import Butterfly, pad_matrix, padded_size, random_butterflies
+from ._butterfly import Butterfly, pad_matrix, padded_size, random_butterflies, two_sided
 
 __all__ = ["rbt_solve", "rbt_transform", "RBTInfo", "RBTFallbackWarning", "Butterfly"]
 
@@ -49,18 +52,19 @@ class RBTFallbackWarning(RuntimeWarning):
 class RBTInfo:
     """Diagnostics of :func:`rbt_solve` (identical on every rank).
 
-    ``iterations``: refinement corrections applied on the path that produced X (0 when the
-    first GENP solution already met the criterion; -1 when X came from the fallback).
+    ``iterations``: refinement corrections applied on the path that produced X (>= 1 unless
+    ``refine=False`` / ``max_iter=0``; -1 when X came from the fallback).
     ``converged``: the refinement criterion ``max|r| <= max|x| ||A||_inf eps sqrt(n)`` held.
     ``fallback``: X came from the partial-pivoting solve; ``reason`` says why (also set when
     mixed precision had to retry in float64). ``factor_dtype``: dtype of the factorization
     that produced X. On the original system (``return_info=True`` only): ``backward_error``,
     LAPACK's componentwise ``max |B - A X| / (|A||X| + |B|)`` (:func:`distla.checks.
     backward_error`); ``residual``, ScaLAPACK's SRESID ``max_j ||A x_j - b_j||_inf /
-    (||A||_inf ||x_j||_inf eps n)``; ``normwise_backward_error`` = residual * eps * n. ``times``: seconds per phase ('transform' =
-    padding, U^T A V, U^T r and V d; 'factor'; 'refine' = solves and residuals; 'fallback';
-    'total'; 'backward_error', not in the total). ``history``: the scaled residual
-    ``max|r| / (max|x| ||A||_inf eps sqrt(n))`` at each check (<= 1 means converged).
+    (||A||_inf ||x_j||_inf eps n)``; ``normwise_backward_error`` = residual * eps * n.
+    ``times``: seconds per phase ('transform' = padding, U^T A V, U^T r and V d; 'factor';
+    'refine' = solves and residuals; 'fallback'; 'total'; 'backward_error', not in the total).
+    ``history``: the scaled residual ``max|r| / (max|x| ||A||_inf eps sqrt(n))`` at each
+    check (<= 1 means converged).
     """
 
     depth: int
@@ -130,8 +134,7 @@ def rbt_transform(A: DistMatrix, depth: int = 2, seed: int | None = None):
         amax = norm(A, "max")
         scale = amax if (amax > 0 and math.isfinite(amax)) else 1.0
     Ar = pad_matrix(A, U.n_pad, scale)
-    U.rows_transpose(Ar)
-    V.cols(Ar)
+    two_sided(Ar, U, V)
     return Ar, U, V
 
 
@@ -192,7 +195,8 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: 
     place), first solution ``x = V A_r^-1 U^T b``, then refinement on the ORIGINAL system in
     A's precision: ``r = b - A x``, stop when ``max|r| <= max|x| ||A||_inf eps sqrt(n)``, else
     ``x += V A_r^-1 U^T r`` (at least one and at most max_iter corrections; stops early when
-    the scaled residual fails to halve, as LAPACK's dgerfs). ``times['transform']`` gets the U^T r / V d time."""
+    the scaled residual fails to halve, as LAPACK's dgerfs). The U^T r / V d time is added
+    to ``times['transform']``."""
     from ..pblas import matmul
     from .lu import lu_factor, lu_solve
     wdt, fdt = A.dtype, Ar.dtype
@@ -289,8 +293,8 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     ``return_info=True`` (the backward errors on the original system are then computed too:
     three extra distributed products with X). ``refine=False`` applies no correction but
     still checks the first solution against the refinement criterion (so it never silently
-    returns an inaccurate answer). ``precision``: 'double' (GENP in A's precision) or 'mixed' (float32
-    GENP, float64 refinement; float64 GENP when that does not converge).
+    returns an inaccurate answer). ``precision``: 'double' (GENP in A's precision) or
+    'mixed' (float32 GENP, float64 refinement; float64 GENP when that does not converge).
 
     Failure (GENP zero pivot, refinement not converged): ``fallback=True`` solves with partial
     pivoting and warns (:class:`RBTFallbackWarning`); ``fallback=False`` raises
@@ -313,6 +317,13 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     info = RBTInfo(depth=depth, seed=seed, n_pad=padded_size(A.n, depth), precision=precision)
     times = info.times
 
+    if A.n == 0 or B.n == 0:  # nothing to solve
+        X = B0.copy()
+        info.converged = True
+        times["total"] = _sync(A) - t_start
+        if return_info:
+            info.backward_error = info.normwise_backward_error = info.residual = 0.0
+        return (X, info) if return_info else X
     anorm = norm(A, "inf")
     single = {np.dtype(np.float64): np.dtype(np.float32),
               np.dtype(np.complex128): np.dtype(np.complex64)}.get(A.dtype)
