@@ -114,9 +114,9 @@ def run(args) -> list[dict]:
                 del W
             rows.append(rec)
         if getattr(args, "reference", True):
+            threads = args.ref_threads or _ranks_on_node(comm)  # collective: not in the lambda
             ref = common.reference_rank0(
-                lambda: _reference(n, args.seed, dtype, device, args.reps,
-                                   args.ref_threads or _ranks_on_node(comm)), comm)
+                lambda: _reference(n, args.seed, dtype, device, args.reps, threads), comm)
             if ref is not None:
                 impl, t, threads = ref
                 r = common.record(NAME, impl, n=n, seconds=t, nflops=nfl, device=device,

@@ -33,6 +33,11 @@ def _gepp_select(stack, kb, backend):
     return order[:min(c, kb)], w, info
 
 
+def _info(backend, info) -> int:
+    """LAPACK info as a host int (GPU infos are device scalars until read)."""
+    return int(info) if isinstance(info, (int, np.integer)) else int(backend.info_value(info))
+
+
 def _take(xp, vals, sel):
     return vals[xp.asarray(sel)]
 
@@ -118,7 +123,7 @@ def tournament(panel, grows, kb: int, *, comm, host_comm, root: int, tree: str, 
             s *= 2
         out = np.empty(kb + 1, dtype=np.int64)
         if me == root:
-            out[0] = int(backend.info_value(info))
+            out[0] = _info(backend, info)
             out[1:] = idx
             f11 = xp.asfortranarray(f11)
         else:
@@ -128,5 +133,4 @@ def tournament(panel, grows, kb: int, *, comm, host_comm, root: int, tree: str, 
         winners, info = out[1:], int(out[0])
     if f11 is None:  # pragma: no cover - P == 1 always has kb local rows
         raise RuntimeError("tournament: fewer active rows than the panel width")
-    return np.asarray(winners, dtype=np.int64), xp.asfortranarray(f11), \
-        int(backend.info_value(info)) if not isinstance(info, int) else info
+    return np.asarray(winners, dtype=np.int64), xp.asfortranarray(f11), _info(backend, info)

@@ -66,16 +66,18 @@ class LUProfile:
         self.times: dict[str, float] = {}
         self.counts: dict[str, int] = {}
 
+    def _sync(self):
+        if self.backend is not None and self.backend.is_gpu:  # all streams (side included)
+            self.backend.xp.cuda.runtime.deviceSynchronize()
+
     @contextlib.contextmanager
     def section(self, name: str):
-        if self.backend is not None:
-            self.backend.synchronize()
+        self._sync()
         t = time.perf_counter()
         try:
             yield
         finally:
-            if self.backend is not None:
-                self.backend.synchronize()
+            self._sync()
             self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t
             self.counts[name] = self.counts.get(name, 0) + 1
 
@@ -92,6 +94,7 @@ class _NoProfile:
 
 
 _NOPROF = _NoProfile()
+_POLL_CHUNK = int(__import__("os").environ.get("DISTLA_LU_POLL_CHUNK", "512"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,6 +224,11 @@ class _Panel:
             r.wait()
         self._reqs = []
 
+    def poll(self):
+        """Let MPI progress the broadcasts (host requests only; cheap, non-blocking)."""
+        for r in self._reqs:
+            r.poll()
+
 
 class _LU:
     """The blocked right-looking loop (one object per factorization, every rank)."""
@@ -239,6 +247,7 @@ class _LU:
         self.rows = A.row_indices()  # my global rows, local order (host)
         self._rows_dev = {}
         self.zero_checks = []  # (j0, 'info' | 'diag', value) for panels this rank factored
+        self.side = _SideStream(self.be)
 
     # ---- helpers --------------------------------------------------------------------------
     def width(self, k):
@@ -355,6 +364,7 @@ class _LU:
         panel = self.next_panel(0)
         for k in range(self.nsteps):
             panel = self.step(panel)
+        self.side.join()
         return self.piv
 
     def step(self, pan: _Panel):
@@ -366,6 +376,7 @@ class _LU:
         nloc = loc.shape[1]
         with prof.section("bcast"):
             pan.wait()
+        self.side.join()  # GPU: the previous step's trailing update (side stream) is done
         pr, pc = A.row_owner(j0), A.col_owner(j0)
         if pan.piv is not None:
             self.piv[j0:j0 + kb] = pan.piv
@@ -396,9 +407,14 @@ class _LU:
                 w = A.local_col_start(min(self.n, j0 + kb + self.nb)) - lc1
                 with prof.section("update"):
                     be.gemm("N", "N", -1.0, l21, u[:, :w], 1.0, a22[:, :w])
-                nxt = self.next_panel(k + 1)
-                with prof.section("update"):
-                    be.gemm("N", "N", -1.0, l21, u[:, w:], 1.0, a22[:, w:])
+                if self.side.gpu:  # rest of the update on the side stream, panel on main
+                    with prof.section("update"), self.side.run(keep=(pan.lbuf, u)):
+                        be.gemm("N", "N", -1.0, l21, u[:, w:], 1.0, a22[:, w:])
+                    nxt = self.next_panel(k + 1)
+                else:  # CPU: panel first, then the update (polling MPI for its broadcast)
+                    nxt = self.next_panel(k + 1)
+                    with prof.section("update"):
+                        self.update(l21, u[:, w:], a22[:, w:], nxt)
             else:
                 with prof.section("update"):
                     be.gemm("N", "N", -1.0, l21, u, 1.0, a22)
@@ -407,6 +423,20 @@ class _LU:
             with prof.section("update"):
                 be.gemm("N", "N", -1.0, l21, u, 1.0, a22)
         return nxt
+
+    def update(self, l21, u, a22, pending=None):
+        """``a22 -= l21 u`` (one GEMM). On CPU ranks with a broadcast in flight, the GEMM is cut
+        into a few column chunks and MPI is polled between them, so the next panel's
+        broadcast progresses while the update runs (MPI has no progress thread)."""
+        be = self.be
+        nc = a22.shape[1]
+        if pending is None or be.is_gpu or self.g.npcol == 1 or nc < 2 * _POLL_CHUNK:
+            be.gemm("N", "N", -1.0, l21, u, 1.0, a22)
+            return
+        for c in range(0, nc, _POLL_CHUNK):
+            be.gemm("N", "N", -1.0, l21, u[:, c:c + _POLL_CHUNK], 1.0,
+                    a22[:, c:c + _POLL_CHUNK])
+            pending.poll()
 
     def agree_singular(self):
         """Collective: raise SingularMatrixError(first zero pivot column) on every rank."""
@@ -425,6 +455,39 @@ class _LU:
         agree(self.g.comm, SingularMatrixError(first) if first < self.kmax else None)
 
 
+class _SideStream:
+    """GPU only: a second CUDA stream for the trailing GEMM, so the next panel (on the caller's
+    stream) overlaps it. ``run(keep)`` enqueues the block on the side stream after the work
+    already queued on the main stream, keeping ``keep`` (the buffers the GEMM reads) alive;
+    ``join()`` makes the main stream wait for it and releases them. On CPU both are no-ops.
+    GPU-specific (the memory pool may hand freed buffers to the main stream only after the
+    join, which orders them after the side stream's use)."""
+
+    def __init__(self, backend):
+        self.gpu = backend.is_gpu
+        self._ev, self._keep = None, None
+        if self.gpu:  # pragma: no cover - needs a GPU
+            self._cp = backend.xp
+            self._stream = self._cp.cuda.Stream(non_blocking=True)
+
+    @contextlib.contextmanager
+    def run(self, keep=()):
+        if not self.gpu:
+            yield
+            return
+        cp = self._cp  # pragma: no cover - needs a GPU
+        main = cp.cuda.get_current_stream()
+        self._stream.wait_event(main.record())
+        with self._stream:
+            yield
+        self._ev, self._keep = self._stream.record(), keep
+
+    def join(self):
+        if self._ev is not None:  # pragma: no cover - needs a GPU
+            self._cp.cuda.get_current_stream().wait_event(self._ev)
+            self._ev, self._keep = None, None
+
+
 class _Wait:
     """Uniform ``wait()`` over distla Requests and mpi4py Requests."""
 
@@ -435,6 +498,11 @@ class _Wait:
         if self.r is not None:
             r, self.r = self.r, None
             (getattr(r, "Wait", None) or r.wait)()
+
+    def poll(self):
+        if self.r is not None and hasattr(self.r, "Test"):
+            if self.r.Test():
+                self.r = None
 
 
 # --------------------------------------------------------------------------------------------
