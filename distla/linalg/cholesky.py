@@ -263,6 +263,12 @@ class _Streams:
             except Exception:  # noqa: BLE001 - older CuPy without priorities
                 self._side = cp.cuda.Stream(non_blocking=True)
 
+    def fork(self):
+        """Make the side stream wait for everything queued on the main stream so far (the
+        caller's writes to A, our buffers and index arrays)."""
+        if self.gpu:
+            self._side.wait_event(self._main.record())
+
     def side(self):
         return self._side if self.gpu else contextlib.nullcontext()
 
@@ -340,7 +346,7 @@ class _Factorization:
         nbuf = 1 if self.d == 0 else (2 if not be.is_gpu else self.d + 2)
         self.nbuf = nbuf
         full = max((self.P * p["cmax"] for p in self.plan), default=0)
-        ncol = max((p["ncol"] for p in self.plan), default=0)
+        ncol = max((p["ncol"] for p in self.plan if p["sel"] is None), default=0)
         self.full_bufs = [be.empty(full * nb, dt) for _ in range(nbuf)]
         self.x_bufs = [be.empty(ncol * nb, dt) for _ in range(nbuf)]
         cmax = max((p["cmax"] for p in self.plan), default=0)
@@ -459,6 +465,7 @@ class _Factorization:
         gpu = self.be.is_gpu
         if nt == 0:
             return self.n
+        S.fork()
         if d == 0:
             for k in range(nt):
                 self.start_panel(k)
