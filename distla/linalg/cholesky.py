@@ -311,34 +311,30 @@ class _Factorization:
     # ---- host index math, once ------------------------------------------------------
     def _plan(self):
         """Per panel k: padded segment length cmax, my segment's local row start r0 and
-        count, my first local column c0 below the panel, and the rows of the full panel
-        buffer that match my local columns (a slice when they are contiguous)."""
-        A, P, nb, n = self.A, self.P, self.nb, self.n
-        mrow = [layout.numroc(n, nb, p, A.rsrc, P) for p in range(P)]
+        count, my first local column c0 below the panel. The rows of the full panel buffer
+        that match my local columns are ``base[k, owner] + local row index`` (``base[k, p] =
+        p * cmax_k - (p's first local row below panel k)``): kept as three small device
+        arrays, not one index array per step. On a 1x1 grid they are simply rows 0..ncol."""
+        A, P, nb, n, xp = self.A, self.P, self.nb, self.n, self.xp
+        mrow = np.array([layout.numroc(n, nb, p, A.rsrc, P) for p in range(P)])
         cols = A.col_indices()
-        own = layout.owner(cols, nb, A.rsrc, P)
-        loc = layout.global_to_local(cols, nb, P)
+        me = self.g.myrow
         self.plan = []
-        idx_all, cuts = [], [0]
+        base = np.zeros((max(self.nt, 1), P), dtype=np.int64)
         for k in range(self.nt):
             b = min((k + 1) * nb, n)
             ls = np.array([layout.local_start(b, nb, p, A.rsrc, P) for p in range(P)])
-            cnt = np.array(mrow) - ls
+            cnt = mrow - ls
             cmax = int(cnt.max())
-            me = self.g.myrow
+            base[k] = np.arange(P) * cmax - ls
             c0 = A.local_col_start(b)
-            pos = own[c0:] * cmax + loc[c0:] - ls[own[c0:]]
-            if pos.size == 0 or np.array_equal(pos, np.arange(pos[0], pos[0] + pos.size)):
-                sel = slice(int(pos[0]) if pos.size else 0,
-                            int(pos[0]) + pos.size if pos.size else 0)
-            else:
-                sel = None
-                idx_all.append(pos)
-            cuts.append(cuts[-1] + (0 if sel is not None else pos.size))
+            ncol = int(cols.size - c0)
+            sel = slice(0, ncol) if P == 1 and self.Q == 1 else None
             self.plan.append(dict(b=b, cmax=cmax, r0=int(ls[me]), cnt=int(cnt[me]), c0=c0,
-                                  ncol=int(cols.size - c0), sel=sel, icut=(cuts[-2], cuts[-1])))
-        allidx = np.concatenate(idx_all) if idx_all else np.zeros(0, np.int64)
-        self.idx = self.xp.asarray(allidx)  # one host->device transfer for all steps
+                                  ncol=ncol, sel=sel))
+        self.base = xp.asarray(base)
+        self.col_owner_row = xp.asarray(layout.owner(cols, nb, A.rsrc, P))
+        self.col_local_row = xp.asarray(layout.global_to_local(cols, nb, P))
 
     def _alloc(self):
         A, be, nb = self.A, self.be, self.nb
@@ -414,11 +410,12 @@ class _Factorization:
                 X = full[p["sel"]]
             else:
                 X = self.x_bufs[k % self.nbuf][:p["ncol"] * kb].reshape(p["ncol"], kb)
-                i0, i1 = p["icut"]
+                c0 = p["c0"]
+                idx = self.base[k][self.col_owner_row[c0:]] + self.col_local_row[c0:]
                 if self.be.is_gpu:
-                    self.xp.take(full, self.idx[i0:i1], axis=0, out=X)
+                    self.xp.take(full, idx, axis=0, out=X)
                 else:
-                    np.take(full, self.idx[i0:i1], axis=0, out=X, mode="clip")
+                    np.take(full, idx, axis=0, out=X, mode="clip")
         self.panels[k] = (seg, X)
 
     def update(self, k, js):
