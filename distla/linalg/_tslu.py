@@ -8,9 +8,10 @@ also gives the factored diagonal block ``L11 \\ U11`` of the selected rows in pi
 
 Why it works: GEPP's ``P R = L U`` with unit ``L`` means the rows it selects span the same row
 space as all its input rows, so every tree node keeps the panel's row space, and the final
-``b`` rows are nonsingular whenever the panel has full column rank (exact arithmetic). Growth
-is bounded by a larger constant than GEPP's (2^(b(h+1)) for a tree of height h, vs 2^(b-1)),
-but it behaves like GEPP in practice.
+``b`` rows are nonsingular whenever the panel has full column rank (exact arithmetic), and the
+first exactly zero pivot of the final GEPP is the panel's first dependent column. CALU's
+worst-case growth bound is larger than GEPP's (Grigori, Demmel and Xiang: 2^(n(H+1)-1) for a
+tree of height H, vs 2^(n-1)), but it behaves like GEPP in practice.
 """
 from __future__ import annotations
 

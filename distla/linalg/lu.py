@@ -10,9 +10,12 @@ three pivoting modes; only the panel differs:
   collective per panel instead of one per column.
 * ``"tournament"`` (CALU): TSLU (:mod:`distla.linalg._tslu`) picks the ``nb`` pivot rows by a
   binary or flat tree of GEPPs on candidate rows; they are swapped to the top and the panel is
-  factored without pivoting (``L21 = A21 U11^-1``). Fewer and smaller messages than GEPP; the
-  growth-factor bound is larger than GEPP's (``2^(nb(h+1))`` for tree height h vs
-  ``2^(n-1)``), but CALU is as stable as GEPP in practice. Check :meth:`LUFactor.growth_factor`.
+  factored without pivoting (``L21 = A21 U11^-1``). Fewer and smaller messages than GEPP.
+  Stability trade-off: the worst-case growth-factor bound is larger than GEPP's ``2^(n-1)``
+  (Grigori, Demmel and Xiang: ``2^(n(H+1)-1)`` for a reduction tree of height H; the flat
+  tree has H = 1), but CALU is as stable as GEPP in practice; check
+  :meth:`LUFactor.growth_factor`. With one process row the tree has a single leaf and the
+  panel is exactly GEPP's.
 * ``"none"`` (GENP): the diagonal block is factored without pivoting and broadcast down the
   process column; no swaps. Only safe for matrices that need no pivoting (diagonally dominant,
   or randomized by RBT, :mod:`distla.linalg.rbt`).
@@ -278,7 +281,9 @@ class _LU:
         lc0, lr0 = A.local_col_start(j0), A.local_row_start(j0)
         pk = A.row_owner(j0)
         view = A.local[lr0:, lc0:lc0 + kb]
-        if self.pivoting == "partial":
+        # One process row: TSLU's tree has a single leaf, whose GEPP IS the panel factorization
+        # (same pivots), so tournament pivoting takes the partial-pivoting path.
+        if self.pivoting == "partial" or (self.pivoting == "tournament" and g.nprow == 1):
             if g.nprow == 1:  # all active rows are mine, in order: factor in place
                 piv, info = be.getrf(view)
             else:
