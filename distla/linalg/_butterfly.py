@@ -30,6 +30,8 @@ memory to one panel (one exchange per panel).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import layout
@@ -111,6 +113,35 @@ def _axpby(x, p, a, b, xp) -> None:
     k(a, b, p, x)
 
 
+@functools.lru_cache(maxsize=64)
+def _plan(n, nb, src, P, me, N, device, max_runs):
+    """The moves of one mixing level on process ``me`` of P (cached: refinement applies the
+    same butterflies to every residual): ``(my global indices, local copy, [(peer, count,
+    pack, unpack)])``."""
+    from ..device import get_backend
+    xp = get_backend(device).xp
+    g = layout.local_indices(n, nb, me, src, P)
+    if g.size == 0:
+        return g, None, []
+    partner, _ = _partners(g, N)
+    powner = layout.owner(partner, nb, src, P)
+    plocal = layout.global_to_local(partner, nb, P)
+    here = np.nonzero(powner == me)[0]
+    peers = []  # (q, positions to send in q's order, positions to receive in my order)
+    for q in range(P):
+        sel = np.nonzero(powner == q)[0]  # ascending local == ascending global
+        if q != me and sel.size:
+            send = sel[np.argsort(partner[sel], kind="stable")]  # ordered as q stores them
+            peers.append((q, send, sel))
+    nruns = len(_runs(here, plocal[here])) + sum(
+        len(_runs(np.arange(s.size), s)) + len(_runs(r, np.arange(r.size))) for _, s, r in peers)
+    by_runs = nruns <= max_runs
+    local_copy = _Copy(here, plocal[here], xp, by_runs)
+    plan = [(q, s.size, _Copy(np.arange(s.size), s, xp, by_runs),
+             _Copy(r, np.arange(r.size), xp, by_runs)) for q, s, r in peers]
+    return g, local_copy, plan
+
+
 def mix(X: DistMatrix, axis: int, N: int, a: np.ndarray, b: np.ndarray) -> None:
     """In place: ``X[g] := a[g] X[g] + b[g] X[partner(g)]`` for every global row (axis 0) or
     column (axis 1) g of X, partner(g) = g +- N/2 within g's block of size N.
@@ -126,26 +157,9 @@ def mix(X: DistMatrix, axis: int, N: int, a: np.ndarray, b: np.ndarray) -> None:
         n, nb, src, P, me, comm = X.m, X.mb, X.rsrc, grid.nprow, grid.myrow, comms.col
     else:
         n, nb, src, P, me, comm = X.n, X.nb, X.csrc, grid.npcol, grid.mycol, comms.row
-    g = layout.local_indices(n, nb, me, src, P)
+    g, local_copy, plan = _plan(n, nb, src, P, me, N, X.device, _MAX_RUNS)
     if g.size == 0:
         return
-    partner, _ = _partners(g, N)
-    powner = layout.owner(partner, nb, src, P)
-    plocal = layout.global_to_local(partner, nb, P)
-    here = np.nonzero(powner == me)[0]
-    pieces = [(here, plocal[here])]
-    peers = []  # (q, positions to send in q's order, positions to receive in my order)
-    for q in range(P):
-        sel = np.nonzero(powner == q)[0]  # ascending local == ascending global
-        if q != me and sel.size:
-            send = sel[np.argsort(partner[sel], kind="stable")]  # ordered as q stores them
-            peers.append((q, send, sel))
-    nruns = len(_runs(*pieces[0])) + sum(len(_runs(np.arange(s.size), s)) +
-                                          len(_runs(r, np.arange(r.size))) for _, s, r in peers)
-    by_runs = nruns <= _MAX_RUNS
-    local_copy = _Copy(here, plocal[here], xp, by_runs)
-    plan = [(q, s.size, _Copy(np.arange(s.size), s, xp, by_runs),
-             _Copy(r, np.arange(r.size), xp, by_runs)) for q, s, r in peers]
     dt = X.dtype
     av = xp.asarray(a[g].astype(dt))
     bv = xp.asarray(b[g].astype(dt))
