@@ -385,7 +385,7 @@ class _Factorization:
                 be.trsm("R", "L", "T", "N", 1.0, Lkk, Pv)
                 dst = seg if P == 1 else self.send_buf[:cmax * kb].reshape(cmax, kb)
                 dst[:p["cnt"]] = Pv
-            if P > 1:
+            if P > 1 and full.size:     # cmax is the same on every rank: collective-safe
                 with self._sec("bcast"):
                     self.comms.col.allgather(dst, full)
         req = None
