@@ -55,7 +55,7 @@ def run(args) -> list[dict]:
     rows = []
     for n in common.parse_sizes(args.n):
         nb = args.nb or common.default_nb(n, device, grid)
-        A = common.spd_matrix(grid, n, nb, seed=args.seed, dtype=dtype, device=device)
+        A = _spd(grid, n, nb, args.seed, dtype, device)
         nfl = common.flops("cholesky", n)
         best, L = math.inf, None
         for _ in range(max(1, args.reps)):
@@ -80,7 +80,7 @@ def run(args) -> list[dict]:
                                   device=device)
             X = cho_solve((L, True), B)
             rec["sresid"] = solve_residual(A, X, B)
-        del L
+        del L, W
         if args.profile:
             prof = CholeskyProfile()
             W = A.copy()
@@ -97,6 +97,9 @@ def run(args) -> list[dict]:
             del W
         rows.append(rec)
         if getattr(args, "reference", True):
+            if device == "gpu":
+                import cupy
+                cupy.get_default_memory_pool().free_all_blocks()
             threads = args.ref_threads or _ranks_on_node(comm)   # collective
             ref = common.reference_rank0(
                 lambda: _reference(n, args.seed, dtype, device, args.reps, threads), comm)
@@ -115,13 +118,36 @@ def run(args) -> list[dict]:
 # ---------------------------------------------------------------------------------------
 # the single-device reference (rank 0 only)
 # ---------------------------------------------------------------------------------------
-def _global_spd(n, seed, xp):
-    """The benchmark matrix, formed globally (for the reference only)."""
+_CHUNK = 2048   # columns generated at a time (bounds the hashing temporaries)
+
+
+def _fill_spd(out, rows, cols, n, seed, xp):
+    """out[:, :] = the entries (rows x cols, global indices) of the benchmark matrix of
+    :func:`distla.bench.common.spd_matrix`: u(min(i,j), max(i,j)) - 0.5 off the diagonal,
+    n on it. Filled in column chunks. Not collective."""
     from ..random import hashed_uniform
-    I = xp.arange(n, dtype=xp.int64).reshape(-1, 1)
-    J = I.reshape(1, -1)
-    a = hashed_uniform(seed, xp.minimum(I, J), xp.maximum(I, J)) - 0.5
-    return xp.where(I == J, float(n), a)
+    I = xp.asarray(rows).reshape(-1, 1)
+    for c0 in range(0, len(cols), _CHUNK):
+        J = xp.asarray(cols[c0:c0 + _CHUNK]).reshape(1, -1)
+        a = hashed_uniform(seed, xp.minimum(I, J), xp.maximum(I, J)) - 0.5
+        out[:, c0:c0 + J.shape[1]] = xp.where(I == J, float(n), a)
+
+
+def _spd(grid, n, nb, seed, dtype, device):
+    """Collective: the benchmark matrix (the same as ``common.spd_matrix``), generated block
+    column chunk by chunk from global indices."""
+    from ..matrix import DistMatrix
+    A = DistMatrix.zeros(grid, (n, n), (nb, nb), dtype=dtype, device=device)
+    _fill_spd(A.local, A.row_indices(), A.col_indices(), n, seed, A.xp)
+    return A
+
+
+def _global_spd(n, seed, xp, dtype=np.float64):
+    """The benchmark matrix, formed globally (for the reference only)."""
+    out = xp.empty((n, n), dtype=dtype, order="F")
+    idx = np.arange(n, dtype=np.int64)
+    _fill_spd(out, idx, idx, n, seed, xp)
+    return out
 
 
 def _reference(n, seed, dtype, device, reps, threads):
@@ -133,7 +159,7 @@ def _reference(n, seed, dtype, device, reps, threads):
         free, _ = cupy.cuda.runtime.memGetInfo()
         if need > 0.9 * free:
             return None
-        A = _global_spd(n, seed, cupy).astype(dtype)
+        A = _global_spd(n, seed, cupy, dtype)
         best = math.inf
         for _ in range(max(1, reps)):
             cupy.cuda.runtime.deviceSynchronize()
@@ -150,7 +176,7 @@ def _reference(n, seed, dtype, device, reps, threads):
         avail = math.inf
     if need > 0.8 * avail:
         return None
-    A = _global_spd(n, seed, np).astype(dtype)
+    A = _global_spd(n, seed, np, dtype)
     best = math.inf
     with _blas_threads(threads) as got:
         for _ in range(max(1, reps)):
