@@ -226,6 +226,8 @@ class _Panel:
         for r in self._reqs:
             r.wait()
         self._reqs = []
+        if self.piv is not None and not isinstance(self.piv, np.ndarray):
+            self.piv = self.piv.get()  # GPU pivots: one small device->host read
 
     def poll(self):
         """Let MPI progress the broadcasts (host requests only; cheap, non-blocking)."""
@@ -346,7 +348,14 @@ class _LU:
             lbuf[...] = A.local[lr0:, lc0:lc0 + kb]
         reqs = [self.comms.row.ibcast(lbuf, pc)]
         pbuf = None
-        if self.pivoting != "none":
+        if self.pivoting != "none" and be.is_gpu:
+            # GPU ranks: the pivots travel with the panel through NCCL. A host MPI Ibcast
+            # here deadlocks: its root may block on a stream sync (waiting for NCCL work of
+            # a receiver) before MPI progresses the Ibcast the receiver is waiting for.
+            pbuf = self.xp.asarray(piv) if g.mycol == pc else \
+                self.xp.empty(kb, dtype=np.int64)
+            reqs.append(self.comms.row.ibcast(pbuf, pc))
+        elif self.pivoting != "none":
             pbuf = np.empty(kb, dtype=np.int64)
             if g.mycol == pc:
                 pbuf[:] = piv
