@@ -252,6 +252,24 @@ def test_padding_keeps_tiny_matrices():
         assert np.abs(ar - ref).max() <= 1e-13 * np.abs(ref).max()
 
 
+@pytest.mark.mpi
+def test_residual_gemv_matches_dense():
+    from distla.linalg.rbt import _replicate, _residual
+    rng = np.random.default_rng(4)
+    n, k = 23, 3
+    a, x = rng.standard_normal((n, n)), rng.standard_normal((n, k))
+    b = rng.standard_normal((n, k))
+    for grid in _grids():
+        P, Q = grid.shape
+        A = _dist(grid, a, 3, (P - 1, Q - 1))
+        X = _dist(grid, x, (4, 2), (0, Q - 1))  # any layout
+        B = _dist(grid, b, (3, 1), (P - 1, 0))  # rows blocked like A's
+        np.testing.assert_array_equal(A.backend.to_host(_replicate(X)), x)
+        R = _residual(A, X, B)
+        assert R.same_layout(B)
+        np.testing.assert_allclose(R.to_global(None), b - a @ x, rtol=0, atol=1e-13)
+
+
 # ---------------------------------------------------------------------------------------
 # MPI: solve accuracy
 # ---------------------------------------------------------------------------------------
