@@ -6,8 +6,9 @@ reference measured in the same run (SciPy/LAPACK ``cholesky`` on CPU, cuSOLVER t
     python -m distla.bench.cholesky ...           (standalone, same options)
 
 The matrix is the SPD :func:`distla.bench.common.spd_matrix`, generated block by block (never
-globally for distla). Timing: best of ``--reps`` factorizations (``overwrite_a`` on a fresh copy
-made outside the timed region), device synchronized and ranks barriered around each; the time
+globally for distla). Timing: ``--warmup`` untimed runs, then best of ``--reps`` factorizations
+(``overwrite_a`` on a fresh copy made outside the timed region), device synchronized and ranks
+barriered around each; the time
 is the maximum over ranks. Rate: n^3/3 + n^2/2 flops. ``--profile`` adds the time per phase
 (panel, broadcasts, update; maximum over ranks) of one extra, separately run factorization.
 """
@@ -30,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options (the framework calls this once). Not collective."""
     common.add_problem_arguments(parser, n=(4096,), reps=3)
     parser.add_argument("--lookahead", type=int, default=1, help="lookahead depth (default 1)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="untimed factorizations first (library handles, memory pools)")
     parser.add_argument("--order", choices=("row", "col"), default="row",
                         help="rank order of the process grid")
     parser.add_argument("--profile", action="store_true",
@@ -58,6 +61,8 @@ def run(args) -> list[dict]:
         A = _spd(grid, n, nb, args.seed, dtype, device)
         nfl = common.flops("cholesky", n)
         best, L = math.inf, None
+        for _ in range(max(0, getattr(args, "warmup", 1))):
+            cholesky(A.copy(), overwrite_a=True, lookahead=args.lookahead)
         for _ in range(max(1, args.reps)):
             W = A.copy()
             common.sync(device)
@@ -161,6 +166,7 @@ def _reference(n, seed, dtype, device, reps, threads):
             return None
         A = _global_spd(n, seed, cupy, dtype)
         best = math.inf
+        cupy.linalg.cholesky(A)   # warm-up (handles, workspace)
         for _ in range(max(1, reps)):
             cupy.cuda.runtime.deviceSynchronize()
             t0 = time.perf_counter()
