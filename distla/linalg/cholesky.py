@@ -408,6 +408,8 @@ class _Factorization:
             kb = full.shape[1]
             if p["sel"] is not None:
                 X = full[p["sel"]]
+            elif p["ncol"] == 0:
+                X = full[:0]
             else:
                 X = self.x_bufs[k % self.nbuf][:p["ncol"] * kb].reshape(p["ncol"], kb)
                 c0 = p["c0"]
