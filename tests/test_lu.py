@@ -525,11 +525,12 @@ def test_gpu_matches_cpu():
     a = _random(n, key=100)
     b = _rng(101).standard_normal((n, 2))
     _, piv_ref = sl.lu_factor(a)
-    for g, src in _grids():
+    for i, (g, src) in enumerate(_grids()):
         A = _dist(g, a, nb, src).to("gpu")
         B = _dist(g, b, nb, src).to("gpu")
         for pivoting in ("partial", "tournament"):
-            F = lu_factor(A, pivoting=pivoting)
+            F = lu_factor(A, pivoting=pivoting, tree=("binary", "flat")[i % 2],
+                          lookahead=(i // 2) % 2)
             if pivoting == "partial":
                 assert np.array_equal(F.piv, piv_ref)
             _check_factor(A, F)
