@@ -503,3 +503,17 @@ def test_empty_system():
         A = DistMatrix.random(grid, (5, 5), 2)
         X = rbt_solve(A, DistMatrix.zeros(grid, (5, 0), 2))
         assert X.shape == (5, 0)
+
+
+@pytest.mark.mpi
+def test_nan_input_is_never_reported_converged():
+    from distla import ConvergenceError, SingularMatrixError
+    from distla.linalg import rbt_solve
+    n = 12
+    a = np.random.default_rng(1).standard_normal((n, n))
+    a[7, 3] = np.nan
+    for grid in _grids():
+        A, B = _dist(grid, a, 3), _dist(grid, np.ones((n, 1)), 3)
+        with pytest.raises((ConvergenceError, SingularMatrixError)) as ei:
+            rbt_solve(A, B, fallback=False)
+        _same_everywhere(grid.comm, str(ei.value))

@@ -130,7 +130,8 @@ def rbt_transform(A: DistMatrix, depth: int = 2, seed: int | None = None):
         if A.m != A.n:
             raise ValueError(f"rbt_transform needs a square matrix, got {A.shape}")
         _check_depth(depth, A.n)
-        seed = _resolve_seed(seed, A.grid.comm) if seed is not None else None
+        if seed is not None:
+            _resolve_seed(seed, None)  # validates
     seed = _resolve_seed(seed, A.grid.comm)
     U, V = random_butterflies(A.n, int(depth), seed)
     U.seed = V.seed = seed
@@ -147,15 +148,14 @@ def rbt_transform(A: DistMatrix, depth: int = 2, seed: int | None = None):
 # helpers on column maxima
 # ---------------------------------------------------------------------------------------
 def _colmax(X: DistMatrix):
-    """Device vector (X's local columns) of max_i |X[i, j]| over all rows (collective over the
-    process column)."""
+    """Device vector (X's local columns) of max_i |X[i, j]| over all rows, NaN as +inf (so
+    that MPI's max cannot drop it). Collective over the process column."""
     xp = X.xp
     if X.local.shape[0]:
         m = xp.abs(X.local).max(axis=0)
+        m = xp.ascontiguousarray(xp.where(xp.isnan(m), np.inf, m))
     else:
-        m = xp.zeros(X.local.shape[1], dtype=np.dtype(X.dtype).char.lower()
-                     if X.dtype.kind == "c" else X.dtype)
-    m = xp.ascontiguousarray(m.real if X.dtype.kind == "c" else m)
+        m = xp.zeros(X.local.shape[1], dtype=np.finfo(X.dtype).dtype)
     X.grid.comms(X.device).col.allreduce(m, "max")
     return m
 
@@ -174,6 +174,7 @@ def _scaled_residual(R, Y, anorm, eps_sqrtn) -> float:
     tiny = np.finfo(np.float64).tiny
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ratio = xp.where(rmax == 0, 0.0, (rmax / max(anorm, tiny)) / ymax / eps_sqrtn)
+        ratio = xp.where(xp.isfinite(rmax) & xp.isfinite(ymax), ratio, np.inf)
         loc = float(R.backend.to_host(xp.nan_to_num(ratio, nan=np.inf).max())) \
             if ratio.size else 0.0
     return _global_max(R.grid, loc)
