@@ -21,9 +21,6 @@ from ._pivoting import apply_swaps
 
 __all__ = ["tournament"]
 
-_TAG = 4242
-
-
 def _gepp_select(stack, kb, backend):
     """GEPP on a copy of ``stack`` (c x kb). Returns (selected row positions in pivot order
     (host, min(c, kb) of them), factored copy, info)."""
@@ -43,15 +40,15 @@ def _take(xp, vals, sel):
     return vals[xp.asarray(sel)]
 
 
-def tournament(panel, grows, kb: int, *, comm, host_comm, root: int, tree: str, backend):
+def tournament(panel, grows, kb: int, *, comm, root: int, tree: str, backend):
     """Select the ``kb`` pivot rows of a panel by tournament.
 
     Collective over the process column: ``panel`` is this rank's local rows of the panel that
     are still active (``mloc x kb`` view, current values), ``grows`` their global row indices
-    (host int64, increasing), ``comm`` the data communicator of the process column (device
-    buffers), ``host_comm`` the same ranks as an mpi4py communicator (small index messages),
-    ``root`` the column rank that ends the reduction (binary tree), ``tree`` 'binary' or
-    'flat'. The column must hold at least ``kb`` active rows in all.
+    (host int64, increasing), ``comm`` the data communicator of the process column (all
+    messages, values and row indices, go through it), ``root`` the column rank that ends the
+    reduction (binary tree), ``tree`` 'binary' or 'flat'. The column must hold at least ``kb``
+    active rows in all.
 
     Returns ``(winners, f11, info)`` on every rank of the column: ``winners`` the ``kb`` global
     rows in pivot order (host int64), ``f11`` the ``kb x kb`` factored block (unit L11 below the
@@ -60,7 +57,7 @@ def tournament(panel, grows, kb: int, *, comm, host_comm, root: int, tree: str, 
     device and the candidate blocks travel through NCCL; pivots come to the host per GEPP.
     """
     xp, dt = backend.xp, panel.dtype
-    P, me = host_comm.Get_size(), host_comm.Get_rank()
+    P, me = comm.size, comm.rank
     grows = np.asarray(grows, dtype=np.int64)
     # Leaf: GEPP on a copy of my rows; candidates are the rows it put on top.
     if len(grows):
@@ -72,12 +69,13 @@ def tournament(panel, grows, kb: int, *, comm, host_comm, root: int, tree: str, 
     f11 = w[:kb] if w is not None and len(idx) == kb else None
 
     def pack(vals, idx):
+        """Fixed-size messages: values (kb x kb, zero padded) and [count, rows..., -1...]."""
         buf = backend.zeros((kb, kb), dt)
         buf[:len(idx)] = vals
         ib = np.full(kb + 1, -1, dtype=np.int64)
         ib[0] = len(idx)
         ib[1:1 + len(idx)] = idx
-        return buf, ib
+        return buf, xp.asarray(ib)
 
     def merge(parts):
         """GEPP on the stacked candidate sets [(vals, idx), ...] (in this order)."""
@@ -89,37 +87,37 @@ def tournament(panel, grows, kb: int, *, comm, host_comm, root: int, tree: str, 
         sel, w, info = _gepp_select(stack, kb, backend)
         return _take(xp, stack, sel), allidx[sel], w[:kb], info
 
+    # Every message (candidate values and their row indices) goes through the data
+    # communicator: no host MPI between device collectives (it could deadlock GPU ranks).
     if P == 1:
         winners = idx
     elif tree == "flat":
         buf, ib = pack(vals, idx)
         allbuf = backend.empty((P * kb * kb,), dt)
         comm.allgather(buf, allbuf)
-        allib = np.empty(P * (kb + 1), dtype=np.int64)
-        host_comm.Allgather(ib, allib)
+        allib = xp.empty(P * (kb + 1), dtype=np.int64)
+        comm.allgather(ib, allib)
         allbuf = allbuf.reshape(P, kb, kb)  # [rank, col, row]: each block is column-major
-        allib = allib.reshape(P, kb + 1)
+        allib = np.asarray(backend.to_host(allib)).reshape(P, kb + 1)
         parts = [(allbuf[r].T[:allib[r, 0]], allib[r, 1:1 + allib[r, 0]]) for r in range(P)]
         _, winners, f11, info = merge(parts)
     else:
-        from mpi4py import MPI
         r = (me - root) % P
         s = 1
         while s < P:
             if r % (2 * s) == 0:
                 if r + s < P:
                     peer = (r + s + root) % P
-                    ib = np.empty(kb + 1, dtype=np.int64)
-                    host_comm.Recv([ib, MPI.INT64_T], source=peer, tag=_TAG)
                     buf = backend.empty((kb, kb), dt)
-                    comm.exchange([], [(peer, buf)])
+                    ibd = xp.empty(kb + 1, dtype=np.int64)
+                    comm.exchange([], [(peer, buf), (peer, ibd)])
+                    ib = np.asarray(backend.to_host(ibd))
                     c = int(ib[0])
                     vals, idx, f11, info = merge([(vals, idx), (buf[:c], ib[1:1 + c])])
             else:  # r % (2 s) == s: hand my candidates to my parent and stop
                 peer = (r - s + root) % P
-                buf, ib = pack(vals, idx)
-                host_comm.Send([ib, MPI.INT64_T], dest=peer, tag=_TAG)
-                comm.exchange([(peer, buf)], [])
+                buf, ibd = pack(vals, idx)
+                comm.exchange([(peer, buf), (peer, ibd)], [])
                 break
             s *= 2
         out = np.empty(kb + 1, dtype=np.int64)
@@ -129,8 +127,10 @@ def tournament(panel, grows, kb: int, *, comm, host_comm, root: int, tree: str, 
             f11 = xp.asfortranarray(f11)
         else:
             f11 = backend.empty((kb, kb), dt)
+        outd = xp.asarray(out)
         comm.bcast(f11, root)
-        host_comm.Bcast([out, MPI.INT64_T], root=root)
+        comm.bcast(outd, root)
+        out = np.asarray(backend.to_host(outd))
         winners, info = out[1:], int(out[0])
     if f11 is None:  # pragma: no cover - P == 1 always has kb local rows
         raise RuntimeError("tournament: fewer active rows than the panel width")

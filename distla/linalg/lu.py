@@ -296,8 +296,8 @@ class _LU:
             return j0 + np.asarray(be.to_host(piv), dtype=np.int64)
         if self.pivoting == "tournament":
             winners, f11, info = tournament(
-                view, self.rows[lr0:], kb, comm=self.comms.col, host_comm=g.col_comm,
-                root=pk, tree=self.tree, backend=be)
+                view, self.rows[lr0:], kb, comm=self.comms.col, root=pk, tree=self.tree,
+                backend=be)
             if g.myrow == pk:
                 self.zero_checks.append((j0, "info", info))
             piv = winners_to_ipiv(winners, j0)
