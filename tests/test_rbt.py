@@ -270,6 +270,28 @@ def test_residual_gemv_matches_dense():
         np.testing.assert_allclose(R.to_global(None), b - a @ x, rtol=0, atol=1e-13)
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_genp_solve_few_matches_lu_solve(dtype):
+    from distla.linalg.lu import lu_factor, lu_solve
+    from distla.linalg.rbt import _genp_solve_few
+    rng = np.random.default_rng(6)
+    n, k = 29, 3
+    a = rng.standard_normal((n, n)) + n * np.eye(n)  # no pivoting needed
+    c = rng.standard_normal((n, k))
+    for grid in _grids():
+        P, Q = grid.shape
+        A = _dist(grid, a.astype(dtype), 4, (P - 1, Q - 1))
+        C = _dist(grid, c.astype(dtype), (4, 2), (P - 1, Q - 1))
+        F = lu_factor(A, pivoting="none")
+        X = _genp_solve_few(F, C)
+        assert X.same_layout(C) and X.dtype == dtype
+        ref = lu_solve(F, C).to_global(None)
+        tol = 1e-13 if dtype == np.float64 else 1e-5
+        np.testing.assert_allclose(X.to_global(None), ref, rtol=0, atol=tol)
+        np.testing.assert_allclose(X.to_global(None), np.linalg.solve(a, c), rtol=0, atol=tol)
+
+
 # ---------------------------------------------------------------------------------------
 # MPI: solve accuracy
 # ---------------------------------------------------------------------------------------

@@ -234,6 +234,96 @@ def _residual(A: DistMatrix, X: DistMatrix, B: DistMatrix) -> DistMatrix:
 
 
 # ---------------------------------------------------------------------------------------
+# GENP solve for a few right-hand sides (fan-in triangular solves: the factor never moves)
+# ---------------------------------------------------------------------------------------
+# Up to this many right-hand sides the refinement solves use _genp_solve_few; above it,
+# lu_solve (pdtrsm-style, which broadcasts the factor's panels along process rows).
+_FEW_RHS = 32
+
+
+def _all_columns(C: DistMatrix):
+    """Collective over process rows: my local rows of C with ALL its columns (mloc x k,
+    column-major device array), by one allgather of the column pieces along the process row."""
+    from .. import layout as lay
+    grid, xp = C.grid, C.xp
+    Q = grid.npcol
+    mloc, kloc = C.local_shape
+    k = C.n
+    maxk = max(lay.numroc(k, C.nb, q, C.csrc, Q) for q in range(Q))
+    out = C.backend.zeros((mloc, k), C.dtype)
+    if Q == 1:
+        out[...] = C.local
+    elif maxk and mloc:
+        send = xp.zeros((maxk, mloc), dtype=C.dtype)
+        send[:kloc] = C.local.T
+        recv = xp.empty((Q, maxk, mloc), dtype=C.dtype)
+        grid.comms(C.device).row.allgather(send, recv)
+        for q in range(Q):
+            cidx = C.col_indices(q)
+            if cidx.size:
+                out[:, xp.asarray(cidx)] = recv[q, :cidx.size].T
+    return out
+
+
+def _fanin_trsv(LU: DistMatrix, W, lower: bool):
+    """Collective: solve ``T X = W`` with T the unit-lower (``lower``) or upper triangle of
+    ``LU``; ``W`` (mloc x k, every rank: its local rows, all columns) is read on the owners of
+    the diagonal blocks. Returns Xr (mloc x k): the solution rows on the diagonal-block owners,
+    zero elsewhere. Per block: the partial sums of its rows are added up along the owning
+    process row (allreduce of nb x k), the owner of the diagonal block solves, and the block
+    goes down its process column, whose ranks update their partial sums with their own local
+    panel (a local GEMM): O(n k) data moves, the factor never does."""
+    grid, be, xp = LU.grid, LU.backend, LU.xp
+    comms = grid.comms(LU.device)
+    n, nb = LU.n, LU.nb
+    mloc, k = W.shape
+    S = be.zeros((mloc, k), LU.dtype)   # partial sums sum_j T_ij x_j of my rows
+    Xr = be.zeros((mloc, k), LU.dtype)
+    nblk = -(-n // nb)
+    for kb in (range(nblk) if lower else range(nblk - 1, -1, -1)):
+        g0 = kb * nb
+        w = min(nb, n - g0)
+        pr, pc = LU.row_owner(g0), LU.col_owner(g0)
+        xk = be.empty((w, k), LU.dtype)
+        if grid.myrow == pr:
+            r0 = LU.local_row_start(g0)
+            t = xp.ascontiguousarray(S[r0:r0 + w])
+            comms.row.allreduce(t, "sum")
+            if grid.mycol == pc:
+                c0 = LU.local_col_start(g0)
+                xk[...] = W[r0:r0 + w] - t
+                be.trsm("L", "L" if lower else "U", "N", "U" if lower else "N", 1.0,
+                        LU.local[r0:r0 + w, c0:c0 + w], xk)
+                Xr[r0:r0 + w] = xk
+        if grid.mycol == pc:
+            comms.col.bcast(xk, pr)
+            c0 = LU.local_col_start(g0)
+            if lower:
+                u0, u1 = LU.local_row_start(g0 + w), mloc
+            else:
+                u0, u1 = 0, LU.local_row_start(g0)
+            if u1 > u0:
+                be.gemm("N", "N", 1.0, LU.local[u0:u1, c0:c0 + w], xk, 1.0, S[u0:u1])
+    return Xr
+
+
+def _genp_solve_few(F, C: DistMatrix) -> DistMatrix:
+    """Collective: ``A^-1 C`` from a no-pivoting factorization ``F`` (L U = A) for a few
+    right-hand sides, in C's layout (C's rows blocked like A's): two fan-in triangular solves
+    (:func:`_fanin_trsv`) instead of lu_solve's panel broadcasts. The result rows are summed
+    along process rows once at the end (each row is known on one rank of its process row)."""
+    LU = F.lu
+    W = _all_columns(C)
+    Y = _fanin_trsv(LU, W, lower=True)
+    Xr = _fanin_trsv(LU, Y, lower=False)
+    LU.grid.comms(LU.device).row.allreduce(Xr, "sum")
+    X = C._like(local=C.backend.empty(C.local_shape, C.dtype))
+    if X.local.size:
+        X.local[...] = Xr[:, LU.xp.asarray(C.col_indices())]
+    return X
+
+
+# ---------------------------------------------------------------------------------------
 # GENP + refinement on the randomized system
 # ---------------------------------------------------------------------------------------
 # Refinement gives up when this many consecutive corrections did not halve the best scaled
@@ -291,7 +381,7 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: 
         if fdt != wdt:
             C = C.astype(fdt)
         s1 = _sync(A)
-        S = lu_solve(F, C, overwrite_b=True)
+        S = _genp_solve_few(F, C) if C.n <= _FEW_RHS else lu_solve(F, C, overwrite_b=True)
         if fdt != wdt:
             S = S.astype(wdt)
         if not S.same_layout(R):
