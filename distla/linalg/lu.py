@@ -97,7 +97,7 @@ class _NoProfile:
 
 
 _NOPROF = _NoProfile()
-_POLL_CHUNK = int(__import__("os").environ.get("DISTLA_LU_POLL_CHUNK", "512"))
+_POLL_CHUNK = 512  # CPU update: columns per GEMM between MPI progress polls
 
 
 # --------------------------------------------------------------------------------------------
