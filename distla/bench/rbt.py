@@ -1,5 +1,7 @@
-"""Benchmark: RBT solve (``distla.linalg.rbt_solve``: butterflies + GENP + refinement) against
-distla's partial-pivoting solve on the same matrix and the single-device reference, in one run.
+"""Benchmark: RBT solve (butterflies + GENP + refinement) vs GEPP and a one-device reference.
+
+``distla.linalg.rbt_solve`` against distla's partial-pivoting solve on the same matrix and the
+single-device reference, in one run.
 
     mpiexec -n 4 python -m distla.bench rbt --n 4096 --nb 128 --grid 2x2 --device cpu
     mpiexec -n 2 python -m distla.bench rbt --n 65536 --nb 1024 --grid 1x2 --device gpu \\
