@@ -341,7 +341,7 @@ def _stalled(hist: list, patience: int) -> bool:
 
 @dataclass
 class _Path:
-    y: DistMatrix | None  # the solution x of the original system
+    x: DistMatrix | None  # the solution of the original system
     iterations: int
     converged: bool
     reason: str | None
@@ -409,7 +409,8 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: 
             if rho <= polish or _stalled(hist, 1) or it >= max_iter:
                 return done(x, it, True, None, hist)
         elif it >= max_iter or _stalled(hist, _PATIENCE) or not math.isfinite(rho):
-            why = ("did not converge" if it >= max_iter else "stagnated") + \
+            why = ("produced non-finite values" if not math.isfinite(rho) else
+                   "did not converge" if it >= max_iter else "stagnated") + \
                 f" after {it} iteration(s) (scaled residual {rho:.3g} > 1)"
             return done(x, it, False, f"{label}: refinement {why}", hist)
         x.local += correction(R).local
@@ -522,7 +523,7 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
 
     if path.converged:
         info.iterations, info.converged = path.iterations, True
-        X = path.y
+        X = path.x
     else:
         del path
         msg = (f"rbt_solve (n={A.n}, depth={depth}, seed={seed}, precision={precision}): "
