@@ -21,11 +21,14 @@ three pivoting modes; only the panel differs:
   or randomized by RBT, :mod:`distla.linalg.rbt`).
 
 Then, every step: the factored panel and the pivots are broadcast along process rows; the
-panel's row interchanges are applied to all other columns (pdlaswp: whole row pieces exchanged
-pairwise between process rows, one grouped exchange per step); the process row owning block
+panel's row interchanges are applied to the trailing columns (pdlaswp: row pieces exchanged
+pairwise between process rows, one grouped exchange per step; LAPACK laswp in place when one
+process row holds every row); the process row owning block
 row ``k`` computes ``U12 = L11^-1 A12`` and broadcasts it down process columns; the trailing
 matrix gets one GEMM ``A22 -= L21 U12``. With ``lookahead=1`` the next block column is updated
 first and its panel factored (and its broadcast started) before the rest of the update.
+The interchanges of the already factored L columns are deferred to the end: one composed
+permutation per block column (each row moves once) instead of one pass per later step.
 
 Pivot vector (``LUFactor.piv``): LAPACK's ipiv, 0-based and global: row ``i`` was interchanged
 with row ``piv[i]`` (``piv[i] >= i``), applied in order ``i = 0, 1, ..., min(m, n) - 1``.
@@ -379,8 +382,25 @@ class _LU:
         for k in range(self.nsteps):
             panel = self.step(panel)
         self.side.join()
+        if self.pivoting != "none":
+            with self.prof.section("swap"):
+                self.swap_left()
         return self.piv
 
+    def swap_left(self):
+        """Apply to each factored block column of L the interchanges of all later steps, at
+        once (deferred from the loop: L columns are not read again, and one composed
+        permutation per block column touches each row once, with cache-friendly locality).
+        Collective over each process column (its ranks own the same block columns)."""
+        A = self.A
+        for k in range(self.nsteps - 1):
+            j0 = k * self.nb
+            if A.col_owner(j0) != self.g.mycol:
+                continue
+            lc0 = A.local_col_start(j0)
+            lc1 = A.local_col_start(min(self.n, j0 + self.nb))
+            start = j0 + self.nb
+            self.swap(A.local, self.piv[start:], start, [slice(lc0, lc1)])
     def step(self, pan: _Panel):
         """Step k: swaps, U12, trailing update (with lookahead: next panel in between).
         Returns the next panel (or None)."""
@@ -391,19 +411,14 @@ class _LU:
         with prof.section("bcast"):
             pan.wait()
         self.side.join()  # GPU: the previous step's trailing update (side stream) is done
-        pr, pc = A.row_owner(j0), A.col_owner(j0)
-        if pan.piv is not None:
-            self.piv[j0:j0 + kb] = pan.piv
-            with prof.section("swap"):
-                if g.mycol == pc:
-                    lc0 = A.local_col_start(j0)
-                    segs = [slice(0, lc0), slice(lc0 + kb, nloc)]
-                else:
-                    segs = [slice(0, nloc)]
-                self.swap(loc, pan.piv, j0, segs)
+        pr = A.row_owner(j0)
         lr0 = A.local_row_start(j0)
         lr1 = A.local_row_start(j0 + kb)
         lc1 = A.local_col_start(j0 + kb)
+        if pan.piv is not None:  # interchanges on the trailing columns (left ones: at the end)
+            self.piv[j0:j0 + kb] = pan.piv
+            with prof.section("swap"):
+                self.swap(loc, pan.piv, j0, [slice(lc1, nloc)])
         u = be.empty((kb, nloc - lc1), A.dtype)
         with prof.section("trsm"):
             if g.myrow == pr and u.size:
