@@ -139,6 +139,21 @@ def test_swaps_to_moves_matches_sequential_swaps():
         assert len(dest) <= 2 * k
 
 
+def test_suffix_moves_compose_later_steps():
+    from distla.linalg._pivoting import suffix_moves
+    r = _rng(7)
+    for m, kmax, nb in ((30, 30, 4), (41, 23, 5), (17, 17, 17), (25, 25, 1)):
+        piv = np.array([int(r.integers(i, m)) for i in range(kmax)], dtype=np.int64)
+        seen = []
+        for k, dest, src in suffix_moves(piv, nb, m):
+            start = (k + 1) * nb
+            order = _brute_swaps(piv[start:], start, m) if start < kmax else np.arange(m)
+            expect = np.flatnonzero(order != np.arange(m))
+            assert np.array_equal(dest, expect) and np.array_equal(src, order[expect])
+            seen.append(k)
+        assert seen == list(range(-(-kmax // nb) - 1, -1, -1))
+
+
 def test_winners_to_ipiv_brings_winners_on_top():
     from distla.linalg._pivoting import winners_to_ipiv
     r = _rng(4)

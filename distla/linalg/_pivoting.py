@@ -11,8 +11,8 @@ import numpy as np
 
 from .. import layout
 
-__all__ = ["swaps_to_moves", "ipiv_to_perm", "winners_to_ipiv", "apply_swaps", "permute_rows",
-           "swap_rows", "laswp", "genp"]
+__all__ = ["swaps_to_moves", "ipiv_to_perm", "winners_to_ipiv", "apply_swaps", "suffix_moves",
+           "permute_rows", "swap_rows", "laswp", "genp"]
 
 
 def apply_swaps(piv, n: int) -> np.ndarray:
@@ -46,6 +46,26 @@ def swaps_to_moves(piv, start: int) -> tuple[np.ndarray, np.ndarray]:
     dest = sorted(g for g, r in at.items() if g != r)
     return (np.array(dest, dtype=np.int64),
             np.array([at[g] for g in dest], dtype=np.int64))
+
+
+def suffix_moves(piv, nb: int, m: int):
+    """For k = nsteps-1, ..., 0 (steps of width ``nb`` over the global pivots ``piv``), yield
+    ``(k, dest, src)``: the net moves of all interchanges of steps after k (``piv[(k+1) nb:]``)
+    on ``m`` rows, as :func:`swaps_to_moves` would give them. Each step costs O(nb) to fold in
+    plus O(m) NumPy work, instead of replaying O(m) swaps in Python per step."""
+    piv = np.asarray(piv, dtype=np.int64)
+    nsteps = -(-len(piv) // nb)
+    R = np.arange(m, dtype=np.int64)     # R[i]: original row now at position i
+    Rinv = np.arange(m, dtype=np.int64)  # Rinv[r]: position of original row r
+    ident = np.arange(m, dtype=np.int64)
+    for k in range(nsteps - 1, -1, -1):
+        dest = np.flatnonzero(R != ident)
+        yield k, dest, R[dest]
+        j0 = k * nb
+        d, src = swaps_to_moves(piv[j0:j0 + nb], j0)  # step k: new[d] = old[src]
+        pos = Rinv[d]  # fold it in front: R <- X_k[R]
+        R[pos] = src
+        Rinv[src] = pos
 
 
 def winners_to_ipiv(winners, start: int) -> np.ndarray:

@@ -46,7 +46,8 @@ import numpy as np
 from .. import layout
 from ..errors import SingularMatrixError, agree, collective
 from ..matrix import DistMatrix
-from ._pivoting import genp, ipiv_to_perm, permute_rows, swap_rows, winners_to_ipiv
+from ._pivoting import (genp, ipiv_to_perm, permute_rows, suffix_moves, swap_rows,
+                        winners_to_ipiv)
 from ._tslu import tournament
 
 __all__ = ["LUFactor", "LUProfile", "lu_factor", "lu_solve", "solve_lu", "PIVOTING"]
@@ -392,15 +393,24 @@ class _LU:
         once (deferred from the loop: L columns are not read again, and one composed
         permutation per block column touches each row once, with cache-friendly locality).
         Collective over each process column (its ranks own the same block columns)."""
-        A = self.A
-        for k in range(self.nsteps - 1):
-            j0 = k * self.nb
-            if A.col_owner(j0) != self.g.mycol:
-                continue
-            lc0 = A.local_col_start(j0)
-            lc1 = A.local_col_start(min(self.n, j0 + self.nb))
-            start = j0 + self.nb
-            self.swap(A.local, self.piv[start:], start, [slice(lc0, lc1)])
+        A, g = self.A, self.g
+        mine = [k for k in range(self.nsteps - 1) if A.col_owner(k * self.nb) == g.mycol]
+        if not mine:
+            return
+
+        def cols(k):
+            return [slice(A.local_col_start(k * self.nb),
+                          A.local_col_start(min(self.n, (k + 1) * self.nb)))]
+        if g.nprow == 1 and not self.be.is_gpu:  # laswp with the raw suffix of pivots
+            for k in mine:
+                start = (k + 1) * self.nb
+                self.swap(A.local, self.piv[start:], start, cols(k))
+            return
+        mine = set(mine)
+        for k, dest, src in suffix_moves(self.piv, self.nb, self.m):
+            if k in mine:
+                permute_rows(A.local, dest, src, mb=A.mb, rsrc=A.rsrc, nprow=g.nprow,
+                             myrow=g.myrow, comm=self.comms.col, segs=cols(k), xp=self.xp)
     def step(self, pan: _Panel):
         """Step k: swaps, U12, trailing update (with lookahead: next panel in between).
         Returns the next panel (or None)."""
