@@ -68,8 +68,9 @@ def run(args) -> list[dict]:
         nfl = common.flops("lu", n)
         best_partial = None
         for piv in args.pivoting:
-            # untimed warm-up on a small matrix: communicators, BLAS/LAPACK symbols, GPU handles
-            nw = min(n, 4 * nb * max(grid.nprow, grid.npcol))
+            # untimed warm-up: communicators, BLAS/LAPACK symbols, GPU handles; on GPU at the
+            # full size, since CuPy compiles its kernels per size class (32/64-bit indexing)
+            nw = n if device == "gpu" else min(n, 4 * nb * max(grid.nprow, grid.npcol))
             lu_factor(common.general_matrix(grid, nw, nb, seed=args.seed, dtype=dtype,
                                             device=device), pivoting=piv, overwrite_a=True,
                       tree=args.tree, lookahead=args.lookahead)
