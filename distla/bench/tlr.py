@@ -8,14 +8,16 @@ Problem: the HiCMA/STARS-H "st-2D-sqexp" covariance (:func:`distla.covariance.de
 jittered grid in the unit square, Morton order, squared exponential, beta 0.1, sigma 1, nugget
 1e-2). The TLR matrix is built tile by tile on each owner (:func:`distla.tlr.from_kernel`,
 never dense); the dense matrix (for distla's dense Cholesky and the accuracy checks) only
-without ``--no-dense``.
+without ``--no-dense``, evaluated in column chunks and never more than one at a time
+(dense Cholesky timed in place on a fresh matrix; the accuracy checks use skinny products
+``A X`` with ``n x 8`` probes, never ``L L^T``), so n = 65536 fits one 141 GB GPU.
 
 Reported per n: compression time, TLR factor time (copy outside the timed region), dense
 factor time and the speedup; memory of the TLR matrix (compressed footprint and allocated
 padded stacks) as a fraction of the dense n x n matrix; ranks min/mean/max before and after
-factoring; accuracy: ``||A - L L^T||_2 / ||A||_2`` (20 power iterations, with the exact dense A,
-or with the TLR matrix under ``--no-dense``), the compression error ``||A - A_tlr||_2 /
-||A||_2`` (dense only), the log-determinant relative error against the dense factor, and the
+factoring; accuracy: ``||A - L L^T||_2 / ||A||_2`` (10 steps of subspace iteration with 8 random
+probe vectors, a lower bound; with the exact dense A, or with the TLR matrix under
+``--no-dense``), the compression error ``||A - A_tlr||_2 / ||A||_2`` (dense only), the log-determinant relative error against the dense factor, and the
 backward error ``||A x - b|| / (||A|| ||x||)`` of a TLR solve. Times are maxima over ranks.
 ``--profile`` adds ``prof_<phase>`` seconds (potrf, header, bcast, trsm, diag, stack, qr, svd,
 assemble, store) of one extra factorization with the device synchronized at every phase.
@@ -66,29 +68,61 @@ def _timed(fn, device, comm):
     return common.timed_result(fn, device, comm, reps=1)
 
 
-def _dense_matvec(A, x):
-    """Collective: ``A x`` replicated, for ``x`` replicated ``(n,)`` on A's device."""
+def _free(xp):
+    """Return freed device blocks to the device (CuPy's pool keeps them otherwise). Local."""
+    if xp is not np:
+        xp.get_default_memory_pool().free_all_blocks()
+
+
+def _dense_matrix(grid, pts, ker, nb, device, chunk_bytes=2 ** 28):
+    """Collective: the dense covariance matrix as a DistMatrix, evaluated in column chunks so
+    that the kernel's temporaries stay ~``chunk_bytes`` (never a second n x n array)."""
+    from .. import covariance as cov
+    from ..errors import agree
+    from ..matrix import DistMatrix
+    n = len(pts)
+    A = DistMatrix.zeros(grid, (n, n), (nb, nb), device=device)
     xp = A.xp
-    y = xp.zeros(A.m, dtype=A.dtype)
+    err = None
+    try:
+        fn = cov.entry_function(pts, ker, xp)
+        I = xp.asarray(A.row_indices()).reshape(-1, 1)
+        J = np.asarray(A.col_indices())
+        step = max(1, chunk_bytes // (8 * 6 * max(1, I.shape[0])))
+        for c0 in range(0, J.size, step):
+            Jc = xp.asarray(J[c0:c0 + step]).reshape(1, -1)
+            A.local[:, c0:c0 + Jc.shape[1]] = fn(I, Jc)
+    except Exception as e:  # noqa: BLE001 - agreed on below
+        err = e
+    agree(grid.comm, err)
+    return A
+
+
+def _dense_matmul(A, X):
+    """Collective: ``A X`` replicated ``(n, r)``, for ``X`` replicated ``(n, r)`` on A's
+    device (a skinny product: no second dense matrix)."""
+    xp = A.xp
+    Y = xp.zeros((A.m, X.shape[1]), dtype=A.dtype)
     rows = xp.asarray(A.row_indices())
     cols = xp.asarray(A.col_indices())
     if A.local.size:
-        y[rows] = A.local @ x[cols]
-    A.grid.comms(A.device).all.allreduce(y, "sum")
-    return y
+        Y[rows] = A.local @ X[cols]
+    A.grid.comms(A.device).all.allreduce(Y, "sum")
+    return Y
 
 
-def _power(apply, n, xp, iters=20, seed=1):
-    """Collective (through ``apply``): estimate of ``||E||_2`` for symmetric E."""
-    v = xp.asarray(np.random.default_rng(seed).standard_normal(n))
-    v /= xp.linalg.norm(v)
+def _power(apply, n, xp, iters=10, r=8, seed=1):
+    """Collective (through ``apply``, ``(n, r) -> (n, r)``): estimate (a lower bound) of
+    ``||E||_2`` for symmetric E by subspace iteration with ``r`` random probe vectors."""
+    X = xp.asarray(np.random.default_rng(seed).standard_normal((n, r)))
+    Q, _ = xp.linalg.qr(X)
     est = 0.0
     for _ in range(iters):
-        w = apply(v)
-        est = float(xp.linalg.norm(w))
-        if est == 0.0:
-            return 0.0
-        v = w / est
+        W = apply(Q)
+        Q, R = xp.linalg.qr(W)
+        est = float(np.linalg.norm(np.asarray(R.get() if hasattr(R, "get") else R), 2))
+        if est == 0.0 or not math.isfinite(est):
+            return est
     return est
 
 
@@ -121,6 +155,7 @@ def run(args) -> list[dict]:
                            device, comm)
             best = min(best, dt)
             Tc = None  # free the copy
+            _free(L.xp)
         t_fact = best
         ld_tlr = L.logdet()
         xp = L.xp
@@ -139,35 +174,41 @@ def run(args) -> list[dict]:
             Lp = tlr.cholesky(T.copy(), overwrite=True, workspace=work, profile=True)
             rec.update({f"prof_{k}": v for k, v in Lp.info["profile"].items()})
             Lp = None
+            _free(xp)
         dense_rec = None
         if args.dense:
+            # at most one dense n x n matrix alive at a time (plus the dense Cholesky's own
+            # workspace): fresh matrix -> factor in place -> logdet -> freed; then a fresh
+            # matrix for the accuracy checks by skinny products with random probes.
             from ..linalg.cholesky import cholesky as dense_cholesky
             from ..linalg.cholesky import logdet as dense_logdet
 
             def make():
-                return cov.covariance_matrix(grid, pts, ker, block=nb, device=device)
+                return _dense_matrix(grid, pts, ker, nb, device)
             best = math.inf
             for _ in range(max(1, args.reps)):
                 A = make()
                 dt, Ld = _timed(lambda: dense_cholesky(A, overwrite_a=True), device, comm)
                 best = min(best, dt)
                 ld_dense = dense_logdet(Ld)
-                A = Ld = None
+                del A, Ld
+                _free(xp)
             dense_rec = common.record(NAME, "distla-dense", seconds=best,
                                       nflops=common.flops("cholesky", n), **base)
             A = make()
-            nA = _power(lambda v: _dense_matvec(A, v), n, xp)
-            e_fact = _power(lambda v: _dense_matvec(A, v) - L.matvec(L.matvec(v, trans=True)),
+            nA = _power(lambda X: _dense_matmul(A, X), n, xp)
+            e_fact = _power(lambda X: _dense_matmul(A, X) - L.matvec(L.matvec(X, trans=True)),
                             n, xp) / nA
-            e_comp = _power(lambda v: _dense_matvec(A, v) - T.matvec(v), n, xp) / nA
-            r = _dense_matvec(A, x) - b
-            A = None
+            e_comp = _power(lambda X: _dense_matmul(A, X) - T.matvec(X), n, xp) / nA
+            r = _dense_matmul(A, x[:, None])[:, 0] - b
+            del A
+            _free(xp)
             rec.update(speedup=best / t_fact if t_fact > 0 else float("nan"),
                        err_fact=e_fact, err_comp=e_comp,
                        err_logdet=abs(ld_tlr - ld_dense) / abs(ld_dense))
         else:
             nA = _power(T.matvec, n, xp)
-            e_fact = _power(lambda v: T.matvec(v) - L.matvec(L.matvec(v, trans=True)),
+            e_fact = _power(lambda X: T.matvec(X) - L.matvec(L.matvec(X, trans=True)),
                             n, xp) / nA
             r = T.matvec(x) - b
             rec.update(err_fact_vs_tlr=e_fact)
@@ -176,7 +217,8 @@ def run(args) -> list[dict]:
         rows.append(rec)
         if dense_rec is not None:
             rows.append(dense_rec)
-        T = L = None  # free before the next size
+        T = L = x = b = r = None  # free before the next size
+        _free(xp)
     return rows
 
 
