@@ -52,6 +52,39 @@ def test_recompress_is_canonical_and_meets_delta():
     assert k.max() == 4 and capped == 5
 
 
+@pytest.mark.parametrize("shape", [(5, 7, 3), (4, 3, 6), (3, 10, 10), (6, 40, 12)])
+def test_householder_qr_matches_lapack(shape):
+    rng = np.random.default_rng(11)
+    t, m, w = shape
+    A = rng.standard_normal(shape)
+    A[:, :, w // 2 + 1:] = 0.0                   # zero padding: rank-deficient tiles
+    A[0, :, 1] = 2.0 * A[0, :, 0]                # dependent columns
+    A[1] = 0.0                                   # an all-zero tile
+    A0 = A.copy()
+    Q, R = batched.householder_qr(A)
+    p = min(m, w)
+    assert Q.shape == (t, m, p) and R.shape == (t, p, w)
+    np.testing.assert_array_equal(A, A0)
+    np.testing.assert_allclose(Q @ R, A, atol=1e-13)
+    np.testing.assert_allclose(Q.swapaxes(1, 2) @ Q, np.broadcast_to(np.eye(p), (t, p, p)),
+                               atol=1e-13)
+    np.testing.assert_array_equal(np.tril(R, -1), 0.0)
+    B = rng.standard_normal(shape)               # full rank: R unique up to row signs
+    np.testing.assert_allclose(np.abs(batched.householder_qr(B)[1]),
+                               np.abs(np.linalg.qr(B)[1]), atol=1e-12)
+
+
+@pytest.fixture
+def householder(monkeypatch):
+    """Run with the batched Householder QR (the GPU default) on NumPy."""
+    monkeypatch.setattr(batched, "QR_METHOD", "householder")
+
+
+def test_recompress_householder_is_canonical(householder):
+    test_recompress_is_canonical_and_meets_delta()
+    test_gemm_lll_matches_dense()
+
+
 def test_gemm_lll_matches_dense():
     rng = np.random.default_rng(2)
     t, m, p, n = 4, 30, 25, 20
@@ -208,6 +241,26 @@ def test_cholesky_bigger_matrix_small_tiles():
     L = tlr.cholesky(T)
     _check_factor(A, L, 1e-8)
     assert T.compression_ratio < 0.6
+
+
+@pytest.mark.mpi
+def test_cholesky_householder_qr_matches_lapack_qr(monkeypatch):
+    """The factor computed with the batched Householder QR (the GPU default) meets the same
+    accuracy and has the same ranks as with LAPACK's QR."""
+    from mpi4py import MPI
+
+    from distla import tlr
+    from distla.grid import ProcessGrid
+    g = ProcessGrid(comm=MPI.COMM_WORLD)
+    x, k = _problem(300, seed=3)
+    A = cov.covariance_matrix(g, x, k, block=32)        # 300 = 9 * 32 + 12
+    T = tlr.compress(A, tol=1e-8)
+    L1 = tlr.cholesky(T)
+    monkeypatch.setattr(batched, "QR_METHOD", "householder")
+    L2 = tlr.cholesky(T)
+    _check_factor(A, L2, 1e-8)
+    assert abs(L2.ranks.mean - L1.ranks.mean) <= 0.5 and abs(L2.ranks.max - L1.ranks.max) <= 2
+    assert abs(L1.logdet() - L2.logdet()) <= 1e-8 * abs(L1.logdet())
 
 
 @pytest.mark.mpi
