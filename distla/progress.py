@@ -22,8 +22,8 @@ import sys
 import threading
 import time
 
-__all__ = ["Progress", "Timings", "update", "phase", "current", "format_seconds",
-           "format_rate"]
+__all__ = ["Progress", "Timings", "update", "update_columns", "phase", "current",
+           "format_seconds", "format_rate"]
 
 _active_progress: "Progress | None" = None
 _active_timings: "Timings | None" = None
@@ -183,6 +183,15 @@ def update(done: float) -> None:
     p = _active_progress
     if p is not None:
         p.done = float(done)
+
+
+def update_columns(n: int, done_cols: int, coeff: float) -> None:
+    """Report progress of a blocked n x n factorization costing ``coeff * n^3`` flops whose
+    first ``done_cols`` columns are done (right-looking: the work left is ``coeff * rest^3``).
+    No-op when no Progress is active; local (not collective)."""
+    if _active_progress is not None:
+        rest = max(0, n - done_cols)
+        update(coeff * (n ** 3 - rest ** 3))
 
 
 class Timings:

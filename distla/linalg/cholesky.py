@@ -40,6 +40,7 @@ from collections import defaultdict
 import numpy as np
 
 from .. import layout
+from .. import progress
 from ..errors import NotPositiveDefiniteError, collective
 from ..matrix import DistMatrix
 
@@ -471,6 +472,7 @@ class _Factorization:
                 self.finish_panel(k)
                 self.update(k, range(k + 1, nt))
                 del self.panels[k]
+                progress.update_columns(self.n, (k + 1) * self.nb, 1.0 / 3.0)
         else:
             ready, col_ready, free = {}, {}, {}
             with S.side():
@@ -502,6 +504,7 @@ class _Factorization:
                         self.update(k, range(lo + 1, nt))
                     free[k] = S.record()
                 self.panels.pop(k)
+                progress.update_columns(self.n, (k + 1) * self.nb, 1.0 / 3.0)
             S.join()
         return self._agree_fail()
 

@@ -44,6 +44,7 @@ import time
 import numpy as np
 
 from .. import layout
+from .. import progress
 from ..errors import SingularMatrixError, agree, collective
 from ..matrix import DistMatrix
 from ._pivoting import (genp, ipiv_to_perm, permute_rows, suffix_moves, swap_rows,
@@ -382,6 +383,7 @@ class _LU:
         panel = self.next_panel(0)
         for k in range(self.nsteps):
             panel = self.step(panel)
+            progress.update_columns(self.kmax, (k + 1) * self.nb, 2.0 / 3.0)
         self.side.join()
         if self.pivoting != "none":
             with self.prof.section("swap"):
