@@ -74,10 +74,30 @@ def test_householder_qr_matches_lapack(shape):
                                np.abs(np.linalg.qr(B)[1]), atol=1e-12)
 
 
+@pytest.mark.parametrize("shape", [(4, 5, 5), (3, 7, 4), (3, 4, 7), (6, 40, 40)])
+def test_jacobi_svd_matches_lapack(shape):
+    rng = np.random.default_rng(12)
+    M = rng.standard_normal(shape) * np.logspace(0, -12, shape[2])   # graded columns
+    M[0] = 0.0                                                      # a zero core
+    M[1, :, 2] = M[1, :, 1]                                         # rank-deficient core
+    X, s, Yt = batched.jacobi_svd(M)
+    r = min(shape[1:])
+    assert X.shape == (shape[0], shape[1], r) and Yt.shape == (shape[0], r, shape[2])
+    s_ref = np.linalg.svd(M, compute_uv=False)
+    np.testing.assert_allclose(s, s_ref, rtol=0, atol=1e-13)
+    assert np.all(np.diff(s, axis=1) <= 0)
+    np.testing.assert_allclose((X * s[:, None, :]) @ Yt, M, atol=1e-13)
+    for t in range(1, shape[0]):
+        k = int(np.sum(s[t] > 1e-14))
+        np.testing.assert_allclose(X[t, :, :k].T @ X[t, :, :k], np.eye(k), atol=1e-10)
+        np.testing.assert_allclose(Yt[t, :k] @ Yt[t, :k].T, np.eye(k), atol=1e-10)
+
+
 @pytest.fixture
 def householder(monkeypatch):
-    """Run with the batched Householder QR (the GPU default) on NumPy."""
+    """Run with the batched Householder QR and Jacobi SVD (the GPU defaults) on NumPy."""
     monkeypatch.setattr(batched, "QR_METHOD", "householder")
+    monkeypatch.setattr(batched, "SVD_METHOD", "jacobi")
 
 
 def test_recompress_householder_is_canonical(householder):
@@ -245,8 +265,8 @@ def test_cholesky_bigger_matrix_small_tiles():
 
 @pytest.mark.mpi
 def test_cholesky_householder_qr_matches_lapack_qr(monkeypatch):
-    """The factor computed with the batched Householder QR (the GPU default) meets the same
-    accuracy and has the same ranks as with LAPACK's QR."""
+    """The factor computed with the batched Householder QR and Jacobi SVD (the GPU defaults)
+    meets the same accuracy and has the same ranks as with LAPACK's QR."""
     from mpi4py import MPI
 
     from distla import tlr
@@ -257,6 +277,7 @@ def test_cholesky_householder_qr_matches_lapack_qr(monkeypatch):
     T = tlr.compress(A, tol=1e-8)
     L1 = tlr.cholesky(T)
     monkeypatch.setattr(batched, "QR_METHOD", "householder")
+    monkeypatch.setattr(batched, "SVD_METHOD", "jacobi")
     L2 = tlr.cholesky(T)
     _check_factor(A, L2, 1e-8)
     assert abs(L2.ranks.mean - L1.ranks.mean) <= 0.5 and abs(L2.ranks.max - L1.ranks.max) <= 2

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["Profile", "host", "get_xp", "truncation_ranks", "recompress", "gemm_lll", "compress_tiles",
-           "lr_gram_update", "householder_qr", "stacked_qr"]
+           "lr_gram_update", "householder_qr", "stacked_qr", "jacobi_svd", "stacked_svd"]
 
 
 class Profile:
@@ -171,6 +171,85 @@ def stacked_qr(A):
     return xp.linalg.qr(A)
 
 
+#: SVD of the small cores: 'auto' (``xp.linalg.svd``, except on CuPy for cores larger than
+#: 32 x 32, where CuPy's stacked ``svd`` loops one cuSOLVER call per tile: then
+#: :func:`jacobi_svd`), 'lapack' (``xp.linalg.svd``) or 'jacobi'.
+SVD_METHOD = "auto"
+
+
+def _pairings(b: int):
+    """Round-robin tournament over ``b`` (even) columns: ``b - 1`` rounds of ``b / 2``
+    disjoint pairs ``(p, q)``, every pair once per sweep."""
+    idx = list(range(b))
+    rounds = []
+    for _ in range(b - 1):
+        h = b // 2
+        rounds.append((idx[:h], idx[h:][::-1]))
+        idx = [idx[0]] + [idx[-1]] + idx[1:-1]
+    return rounds
+
+
+def jacobi_svd(M, max_sweeps: int = 30):
+    """SVD of a stack ``M (t, a, b)`` by one-sided (Hestenes) Jacobi, all tiles at once:
+    returns ``X (t, a, r)``, ``s (t, r)`` (descending), ``Yt (t, r, b)``, ``r = min(a, b)``,
+    like ``xp.linalg.svd(M, full_matrices=False)`` (singular vectors of zero singular values
+    may be zero: the columns of ``X``, or the rows of ``Yt`` when ``b > a``). Column pairs in round-robin order, ``b/2`` rotations per stacked call;
+    stops when every pair is orthogonal to ``~eps`` (one host read per sweep)."""
+    xp = get_xp(M)
+    t, a, b = M.shape
+    if b > a:
+        X, s, Yt = jacobi_svd(xp.ascontiguousarray(_T(M)), max_sweeps)
+        return _T(Yt), s, _T(X)
+    r = b
+    be = b + (b % 2)
+    G = xp.zeros((t, be, a), M.dtype)              # columns of M as rows (contiguous)
+    G[:, :b] = _T(M)
+    Y = xp.zeros((t, be, be), M.dtype)             # Y^T: rows are the right vectors
+    ar = xp.arange(be)
+    Y[:, ar, ar] = 1.0
+    rounds = [(xp.asarray(np.array(p)), xp.asarray(np.array(q))) for p, q in _pairings(be)]
+    tol = float(np.finfo(M.dtype).eps) * a
+    for _ in range(max_sweeps):
+        off = xp.zeros((), M.dtype)
+        for p, q in rounds:
+            P, Q = G[:, p], G[:, q]                               # (t, h, a)
+            al = xp.sum(P * P, axis=2)
+            bt = xp.sum(Q * Q, axis=2)
+            ga = xp.sum(P * Q, axis=2)
+            nrm = xp.sqrt(al * bt)
+            rel = xp.abs(ga) / xp.where(nrm > 0, nrm, 1.0)
+            off = xp.maximum(off, xp.max(rel))
+            rot = rel > tol
+            gs = xp.where(rot, ga, 1.0)
+            zeta = (bt - al) / (2.0 * gs)
+            tn = xp.where(zeta >= 0, 1.0, -1.0) / (xp.abs(zeta) + xp.hypot(1.0, zeta))
+            c = xp.where(rot, 1.0 / xp.sqrt(1.0 + tn * tn), 1.0)[:, :, None]
+            sn = xp.where(rot, c[:, :, 0] * tn, 0.0)[:, :, None]
+            G[:, p], G[:, q] = c * P - sn * Q, sn * P + c * Q
+            YP, YQ = Y[:, p], Y[:, q]
+            Y[:, p], Y[:, q] = c * YP - sn * YQ, sn * YP + c * YQ
+        if float(off) <= tol:
+            break
+    sv = xp.sqrt(xp.sum(G * G, axis=2))                           # (t, be)
+    order = xp.argsort(-sv, axis=1)[:, :r]
+    sv = xp.take_along_axis(sv, order, axis=1)
+    G = xp.take_along_axis(G, order[:, :, None], axis=1)
+    Yt = xp.take_along_axis(Y, order[:, :, None], axis=1)[:, :, :b]
+    X = _T(G) / xp.where(sv > 0, sv, 1.0)[:, None, :] * (sv > 0)[:, None, :]
+    return X, sv, Yt
+
+
+def stacked_svd(M):
+    """Reduced SVD of a stack of small cores (see :data:`SVD_METHOD`)."""
+    xp = get_xp(M)
+    method = SVD_METHOD
+    if method == "auto":
+        method = "lapack" if xp is np or max(M.shape[1:]) <= 32 else "jacobi"
+    if method == "jacobi":
+        return jacobi_svd(M)
+    return xp.linalg.svd(M, full_matrices=False)
+
+
 def recompress(Cu, Cv, delta: float, max_rank: int | None = None, *, u_orthonormal=False,
                prof=None):
     """Truncate the stacked low-rank products ``C_t = Cu_t Cv_t^T`` to accuracy ``delta``.
@@ -198,7 +277,7 @@ def recompress(Cu, Cv, delta: float, max_rank: int | None = None, *, u_orthonorm
         Qv, Rv = stacked_qr(Cv)
     with _sec(prof, "svd"):
         M = _T(Rv) if Ru is None else xp.matmul(Ru, _T(Rv))
-        X, s, Yt = xp.linalg.svd(M, full_matrices=False)
+        X, s, Yt = stacked_svd(M)
         k, kh, capped, kmax = _ranks_to_host(s, delta, max_rank)
     with _sec(prof, "assemble"):
         U, V = _assemble(Qu, X, s, Yt, Qv, k, kmax)
