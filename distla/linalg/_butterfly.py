@@ -97,6 +97,16 @@ class _Copy:
 _FUSED = {}
 
 
+def _colmajor_order(*args):
+    """The kernel arguments transposed when all are 2-D (or scalars): CuPy elementwise
+    kernels walk their index space in C order, so on column-major views (strided quarters of
+    a local matrix) the transposed views make neighbouring threads touch neighbouring
+    addresses (coalesced) instead of addresses a leading dimension apart."""
+    if all(getattr(v, "ndim", 0) in (0, 2) for v in args):
+        return tuple(v.T if getattr(v, "ndim", 0) == 2 else v for v in args)
+    return args
+
+
 def _axpby(x, p, a, b, xp) -> None:
     """In place ``x = a x + b p`` (a, b broadcast against x). One fused kernel on GPU."""
     if xp is np:
@@ -110,7 +120,7 @@ def _axpby(x, p, a, b, xp) -> None:
         # pattern of Chainer's optimizers ('T grad, T lr', 'T param', 'param -= lr * grad')
         k = _FUSED["k"] = xp.ElementwiseKernel("T a, T b, T p", "T x", "x = a * x + b * p",
                                                "distla_rbt_axpby")
-    k(a, b, p, x)
+    k(*_colmajor_order(a, b, p, x))
 
 
 @functools.lru_cache(maxsize=64)
@@ -297,7 +307,7 @@ def _quad(a00, a01, a10, a11, ut, ub, vl, vr, xp) -> None:
                 "T b1 = a00 + a01; T b2 = a10 + a11; T b3 = a00 - a01; T b4 = a10 - a11; "
                 "a00 = ut * vl * (b1 + b2); a01 = ut * vr * (b3 + b4); "
                 "a10 = ub * vl * (b1 - b2); a11 = ub * vr * (b3 - b4);", "distla_rbt_quad")
-        k(ut, ub, vl, vr, a00, a01, a10, a11)
+        k(*_colmajor_order(ut, ub, vl, vr, a00, a01, a10, a11))
         return
     h, w = a00.shape
     step = max(1, _CHUNK_ELEMS // max(1, h))
