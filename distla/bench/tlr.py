@@ -59,6 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", action="store_true",
                         help="add seconds per phase of one extra, separately run TLR "
                              "factorization (device synchronized per phase)")
+    parser.add_argument("--qr", choices=("auto", "lapack", "householder"), default="auto",
+                        help="QR of the stacked factors in the recompression: auto (LAPACK per "
+                             "tile on cpu, batched Householder on gpu), lapack (xp.linalg.qr) "
+                             "or householder (distla.tlr.batched.householder_qr)")
+    parser.add_argument("--svd", choices=("auto", "lapack", "jacobi"), default="auto",
+                        help="SVD of the small cores: auto (xp.linalg.svd; batched Jacobi on "
+                             "gpu for cores > 32x32), lapack or jacobi")
     parser.add_argument("--workspace", type=int, default=None,
                         help="MiB of scratch per batched call (default 256 on cpu, 2048 on gpu)")
 
@@ -132,8 +139,10 @@ def run(args) -> list[dict]:
 
     from .. import covariance as cov
     from .. import tlr
+    from ..tlr import batched
     comm = MPI.COMM_WORLD
     device = args.device or common.default_device()
+    batched.QR_METHOD, batched.SVD_METHOD = args.qr, args.svd
     grid = common.make_grid(args.grid, comm)
     gname = f"{grid.nprow}x{grid.npcol}"
     work = int(args.workspace or (2048 if device == "gpu" else 256)) << 20
@@ -143,7 +152,7 @@ def run(args) -> list[dict]:
                               max(1, -(-n // max(grid.nprow, grid.npcol))))
         pts, ker = cov.default_problem(n, seed=args.seed, beta=args.beta, nugget=args.nugget)
         base = dict(n=n, nb=nb, grid=gname, ranks=grid.size, device=device, dtype="float64",
-                    tol=args.tol)
+                    tol=args.tol, qr=args.qr, svd=args.svd)
         # --- TLR: compress (never dense), factor --------------------------------------
         t_comp, T = _timed(lambda: tlr.from_kernel(
             grid, pts, ker, nb, tol=args.tol, max_rank=args.max_rank, method=args.method,
