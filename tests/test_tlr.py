@@ -421,3 +421,29 @@ def test_gpu_matches_cpu():
         xs = tlr.cho_solve(L, b).get()
         Ad = A.to_global(root=None)
         assert np.linalg.norm(Ad @ xs - b) / (np.linalg.norm(Ad, 2) * np.linalg.norm(xs)) < 1e-8
+
+
+@pytest.mark.mpi
+def test_bench_tlr_small_run(monkeypatch):
+    """The benchmark's dense comparison (chunked dense matrix, in-place dense Cholesky, probe
+    accuracy checks) and its --no-dense path give consistent, accurate rows."""
+    import argparse
+
+    from distla.bench import tlr as bench
+    from distla.tlr import batched
+    for name in ("QR_METHOD", "SVD_METHOD"):        # run() sets them; restored afterwards
+        monkeypatch.setattr(batched, name, getattr(batched, name))
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    for extra in ([], ["--no-dense", "--qr", "householder", "--svd", "jacobi"]):
+        args = parser.parse_args(["--n", "260", "--tile", "32", "--tol", "1e-8",
+                                  "--device", "cpu", *extra])
+        rows = bench.run(args)
+        rec = rows[0]
+        assert rec["impl"] == "distla-tlr" and rec["backward"] < 1e-8
+        if extra:
+            assert len(rows) == 1 and rec["err_fact_vs_tlr"] < 1e-8
+        else:
+            assert rows[1]["impl"] == "distla-dense" and rows[1]["seconds"] > 0
+            assert rec["err_fact"] < 1e-8 and rec["err_comp"] < 1e-8
+            assert rec["err_logdet"] < 1e-8
