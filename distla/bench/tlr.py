@@ -64,8 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "tile on cpu, batched Householder on gpu), lapack (xp.linalg.qr) "
                              "or householder (distla.tlr.batched.householder_qr)")
     parser.add_argument("--svd", choices=("auto", "lapack", "jacobi"), default="auto",
-                        help="SVD of the small cores: auto (xp.linalg.svd; batched Jacobi on "
-                             "gpu for cores > 32x32), lapack or jacobi")
+                        help="SVD of the small cores: auto (= lapack, xp.linalg.svd) or jacobi "
+                             "(distla.tlr.batched.jacobi_svd, batched at every size)")
     parser.add_argument("--workspace", type=int, default=None,
                         help="MiB of scratch per batched call (default 256 on cpu, 2048 on gpu)")
 

@@ -186,9 +186,11 @@ def stacked_qr(A):
     return xp.linalg.qr(A)
 
 
-#: SVD of the small cores: 'auto' (``xp.linalg.svd``, except on CuPy for cores larger than
-#: 32 x 32, where CuPy's stacked ``svd`` loops one cuSOLVER call per tile: then
-#: :func:`jacobi_svd`), 'lapack' (``xp.linalg.svd``) or 'jacobi'.
+#: SVD of the small cores: 'auto' (= 'lapack'), 'lapack' (``xp.linalg.svd``: CuPy batches it
+#: (gesvdjBatched) only for cores <= 32 x 32 and loops one cuSOLVER call per tile above) or
+#: 'jacobi' (:func:`jacobi_svd`, batched at every size but ~10-30 sweeps of ``w`` stacked rounds
+#: each for the graded ``w x w`` cores of the factorization, w ~ 40-80: on CPU ~200x slower
+#: than LAPACK; whether it beats CuPy's per-tile loop on GPU is to be measured).
 SVD_METHOD = "auto"
 
 
@@ -259,7 +261,7 @@ def stacked_svd(M):
     xp = get_xp(M)
     method = SVD_METHOD
     if method == "auto":
-        method = "lapack" if xp is np or max(M.shape[1:]) <= 32 else "jacobi"
+        method = "lapack"
     if method == "jacobi":
         return jacobi_svd(M)
     return xp.linalg.svd(M, full_matrices=False)
