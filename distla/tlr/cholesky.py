@@ -26,12 +26,15 @@ factorization error ``||A - L L^T||_2 / ||A||_2`` ~ 0.3-0.4 tol, log-determinant
 error <= tol (about tol at 1e-4, ~1e-3 tol at 1e-8), solve backward error
 ``||A x - b|| / (||A|| ||x||)`` ~ 0.1 tol; the tests assert ``<= 2 tol``, ``<= tol``, ``<= tol``.
 
-Device notes: the batched calls are ``xp.matmul``/``xp.linalg.qr``/``xp.linalg.svd`` on
-stacks. NumPy loops over the stack in C; CuPy's ``matmul`` is one batched cuBLAS call, its
-stacked ``svd`` is one batched Jacobi call (gesvdjBatched) only for cores <= 32 x 32 and
-otherwise, like its stacked ``qr``, one cuSOLVER call per tile issued from C. Host
-synchronizations per step: the POTRF status, the header allreduce, and one read of the new
-ranks per recompression group.
+Device notes: the batched calls are ``xp.matmul`` and, for the recompression,
+:func:`distla.tlr.batched.stacked_qr` / ``stacked_svd``. On NumPy the QR is LAPACK per tile
+(looped in C, fastest on CPU). On CuPy the QR is the blocked batched Householder QR
+(:func:`~distla.tlr.batched.householder_qr`: ~12 stacked launches per column of the stack,
+independent of the tile count; CuPy's stacked ``qr`` is two cuSOLVER calls per tile). The core
+SVD is ``xp.linalg.svd`` (CuPy: gesvdjBatched for cores <= 32 x 32, one call per tile above);
+a batched Jacobi SVD is available (``batched.SVD_METHOD = 'jacobi'``, bench ``--svd jacobi``).
+Host synchronizations per step: the POTRF status, the header allreduce, and one read of the
+new ranks per recompression group.
 """
 from __future__ import annotations
 
