@@ -15,7 +15,6 @@ is the maximum over ranks. Rate: n^3/3 + n^2/2 flops. ``--profile`` adds the tim
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import time
@@ -105,7 +104,7 @@ def run(args) -> list[dict]:
             if device == "gpu":
                 import cupy
                 cupy.get_default_memory_pool().free_all_blocks()
-            threads = args.ref_threads or _ranks_on_node(comm)   # collective
+            threads = args.ref_threads or common.ranks_on_node(comm)   # collective
             ref = common.reference_rank0(
                 lambda: _reference(n, args.seed, dtype, device, args.reps, threads), comm)
             if ref is not None:
@@ -184,7 +183,7 @@ def _reference(n, seed, dtype, device, reps, threads):
         return None
     A = _global_spd(n, seed, np, dtype)
     best = math.inf
-    with _blas_threads(threads) as got:
+    with common.blas_threads(threads) as got:
         for _ in range(max(1, reps)):
             W = np.array(A, order="F")
             t0 = time.perf_counter()
@@ -193,76 +192,8 @@ def _reference(n, seed, dtype, device, reps, threads):
     return "scipy", best, got
 
 
-def _ranks_on_node(comm) -> int:
-    from mpi4py import MPI
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    k = local.Get_size()
-    local.Free()
-    return k
-
-
-@contextlib.contextmanager
-def _blas_threads(k):
-    """Run SciPy's OpenBLAS with ``k`` threads inside the block (threadpoolctl when installed,
-    else SciPy's bundled OpenBLAS by symbol); yields the thread count in effect (None if it
-    could not be controlled)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        threadpool_limits = None
-    if threadpool_limits is not None:
-        with threadpool_limits(limits=k, user_api="blas"):
-            yield k
-        return
-    lib = _scipy_openblas()
-    if lib is None:
-        yield None
-        return
-    old = lib.scipy_openblas_get_num_threads()
-    lib.scipy_openblas_set_num_threads(int(k))
-    try:
-        yield int(lib.scipy_openblas_get_num_threads())
-    finally:
-        lib.scipy_openblas_set_num_threads(old)
-
-
-def _scipy_openblas():
-    import ctypes
-    import scipy.linalg  # noqa: F401 - loads the library
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {ln.split()[-1] for ln in f if "libscipy_openblas" in ln
-                     and "openblas64" not in ln}
-    except OSError:
-        return None
-    for p in sorted(paths):
-        try:
-            lib = ctypes.CDLL(p)
-            lib.scipy_openblas_get_num_threads.restype = ctypes.c_int
-            lib.scipy_openblas_set_num_threads.argtypes = [ctypes.c_int]
-            return lib
-        except (OSError, AttributeError):
-            continue
-    return None
-
-
-def main(argv=None) -> None:
-    """Standalone entry point: ``python -m distla.bench.cholesky ...`` (collective)."""
-    from mpi4py import MPI
-    parser = argparse.ArgumentParser(prog="python -m distla.bench.cholesky",
-                                     description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    parser.add_argument("--json", default=None, metavar="FILE",
-                        help="also write the results as JSON (rank 0)")
-    args = parser.parse_args(argv)
-    rows = run(args)
-    if MPI.COMM_WORLD.rank == 0:
-        print(common.format_table(rows), flush=True)
-        if args.json:
-            import json
-            with open(args.json, "w") as f:
-                json.dump(rows, f, indent=1)
-
-
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from . import main_argv
+    sys.exit(main_argv(["cholesky", *sys.argv[1:]], prog="python -m distla.bench.cholesky"))

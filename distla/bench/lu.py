@@ -120,7 +120,7 @@ def run(args) -> list[dict]:
                 del W
             rows.append(rec)
         if getattr(args, "reference", True):
-            threads = args.ref_threads or _ranks_on_node(comm)  # collective: not in the lambda
+            threads = args.ref_threads or common.ranks_on_node(comm)  # collective: not in the lambda
             ref = common.reference_rank0(
                 lambda: _reference(n, args.seed, dtype, device, args.reps, threads), comm)
             if ref is not None:
@@ -182,7 +182,7 @@ def _reference(n, seed, dtype, device, reps, threads):
         return None
     A = _global_normal(n, seed, dtype, np)
     best = math.inf
-    with _blas_threads(threads) as got:
+    with common.blas_threads(threads) as got:
         for _ in range(max(1, reps)):
             W = np.array(A, order="F")
             t0 = time.perf_counter()
@@ -191,42 +191,8 @@ def _reference(n, seed, dtype, device, reps, threads):
     return "scipy", best, got
 
 
-def _ranks_on_node(comm) -> int:
-    from mpi4py import MPI
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    k = local.Get_size()
-    local.Free()
-    return k
-
-
-def _blas_threads(k):
-    """Context manager running SciPy's BLAS with ``k`` threads (the Cholesky benchmark's
-    helper; a no-op context yielding None if it is unavailable)."""
-    try:
-        from .cholesky import _blas_threads as bt
-        return bt(k)
-    except ImportError:  # pragma: no cover
-        import contextlib
-        return contextlib.nullcontext(None)
-
-
-def main(argv=None) -> None:
-    """Standalone entry point: ``python -m distla.bench.lu ...`` (collective)."""
-    from mpi4py import MPI
-    parser = argparse.ArgumentParser(prog="python -m distla.bench.lu",
-                                     description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    parser.add_argument("--json", default=None, metavar="FILE",
-                        help="also write the results as JSON (rank 0)")
-    args = parser.parse_args(argv)
-    rows = run(args)
-    if MPI.COMM_WORLD.rank == 0:
-        print(common.format_table(rows), flush=True)
-        if args.json:
-            import json
-            with open(args.json, "w") as f:
-                json.dump(rows, f, indent=1)
-
-
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from . import main_argv
+    sys.exit(main_argv(["lu", *sys.argv[1:]], prog="python -m distla.bench.lu"))

@@ -26,7 +26,6 @@ barriered around each solve, maximum over ranks):
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import math
 import time
@@ -169,7 +168,7 @@ def run(args) -> list[dict]:
         del A, B
         _free(device)
         if getattr(args, "reference", True):
-            threads = _ranks_on_node(comm)  # collective: outside the rank-0-only reference
+            threads = common.ranks_on_node(comm)  # collective: outside the rank-0-only reference
             ref = common.reference_rank0(
                 lambda: _reference(n, args.nrhs, args.seed, dtype, device, args.reps,
                                    threads), comm)
@@ -240,7 +239,7 @@ def _reference(n, nrhs, seed, dtype, device, reps, threads):
     a = _global(n, n, seed, np, dtype)
     b = _global(n, nrhs, seed + 1, np, dtype)
     best = math.inf
-    with _blas_threads(threads) as got:
+    with common.blas_threads(threads) as got:
         for _ in range(max(1, reps)):
             w = np.array(a, order="F")
             t0 = time.perf_counter()
@@ -250,42 +249,8 @@ def _reference(n, nrhs, seed, dtype, device, reps, threads):
     return "scipy", best, got
 
 
-def _ranks_on_node(comm) -> int:
-    from mpi4py import MPI
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    k = local.Get_size()
-    local.Free()
-    return k
-
-
-def _blas_threads(k):
-    """Context: SciPy's BLAS with ``k`` threads (the Cholesky benchmark's helper when present;
-    yields the thread count in effect or None)."""
-    try:
-        from .cholesky import _blas_threads as bt
-        return bt(k)
-    except ImportError:
-        return contextlib.nullcontext(None)
-
-
-def main(argv=None) -> None:
-    """Standalone entry point: ``python -m distla.bench.rbt ...`` (collective)."""
-    from mpi4py import MPI
-    parser = argparse.ArgumentParser(prog="python -m distla.bench.rbt",
-                                     description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    parser.add_argument("--json", default=None, metavar="FILE",
-                        help="also write the results as JSON (rank 0)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-    args = parser.parse_args(argv)
-    rows = run(args)
-    if MPI.COMM_WORLD.rank == 0:
-        print(common.format_table(rows), flush=True)
-        if args.json:
-            import json
-            with open(args.json, "w") as f:
-                json.dump(rows, f, indent=1, default=str)
-
-
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from . import main_argv
+    sys.exit(main_argv(["rbt", *sys.argv[1:]], prog="python -m distla.bench.rbt"))
