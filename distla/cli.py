@@ -25,6 +25,8 @@ import sys
 import threading
 import traceback
 
+from .errors import on_root
+
 __all__ = ["main", "run_main", "ArgumentParser", "CommandError", "UsageError", "guarded",
            "on_root", "METHODS"]
 
@@ -168,21 +170,6 @@ def _watchdog(comm, exc, timeout):
         yield
     finally:
         done.set()
-
-
-def on_root(comm, fn):
-    """Collective: ``fn()`` runs on rank 0 only; its result is returned on every rank, or its
-    exception (same type and message, no rank prefix) raised on every rank."""
-    out = None
-    if comm.Get_rank() == 0:
-        try:
-            out = (True, fn())
-        except Exception as e:  # noqa: BLE001
-            out = (False, e)
-    ok, val = comm.bcast(out, root=0)
-    if not ok:
-        raise val
-    return val
 
 
 def _describe(exc: BaseException) -> str:

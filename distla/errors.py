@@ -10,7 +10,7 @@ import contextlib
 import numpy as np
 
 __all__ = ["DistlaError", "NotPositiveDefiniteError", "SingularMatrixError",
-           "ConvergenceError", "agree", "collective"]
+           "ConvergenceError", "agree", "collective", "on_root"]
 
 
 class DistlaError(RuntimeError):
@@ -106,3 +106,19 @@ def collective(comm):
         agree(comm, e)
         raise  # pragma: no cover (agree always raises here)
     agree(comm, None)
+
+
+def on_root(comm, fn):
+    """Collective: ``fn()`` runs on rank 0 of ``comm`` only (e.g. file I/O); its result is
+    returned on every rank, or its exception (same type and message, no rank prefix) is raised
+    on every rank. Result and exception travel pickled: keep them small."""
+    out = None
+    if comm.Get_rank() == 0:
+        try:
+            out = (True, fn())
+        except Exception as e:  # noqa: BLE001 - re-raised on every rank below
+            out = (False, e)
+    ok, val = comm.bcast(out, root=0)
+    if not ok:
+        raise val
+    return val

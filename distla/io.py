@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import agree
+from .errors import agree, on_root
 
 __all__ = ["MatrixFileError", "MatrixInfo", "inspect", "read_matrix", "write_npy",
            "write_matrix", "FORMATS"]
@@ -130,21 +130,6 @@ def _result_dtype(stored: np.dtype, dtype=None) -> np.dtype:
     return np.dtype(np.float64)  # ints, bools, float16
 
 
-def _bcast_checked(comm, fn):
-    """Run ``fn`` on rank 0 of ``comm``; return its result on every rank, or raise its
-    exception (same type and message, no rank prefix) on every rank. Collective."""
-    out = None
-    if comm.Get_rank() == 0:
-        try:
-            out = (True, fn())
-        except Exception as e:  # noqa: BLE001
-            out = (False, e)
-    ok, val = comm.bcast(out, root=0)
-    if not ok:
-        raise val
-    return val
-
-
 def read_matrix(path, grid, block=(64, 64), *, device="cpu", dtype=None, src=(0, 0),
                 info: MatrixInfo | None = None, chunk_rows: int | None = None):
     """Collective: the matrix in ``path`` (.npy or .mtx) as a DistMatrix on ``grid`` with
@@ -159,7 +144,7 @@ def read_matrix(path, grid, block=(64, 64), *, device="cpu", dtype=None, src=(0,
     from .matrix import DistMatrix
     comm = grid.comm
     if info is None:
-        info = _bcast_checked(comm, lambda: inspect(path))
+        info = on_root(comm, lambda: inspect(path))
     dt = _result_dtype(info.dtype, dtype)
     if info.format == "mtx":
         a, err = None, None
@@ -230,7 +215,7 @@ def check_writable(path, comm=None) -> None:
     if comm is None:
         _check_writable(os.fspath(path))
     else:
-        _bcast_checked(comm, lambda: _check_writable(os.fspath(path)))
+        on_root(comm, lambda: _check_writable(os.fspath(path)))
 
 
 def write_npy(path, A, *, vector: bool = False) -> None:
@@ -248,7 +233,7 @@ def write_npy(path, A, *, vector: bool = False) -> None:
         _check_writable(path)
         mm = open_memmap(path, mode="w+", dtype=A.dtype, shape=shape)
         del mm
-    _bcast_checked(comm, create)
+    on_root(comm, create)
     host = A.backend.to_host(A.local)
     rows, cols = A.row_indices(), A.col_indices()
     err = None
