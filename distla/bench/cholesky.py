@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 
 import numpy as np
@@ -158,11 +157,10 @@ def _reference(n, seed, dtype, device, reps, threads):
     """(name, best seconds, threads) of the single-device Cholesky, or None if it does not fit.
     Not collective (rank 0)."""
     need = 3 * n * n * dtype.itemsize
+    if not common.fits(need, device):
+        return None
     if device == "gpu":
         import cupy
-        free, _ = cupy.cuda.runtime.memGetInfo()
-        if need > 0.9 * free:
-            return None
         A = _global_spd(n, seed, cupy, dtype)
         best = math.inf
         cupy.linalg.cholesky(A)   # warm-up (handles, workspace)
@@ -175,12 +173,6 @@ def _reference(n, seed, dtype, device, reps, threads):
             del L
         return "cupy(cusolver)", best, None
     import scipy.linalg
-    try:
-        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        avail = math.inf
-    if need > 0.8 * avail:
-        return None
     A = _global_spd(n, seed, np, dtype)
     best = math.inf
     with common.blas_threads(threads) as got:

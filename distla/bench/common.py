@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import re
 import time
 
@@ -254,6 +255,20 @@ def blas_threads(k: int | None):
     finally:
         for (s, _), o in zip(libs, old):
             s(o)
+
+
+def fits(nbytes: float, device: str) -> bool:
+    """Whether ``nbytes`` fit in this rank's free memory (90% of the GPU's free memory on
+    'gpu', 80% of the available host memory on 'cpu'). Not collective."""
+    if device == "gpu":
+        import cupy
+        free, _ = cupy.cuda.runtime.memGetInfo()
+        return nbytes <= 0.9 * free
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return True
+    return nbytes <= 0.8 * avail
 
 
 # ---------------------------------------------------------------------------------------

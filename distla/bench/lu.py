@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 
 import numpy as np
@@ -156,12 +155,11 @@ def _reference(n, seed, dtype, device, reps, threads):
     """(name, best seconds, threads) of the single-device LU, or None if it does not fit.
     Not collective (rank 0)."""
     need = 2.2 * n * n * dtype.itemsize
+    if not common.fits(need, device):
+        return None
     if device == "gpu":
         import cupy
         from cupyx.scipy.linalg import lu_factor as cu_lu_factor
-        free, _ = cupy.cuda.runtime.memGetInfo()
-        if need > 0.9 * free:
-            return None
         A = _global_normal(n, seed, dtype, cupy)
         best = math.inf
         for _ in range(max(1, reps)):
@@ -174,12 +172,6 @@ def _reference(n, seed, dtype, device, reps, threads):
             del W
         return "cupy(cusolver)", best, None
     import scipy.linalg
-    try:
-        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        avail = math.inf
-    if need > 0.8 * avail:
-        return None
     A = _global_normal(n, seed, dtype, np)
     best = math.inf
     with common.blas_threads(threads) as got:

@@ -206,12 +206,11 @@ def _reference(n, nrhs, seed, dtype, device, reps, threads):
     """(name, best seconds of lu_factor + lu_solve, threads) or None when it does not fit.
     Not collective (rank 0)."""
     need = (2 * n * n + 2 * n * nrhs) * dtype.itemsize
+    if not common.fits(need, device):
+        return None
     if device == "gpu":
         import cupy
         import cupyx.scipy.linalg as csl
-        free, _ = cupy.cuda.runtime.memGetInfo()
-        if need > 0.9 * free:
-            return None
         a = _global(n, n, seed, cupy, dtype)
         b = _global(n, nrhs, seed + 1, cupy, dtype)
         best = math.inf
@@ -227,15 +226,8 @@ def _reference(n, nrhs, seed, dtype, device, reps, threads):
         del a, b
         cupy.get_default_memory_pool().free_all_blocks()
         return "cupy(cusolver)", best, None
-    import os
 
     import scipy.linalg as sl
-    try:
-        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        avail = math.inf
-    if need > 0.8 * avail:
-        return None
     a = _global(n, n, seed, np, dtype)
     b = _global(n, nrhs, seed + 1, np, dtype)
     best = math.inf
