@@ -17,7 +17,7 @@ from .device import array_device, get_backend
 from .errors import agree, collective
 from .grid import ProcessGrid
 
-__all__ = ["DistMatrix"]
+__all__ = ["DistMatrix", "check_compatible"]
 
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64),
            np.dtype(np.complex128))
@@ -67,6 +67,20 @@ def _same_ranks(c1, c2) -> bool:
     finally:
         g1.Free()
         g2.Free()
+
+
+def check_compatible(A, B, what: str) -> None:
+    """Raise (locally, no communication) unless A and B are DistMatrix objects on the same
+    grid, device and dtype: TypeError / ValueError naming ``what``."""
+    for X in (A, B):
+        if not isinstance(X, DistMatrix):
+            raise TypeError(f"{what}: operands must be DistMatrix, not {type(X).__name__}")
+    if A.grid != B.grid:
+        raise ValueError(f"{what}: operands live on different grids")
+    if A.device != B.device:
+        raise TypeError(f"{what}: operands are on {A.device} and {B.device}")
+    if A.dtype != B.dtype:
+        raise TypeError(f"{what}: dtypes differ ({A.dtype} and {B.dtype}); use astype first")
 
 
 class DistMatrix:

@@ -14,20 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import collective
-from .matrix import DistMatrix
+from .matrix import DistMatrix, check_compatible
 
 __all__ = ["matmul", "triangular_solve", "norm"]
-
-
-def _check_pair(A, B, what):
-    if not isinstance(A, DistMatrix) or not isinstance(B, DistMatrix):
-        raise TypeError(f"{what}: operands must be DistMatrix")
-    if A.grid != B.grid:
-        raise ValueError(f"{what}: operands live on different grids")
-    if A.device != B.device:
-        raise TypeError(f"{what}: operands are on {A.device} and {B.device}")
-    if A.dtype != B.dtype:
-        raise TypeError(f"{what}: dtypes differ ({A.dtype} and {B.dtype}); use astype first")
 
 
 # ---------------------------------------------------------------------------------------
@@ -42,13 +31,13 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
     from B's row blocking, B is redistributed to match first.
     """
     with collective(A.grid.comm):
-        _check_pair(A, B, "matmul")
+        check_compatible(A, B, "matmul")
         m, k = (A.n, A.m) if transa else A.shape
         k2, n = (B.n, B.m) if transb else B.shape
         if k != k2:
             raise ValueError(f"matmul: inner dimensions differ ({m}x{k} @ {k2}x{n})")
         if C is not None:
-            _check_pair(A, C, "matmul")
+            check_compatible(A, C, "matmul")
             if C.shape != (m, n):
                 raise ValueError(f"matmul: C has shape {C.shape}, expected {(m, n)}")
     if transa:
@@ -121,7 +110,7 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans:
     layout (B itself when ``overwrite_b`` and no redistribution was needed).
     """
     with collective(A.grid.comm):
-        _check_pair(A, B, "triangular_solve")
+        check_compatible(A, B, "triangular_solve")
         if A.m != A.n:
             raise ValueError(f"triangular_solve: A must be square, got {A.shape}")
         if A.mb != A.nb:

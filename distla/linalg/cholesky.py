@@ -42,7 +42,7 @@ import numpy as np
 from .. import layout
 from .. import progress
 from ..errors import NotPositiveDefiniteError, collective
-from ..matrix import DistMatrix
+from ..matrix import DistMatrix, check_compatible
 
 __all__ = ["cholesky", "cho_factor", "cho_solve", "solve_cholesky", "logdet",
            "CholeskyProfile"]
@@ -208,14 +208,7 @@ def _check_factor_input(A, lookahead):
 
 
 def _check_rhs(C, B, what):
-    if not isinstance(B, DistMatrix):
-        raise TypeError(f"{what}: B must be a DistMatrix, not {type(B).__name__}")
-    if B.grid != C.grid:
-        raise ValueError(f"{what}: B lives on a different grid than the matrix")
-    if B.device != C.device:
-        raise TypeError(f"{what}: the matrix is on {C.device} but B is on {B.device}")
-    if B.dtype != C.dtype:
-        raise TypeError(f"{what}: dtypes differ ({C.dtype} and {B.dtype}); use astype first")
+    check_compatible(C, B, what)
     if C.m != C.n or C.mb != C.nb:
         raise ValueError(f"{what}: the matrix must be square with square blocks, got shape "
                          f"{C.shape}, blocks {C.block}")

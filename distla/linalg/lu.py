@@ -46,7 +46,7 @@ import numpy as np
 from .. import layout
 from .. import progress
 from ..errors import SingularMatrixError, agree, collective
-from ..matrix import DistMatrix
+from ..matrix import DistMatrix, check_compatible
 from ._pivoting import (genp, ipiv_to_perm, permute_rows, suffix_moves, swap_rows,
                         winners_to_ipiv)
 from ._tslu import tournament
@@ -551,17 +551,9 @@ def _check_rhs(F, B):
     if not isinstance(F, LUFactor):
         raise TypeError(f"expected an LUFactor from lu_factor, not {type(F).__name__}")
     A = F.lu
-    if not isinstance(B, DistMatrix):
-        raise TypeError(f"B must be a DistMatrix, not {type(B).__name__}")
+    check_compatible(A, B, "lu_solve")
     if A.m != A.n:
         raise ValueError(f"lu_solve needs a square factorization, got {A.shape}")
-    if B.grid != A.grid:
-        raise ValueError("B must live on the same process grid as the factored matrix")
-    if B.device != A.device:
-        raise TypeError(f"B is on {B.device}, the factorization on {A.device}")
-    if B.dtype != A.dtype:
-        raise TypeError(f"B has dtype {B.dtype}, the factorization {A.dtype}; convert with "
-                        f"B.astype({A.dtype}) first")
     if B.m != A.n:
         raise ValueError(f"B has {B.m} rows, the matrix is {A.n} x {A.n}")
     if B.mb != A.mb or B.rsrc != A.rsrc:

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ConvergenceError, SingularMatrixError, collective
-from ..matrix import DistMatrix
+from ..matrix import DistMatrix, check_compatible
 from ._butterfly import Butterfly, pad_matrix, padded_size, random_butterflies, two_sided
 
 __all__ = ["rbt_solve", "rbt_transform", "RBTInfo", "RBTFallbackWarning", "Butterfly"]
@@ -430,12 +430,7 @@ def _validate(A, B, depth, precision, max_iter, refine, fallback, return_info):
                          f"redistribute(block=({A.nb}, {A.nb})) first")
     if B.m != A.n:
         raise ValueError(f"rbt_solve: B has {B.m} rows, A is {A.n} x {A.n}")
-    if A.grid != B.grid:
-        raise ValueError("rbt_solve: A and B live on different grids")
-    if A.device != B.device:
-        raise TypeError(f"rbt_solve: A is on {A.device}, B on {B.device}")
-    if A.dtype != B.dtype:
-        raise TypeError(f"rbt_solve: dtypes differ ({A.dtype}, {B.dtype}); use astype")
+    check_compatible(A, B, "rbt_solve")
     if A.dtype.kind not in "fc":
         raise TypeError(f"rbt_solve: unsupported dtype {A.dtype}")
     _check_depth(depth, A.n)
