@@ -19,8 +19,8 @@ factoring; accuracy: ``||A - L L^T||_2 / ||A||_2`` (10 steps of subspace iterati
 probe vectors, a lower bound; with the exact dense A, or with the TLR matrix under
 ``--no-dense``), the compression error ``||A - A_tlr||_2 / ||A||_2`` (dense only), the log-determinant relative error against the dense factor, and the
 backward error ``||A x - b|| / (||A|| ||x||)`` of a TLR solve. Times are maxima over ranks.
-``--profile`` adds ``prof_<phase>`` seconds (potrf, header, bcast, trsm, diag, stack, qr, svd,
-assemble, store) of one extra factorization with the device synchronized at every phase.
+``--profile`` adds ``prof_<phase>`` seconds (bcast, update, reduce, panel, potrf, header,
+compress, trsm, store) of one extra factorization with the device synchronized at every phase.
 """
 from __future__ import annotations
 
@@ -59,13 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", action="store_true",
                         help="add seconds per phase of one extra, separately run TLR "
                              "factorization (device synchronized per phase)")
-    parser.add_argument("--qr", choices=("auto", "lapack", "householder"), default="auto",
-                        help="QR of the stacked factors in the recompression: auto (LAPACK per "
-                             "tile on cpu, batched Householder on gpu), lapack (xp.linalg.qr) "
-                             "or householder (distla.tlr.batched.householder_qr)")
-    parser.add_argument("--svd", choices=("auto", "lapack", "jacobi"), default="auto",
-                        help="SVD of the small cores: auto (= lapack, xp.linalg.svd) or jacobi "
-                             "(distla.tlr.batched.jacobi_svd, batched at every size)")
+    parser.add_argument("--qr", choices=("auto", "lapack", "kernel"), default="auto",
+                        help="batched QR in the compressions: auto (LAPACK per tile on cpu, "
+                             "the CUDA kernel on gpu), lapack (xp.linalg.qr) or kernel")
+    parser.add_argument("--svd", choices=("auto", "lapack", "kernel"), default="auto",
+                        help="SVD of the small cores: auto (LAPACK on cpu, the batched Jacobi "
+                             "CUDA kernel on gpu), lapack (xp.linalg.svd) or kernel")
     parser.add_argument("--workspace", type=int, default=None,
                         help="MiB of scratch per batched call (default 256 on cpu, 2048 on gpu)")
 

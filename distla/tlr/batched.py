@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Profile", "host", "get_xp", "truncation_ranks", "recompress", "gemm_lll", "compress_tiles",
-           "lr_gram_update", "householder_qr", "stacked_qr", "jacobi_svd", "stacked_svd"]
+__all__ = ["Profile", "host", "get_xp", "truncation_ranks", "recompress", "compress_tiles",
+           "stacked_qr", "stacked_svd"]
 
 
 class Profile:
@@ -111,159 +111,45 @@ def _assemble(Qu, X, s, Yt, Qv, k, kmax):
     return U, V
 
 
-# ---- batched QR -------------------------------------------------------------------------
+# ---- the QR / SVD seam --------------------------------------------------------------------
 
-#: QR used by :func:`recompress` for stacks: 'auto' (LAPACK per tile on NumPy, where it loops in
-#: C at full speed; :func:`householder_qr` on CuPy, whose stacked ``linalg.qr`` issues one
-#: cuSOLVER call per tile), 'lapack' (``xp.linalg.qr``) or 'householder'.
+#: QR of stacks: 'auto' (LAPACK per tile on NumPy, where ``xp.linalg.qr`` loops in C at full
+#: speed; the batched CUDA kernel :func:`distla.tlr._cuda.qr` on CuPy, whose stacked
+#: ``linalg.qr`` is two cuSOLVER calls per tile), 'lapack' (``xp.linalg.qr``) or 'kernel'.
 QR_METHOD = "auto"
 
-
-def householder_qr(A, block: int = 16):
-    """Reduced QR of a stack ``A (t, m, w)`` by Householder reflections applied to all tiles at
-    once: ``Q (t, m, p)`` with orthonormal columns and upper triangular ``R (t, p, w)``,
-    ``p = min(m, w)``, ``A = Q R``. Backward stable also for rank-deficient tiles (zero-padded
-    or dependent columns). Blocked (LAPACK's geqrf/larft/larfb): panels of ``block`` columns
-    reduced column by column, the rest of the stack updated by the compact WY form
-    ``I - V T V^T`` with three stacked ``matmul`` calls. Launches: about ``12 p`` stacked
-    calls in all, independent of ``t`` (xp's stacked ``qr`` on CuPy is ``t`` cuSOLVER calls)."""
-    xp = get_xp(A)
-    t, m, w = A.shape
-    p = min(m, w)
-    Rt = _T(A).copy()                           # (t, w, m), C order: columns of A contiguous
-    Vt = xp.zeros((t, p, m), A.dtype)           # reflectors as rows (zero before the diagonal)
-    taus = xp.zeros((t, p), A.dtype)
-    blocks = []
-    for j0 in range(0, p, block):
-        j1 = min(p, j0 + block)
-        for j in range(j0, j1):                 # panel: unblocked
-            x = Rt[:, j, j:]
-            alpha = x[:, 0]
-            sig = xp.sum(x[:, 1:] * x[:, 1:], axis=1)
-            nrm = xp.sqrt(alpha * alpha + sig)
-            zero = sig == 0
-            beta = xp.where(zero, alpha, xp.where(alpha >= 0, -nrm, nrm))
-            tau = xp.where(zero, 0.0, (beta - alpha) / xp.where(zero, 1.0, beta))
-            v = x * xp.where(zero, 0.0, 1.0 / xp.where(zero, 1.0, alpha - beta))[:, None]
-            v[:, 0] = 1.0
-            if j + 1 < j1:
-                sub = Rt[:, j + 1:j1, j:]                         # (t, j1 - j - 1, m - j)
-                wv = xp.matmul(sub, v[:, :, None])
-                sub -= wv * (tau[:, None] * v)[:, None, :]
-            Rt[:, j, j] = beta
-            Rt[:, j, j + 1:] = 0.0
-            Vt[:, j, j:] = v
-            taus[:, j] = tau
-        V = Vt[:, j0:j1, j0:]                   # (t, b, m - j0)
-        b = j1 - j0
-        T = xp.zeros((t, b, b), A.dtype)        # H_j0 ... H_j1-1 = I - V^T T V (rows of V)
-        for jj in range(b):
-            T[:, jj, jj] = taus[:, j0 + jj]
-            if jj:
-                z = xp.matmul(V[:, :jj, :], V[:, jj, :, None])   # (t, jj, 1)
-                T[:, :jj, jj] = -taus[:, j0 + jj, None] * xp.matmul(T[:, :jj, :jj], z)[:, :, 0]
-        blocks.append((j0, V, T))
-        if j1 < w:                              # trailing columns: C^T <- (I - V^T T^T V) C^T
-            C = Rt[:, j1:, j0:]
-            C -= xp.matmul(xp.matmul(xp.matmul(C, _T(V)), T), V)
-    Qt = xp.zeros((t, p, m), A.dtype)           # Q^T, Q = (blocks) [I_p; 0]
-    ar = xp.arange(p)
-    Qt[:, ar, ar] = 1.0
-    for j0, V, T in reversed(blocks):
-        S = Qt[:, j0:, j0:]
-        S -= xp.matmul(xp.matmul(xp.matmul(S, _T(V)), _T(T)), V)
-    return xp.ascontiguousarray(_T(Qt)), xp.triu(_T(Rt[:, :, :p]))
-
-
-def stacked_qr(A):
-    """Reduced QR of a stack (see :data:`QR_METHOD`)."""
-    xp = get_xp(A)
-    method = QR_METHOD
-    if method == "auto":
-        method = "lapack" if xp is np else "householder"
-    if method == "householder":
-        return householder_qr(A)
-    return xp.linalg.qr(A)
-
-
-#: SVD of the small cores: 'auto' (= 'lapack'), 'lapack' (``xp.linalg.svd``: CuPy batches it
-#: (gesvdjBatched) only for cores <= 32 x 32 and loops one cuSOLVER call per tile above) or
-#: 'jacobi' (:func:`jacobi_svd`, batched at every size but ~10-30 sweeps of ``w`` stacked rounds
-#: each for the graded ``w x w`` cores of the factorization, w ~ 40-80: on CPU ~200x slower
-#: than LAPACK; whether it beats CuPy's per-tile loop on GPU is to be measured).
+#: SVD of the small square cores: 'auto' (LAPACK on NumPy; on CuPy the batched Jacobi kernel
+#: :func:`distla.tlr._cuda.svd` up to its width limit, CuPy's ``linalg.svd`` above), 'lapack'
+#: (``xp.linalg.svd``: CuPy batches it only up to 32 x 32, one cuSOLVER call per tile above) or
+#: 'kernel'.
 SVD_METHOD = "auto"
 
 
-def _pairings(b: int):
-    """Round-robin tournament over ``b`` (even) columns: ``b - 1`` rounds of ``b / 2``
-    disjoint pairs ``(p, q)``, every pair once per sweep."""
-    idx = list(range(b))
-    rounds = []
-    for _ in range(b - 1):
-        h = b // 2
-        rounds.append((idx[:h], idx[h:][::-1]))
-        idx = [idx[0]] + [idx[-1]] + idx[1:-1]
-    return rounds
+def _use_kernel(method, xp, dtype, fits):
+    if method == "lapack" or xp is np:
+        return False
+    from . import _cuda
+    return _cuda.supported(dtype) and fits(_cuda) and method in ("auto", "kernel")
 
 
-def jacobi_svd(M, max_sweeps: int = 30):
-    """SVD of a stack ``M (t, a, b)`` by one-sided (Hestenes) Jacobi, all tiles at once:
-    returns ``X (t, a, r)``, ``s (t, r)`` (descending), ``Yt (t, r, b)``, ``r = min(a, b)``,
-    like ``xp.linalg.svd(M, full_matrices=False)`` (singular vectors of zero singular values
-    may be zero: the columns of ``X``, or the rows of ``Yt`` when ``b > a``). Column pairs in round-robin order, ``b/2`` rotations per stacked call;
-    stops when every pair is orthogonal to ``~eps`` (one host read per sweep)."""
-    xp = get_xp(M)
-    t, a, b = M.shape
-    if b > a:
-        X, s, Yt = jacobi_svd(xp.ascontiguousarray(_T(M)), max_sweeps)
-        return _T(Yt), s, _T(X)
-    r = b
-    be = b + (b % 2)
-    G = xp.zeros((t, be, a), M.dtype)              # columns of M as rows (contiguous)
-    G[:, :b] = _T(M)
-    Y = xp.zeros((t, be, be), M.dtype)             # Y^T: rows are the right vectors
-    ar = xp.arange(be)
-    Y[:, ar, ar] = 1.0
-    rounds = [(xp.asarray(np.array(p)), xp.asarray(np.array(q))) for p, q in _pairings(be)]
-    tol = float(np.finfo(M.dtype).eps) * a
-    for _ in range(max_sweeps):
-        off = xp.zeros((), M.dtype)
-        for p, q in rounds:
-            P, Q = G[:, p], G[:, q]                               # (t, h, a)
-            al = xp.sum(P * P, axis=2)
-            bt = xp.sum(Q * Q, axis=2)
-            ga = xp.sum(P * Q, axis=2)
-            nrm = xp.sqrt(al * bt)
-            rel = xp.abs(ga) / xp.where(nrm > 0, nrm, 1.0)
-            off = xp.maximum(off, xp.max(rel))
-            rot = rel > tol
-            gs = xp.where(rot, ga, 1.0)
-            zeta = (bt - al) / (2.0 * gs)
-            tn = xp.where(zeta >= 0, 1.0, -1.0) / (xp.abs(zeta) + xp.hypot(1.0, zeta))
-            c = xp.where(rot, 1.0 / xp.sqrt(1.0 + tn * tn), 1.0)[:, :, None]
-            sn = xp.where(rot, c[:, :, 0] * tn, 0.0)[:, :, None]
-            G[:, p], G[:, q] = c * P - sn * Q, sn * P + c * Q
-            YP, YQ = Y[:, p], Y[:, q]
-            Y[:, p], Y[:, q] = c * YP - sn * YQ, sn * YP + c * YQ
-        if float(off) <= tol:
-            break
-    sv = xp.sqrt(xp.sum(G * G, axis=2))                           # (t, be)
-    order = xp.argsort(-sv, axis=1)[:, :r]
-    sv = xp.take_along_axis(sv, order, axis=1)
-    G = xp.take_along_axis(G, order[:, :, None], axis=1)
-    Yt = xp.take_along_axis(Y, order[:, :, None], axis=1)[:, :, :b]
-    X = _T(G) / xp.where(sv > 0, sv, 1.0)[:, None, :] * (sv > 0)[:, None, :]
-    return X, sv, Yt
+def stacked_qr(A):
+    """Reduced QR of a stack ``A (t, m, w)``: ``Q (t, m, p)``, ``R (t, p, w)``,
+    ``p = min(m, w)`` (see :data:`QR_METHOD`)."""
+    xp = get_xp(A)
+    t, m, w = A.shape
+    if _use_kernel(QR_METHOD, xp, A.dtype, lambda c: w <= m <= c.MAX_QR_ROWS):
+        from . import _cuda
+        return _cuda.qr(A)
+    return xp.linalg.qr(A)
 
 
 def stacked_svd(M):
-    """Reduced SVD of a stack of small cores (see :data:`SVD_METHOD`)."""
+    """Reduced SVD ``X, s, Yt`` of a stack of small cores (see :data:`SVD_METHOD`)."""
     xp = get_xp(M)
-    method = SVD_METHOD
-    if method == "auto":
-        method = "lapack"
-    if method == "jacobi":
-        return jacobi_svd(M)
+    t, a, b = M.shape
+    if a == b and _use_kernel(SVD_METHOD, xp, M.dtype, lambda c: a <= c.MAX_SVD_WIDTH):
+        from . import _cuda
+        return _cuda.svd(M)
     return xp.linalg.svd(M, full_matrices=False)
 
 
@@ -301,39 +187,6 @@ def recompress(Cu, Cv, delta: float, max_rank: int | None = None, *, u_orthonorm
     return U, V, kh, capped
 
 
-def gemm_lll(Cu, Cv, Au, Av, Bu, Bv, delta, max_rank=None, alpha=-1.0, beta=1.0, prof=None):
-    """Low-rank GEMM into low-rank tiles, stacked: ``C = alpha A B + beta C`` with
-    ``A = Au Av^T``, ``B = Bu Bv^T``, ``C = Cu Cv^T``, recompressed to ``delta``.
-
-    ``W = alpha Av^T Bu``; ``Cu' = [Cu | Au]``, ``Cv' = [beta Cv | Bv W^T]`` (so that
-    ``Cu' Cv'^T = beta C + alpha A B``), then :func:`recompress`. For the Cholesky update
-    ``C -= A_mk A_nk^T`` with ``A_mk = U_m V_m^T`` pass ``Au=U_m, Av=V_m, Bu=V_n, Bv=U_n``.
-    Shapes: ``Cu (t, m, kc)``, ``Cv (t, n, kc)``, ``Au (t, m, ka)``, ``Av (t, p, ka)``,
-    ``Bu (t, p, kb)``, ``Bv (t, n, kb)``. Returns what :func:`recompress` returns.
-    """
-    xp = get_xp(Cu)
-    with _sec(prof, "stack"):
-        W = xp.matmul(_T(Av), Bu)
-        if alpha != 1.0:
-            W *= alpha
-        Cv2 = xp.matmul(Bv, _T(W))
-        Cvb = Cv if beta == 1.0 else Cv * beta
-        Cu2 = xp.concatenate([Cu, Au], axis=2)
-        Cv2 = xp.concatenate([Cvb, Cv2], axis=2)
-    return recompress(Cu2, Cv2, delta, max_rank, prof=prof)
-
-
-def lr_gram_update(D, U, V, alpha=-1.0):
-    """Dense tiles updated by symmetric low-rank products, stacked (SYRK-like):
-    ``D_t += alpha U_t (V_t^T V_t) U_t^T``. ``D (t, m, m)`` in place; ``U, V (t, m, k)``."""
-    xp = get_xp(D)
-    if D.shape[0] == 0 or U.shape[2] == 0:
-        return D
-    G = xp.matmul(_T(V), V)
-    D += alpha * xp.matmul(xp.matmul(U, G), _T(U))
-    return D
-
-
 # ---- compression of dense tiles --------------------------------------------------------
 
 def _svd_compress(A, delta, max_rank):
@@ -351,7 +204,8 @@ def _svd_compress(A, delta, max_rank):
 
 
 def _rsvd_compress(A, delta, max_rank, rng, r0=16):
-    """Adaptive randomized range finder: sample ``r`` columns, check the true residual
+    """Adaptive randomized range finder: sample ``r`` columns (``r0`` first: pass the
+    expected rank plus a margin to save rounds), check the true residual
     ``||A - Q Q^T A||_F <= delta / 2`` per tile, double ``r`` for the tiles that fail; then
     truncate ``Q (Q^T A)`` with the remaining budget ``sqrt(delta^2 - res^2)``."""
     xp = get_xp(A)
@@ -363,18 +217,21 @@ def _rsvd_compress(A, delta, max_rank, rng, r0=16):
     parts = []  # (indices, U, V, ranks)
     capped = 0
     while todo.size:
-        idx = xp.asarray(todo)
-        At = A[idx]
-        Om = rng.standard_normal((todo.size, n, r)).astype(A.dtype)
-        Q, _ = xp.linalg.qr(xp.matmul(At, Om))
+        At = A if todo.size == t else A[xp.asarray(todo)]
+        Om = rng.standard_normal((n, r)).astype(A.dtype)   # one test matrix for the stack
+        Q, _ = stacked_qr(xp.matmul(At, Om))
         B = xp.matmul(_T(Q), At)
         res = xp.sqrt(xp.sum((At - xp.matmul(Q, B)) ** 2, axis=(1, 2)))
         resh = host(res)
         done = (resh <= 0.5 * delta) | (r >= cap)
         if done.any():
-            d = xp.asarray(np.flatnonzero(done))
             budget = float(np.sqrt(max(delta * delta - float(resh[done].max()) ** 2, 0.0)))
-            U, V, k, c = recompress(Q[d], xp.ascontiguousarray(_T(B[d])), budget, max_rank,
+            if done.all():
+                Qd, Bd = Q, B
+            else:
+                d = xp.asarray(np.flatnonzero(done))
+                Qd, Bd = Q[d], B[d]
+            U, V, k, c = recompress(Qd, xp.ascontiguousarray(_T(Bd)), budget, max_rank,
                                     u_orthonormal=True)
             parts.append((todo[done], U, V, k))
             capped += c
@@ -477,7 +334,7 @@ def _aca_dense(A, delta, max_rank):
 METHODS = ("svd", "rsvd", "aca")
 
 
-def compress_tiles(A, delta, max_rank=None, method="svd", rng=None):
+def compress_tiles(A, delta, max_rank=None, method="svd", rng=None, r0=16):
     """Compress a stack of dense tiles ``A (t, m, n)`` to canonical low-rank form.
 
     ``method``: 'svd' (truncated SVD, optimal), 'rsvd' (adaptive randomized range finder
@@ -489,7 +346,7 @@ def compress_tiles(A, delta, max_rank=None, method="svd", rng=None):
         return _svd_compress(A, delta, max_rank)
     if method == "rsvd":
         return _rsvd_compress(A, delta, max_rank,
-                              rng if rng is not None else get_xp(A).random.RandomState(0))
+                              rng if rng is not None else get_xp(A).random.RandomState(0), r0)
     if method == "aca":
         return _aca_dense(A, delta, max_rank)
     raise ValueError(f"method must be one of {METHODS}, not {method!r}")

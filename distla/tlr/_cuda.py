@@ -1,0 +1,258 @@
+"""Batched small dense factorizations for GPU ranks, as CUDA kernels (CuPy ``RawModule``).
+
+cuSOLVER has no batched QR or SVD for the tall ``nb x w`` tiles of TLR compression (its
+batched SVD stops at 32 x 32) and CuPy's stacked ``linalg.qr``/``svd`` issue one library call
+per tile, so one step of a TLR algorithm would be thousands of launches. These kernels do a
+whole stack in one launch, one thread block per tile:
+
+* :func:`qr` -- Householder QR (LAPACK ``dgeqr2`` + ``dorg2r``, with the column scaling of
+  ``dlarfg`` so tiles near underflow or overflow stay accurate) of a stack ``(t, m, w)``,
+  ``m >= w``: explicit ``Q (t, m, w)`` and ``R (t, w, w)``.
+* :func:`svd` -- one-sided Jacobi SVD (Hestenes; round-robin pair ordering, rotations from
+  Demmel and Veselic) of a stack of small square cores ``(t, w, w)``, ``w <= 128``, the core
+  kept in shared memory: ``M = X diag(s) Y^T`` with ``s`` descending.
+
+Only :mod:`distla.tlr.batched` calls these (its ``stacked_qr``/``stacked_svd`` seam); the
+NumPy ranks use LAPACK there. Local (not collective).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+MAX_SVD_WIDTH = 128   # the core lives in shared memory: w * w * 8 bytes <= 128 KiB
+MAX_QR_ROWS = 16384   # the Householder vector lives in shared memory: m * 8 bytes
+
+_SOURCE = r"""
+typedef @T@ T;
+
+__device__ __forceinline__ T warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ T warp_max(T v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Block-wide reductions; every thread gets the result. red: 32 T of shared scratch.
+__device__ T block_sum(T v, T* red) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[wid] = v;
+    __syncthreads();
+    return warp_sum(lane < nw ? red[lane] : (T)0);
+}
+__device__ T block_max(T v, T* red) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) red[wid] = v;
+    __syncthreads();
+    return warp_max(lane < nw ? red[lane] : (T)0);
+}
+
+// a[j:, c] -= tau v (v^T a[j:, c]) for the columns c > j, one warp per column.
+__device__ void apply_reflector(T* a, const T* v, T tau, int j, int m, int w) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int c = j + 1 + wid; c < w; c += nw) {
+        T* ac = a + (size_t)c * m;
+        T d = 0;
+        for (int r = j + lane; r < m; r += 32) d += v[r] * ac[r];
+        d = warp_sum(d) * tau;
+        for (int r = j + lane; r < m; r += 32) ac[r] -= d * v[r];
+    }
+}
+
+// Householder QR of each column-major m x w tile A[b] (stored as (t, w, m)), m >= w.
+// R (t, w, w) row-major upper triangular; with want_q, A[b] is overwritten by explicit Q.
+extern "C" __global__ void hh_qr(T* A, T* R, const int m, const int w, const int want_q) {
+    extern __shared__ unsigned char smem_raw[];
+    T* v = (T*)smem_raw;      // m: the current Householder vector
+    T* tau = v + m;           // w
+    T* red = tau + w;         // 32
+    T* a = A + (size_t)blockIdx.x * w * m;
+    const int tid = threadIdx.x;
+    for (int j = 0; j < w; ++j) {
+        T* aj = a + (size_t)j * m;
+        const T alpha = aj[j];
+        T mx = 0;
+        for (int r = j + tid; r < m; r += blockDim.x) mx = fmax(mx, fabs(aj[r]));
+        mx = block_max(mx, red);
+        T ss = 0;
+        if (mx > 0) {
+            const T inv = 1 / mx;
+            for (int r = j + 1 + tid; r < m; r += blockDim.x) { T x = aj[r] * inv; ss += x * x; }
+        }
+        ss = block_sum(ss, red);  // sum of squares below the diagonal, scaled by 1/mx
+        T t = 0, beta = alpha, scale = 0;
+        if (ss > 0) {             // dlarfg: beta = -sign(alpha) ||a[j:, j]||
+            const T as = alpha / mx;
+            const T nrm = mx * sqrt(as * as + ss);
+            beta = alpha >= 0 ? -nrm : nrm;
+            t = (beta - alpha) / beta;
+            scale = 1 / (alpha - beta);
+        }
+        for (int r = j + 1 + tid; r < m; r += blockDim.x) {
+            const T x = aj[r] * scale;
+            v[r] = x;
+            aj[r] = x;
+        }
+        if (tid == 0) { v[j] = 1; tau[j] = t; aj[j] = beta; }
+        __syncthreads();
+        if (t != 0) apply_reflector(a, v, t, j, m, w);
+        __syncthreads();
+    }
+    T* Rb = R + (size_t)blockIdx.x * w * w;
+    for (int idx = tid; idx < w * w; idx += blockDim.x) {
+        const int i = idx / w, j = idx - i * w;
+        Rb[idx] = i <= j ? a[(size_t)j * m + i] : (T)0;
+    }
+    if (!want_q) return;
+    __syncthreads();
+    for (int j = w - 1; j >= 0; --j) {  // dorg2r: Q = H_0 ... H_{w-1} [I; 0], in place
+        T* aj = a + (size_t)j * m;
+        const T t = tau[j];
+        for (int r = j + 1 + tid; r < m; r += blockDim.x) v[r] = aj[r];
+        if (tid == 0) v[j] = 1;
+        __syncthreads();
+        if (t != 0) apply_reflector(a, v, t, j, m, w);
+        __syncthreads();
+        for (int r = j + 1 + tid; r < m; r += blockDim.x) aj[r] = -t * v[r];
+        for (int r = tid; r < j; r += blockDim.x) aj[r] = 0;
+        if (tid == 0) aj[j] = 1 - t;
+        __syncthreads();
+    }
+}
+
+// One-sided Jacobi on the columns of each row-major w x w core M[b]: M V = W with W's
+// columns orthogonal. Outputs (row-major): X = W / s (zero where s == 0), s = column norms
+// of W (unsorted), V. Sweeps stop when no pair has |w_p . w_q| > tol ||w_p|| ||w_q||.
+extern "C" __global__ void jacobi_svd(const T* M, T* X, T* S, T* Vout, const int w,
+                                      const int max_sweeps, const T tol) {
+    extern __shared__ unsigned char smem_raw[];
+    T* W = (T*)smem_raw;      // w * w, column-major
+    __shared__ int rotated;
+    const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, nw = blockDim.x >> 5;
+    const T* Mb = M + (size_t)blockIdx.x * w * w;
+    T* V = Vout + (size_t)blockIdx.x * w * w;
+    for (int idx = tid; idx < w * w; idx += blockDim.x) {
+        const int r = idx / w, c = idx - r * w;
+        W[c * w + r] = Mb[idx];
+        V[idx] = r == c ? (T)1 : (T)0;
+    }
+    const int N = w + (w & 1);  // even number of players; column w (if any) is a bye
+    for (int sweep = 0; sweep < max_sweeps; ++sweep) {
+        if (tid == 0) rotated = 0;
+        __syncthreads();
+        for (int rnd = 0; rnd < N - 1; ++rnd) {
+            for (int pi = wid; pi < N / 2; pi += nw) {
+                int p, q;
+                if (pi == 0) { p = 0; q = 1 + rnd; }
+                else { p = 1 + (rnd + pi) % (N - 1); q = 1 + (rnd - pi + N - 1) % (N - 1); }
+                if (p >= w || q >= w) continue;
+                T* wp = W + p * w;
+                T* wq = W + q * w;
+                T al = 0, be = 0, ga = 0;
+                for (int r = lane; r < w; r += 32) {
+                    const T x = wp[r], y = wq[r];
+                    al += x * x; be += y * y; ga += x * y;
+                }
+                al = warp_sum(al); be = warp_sum(be); ga = warp_sum(ga);
+                if (ga != 0 && fabs(ga) > tol * sqrt(al) * sqrt(be)) {
+                    const T zeta = (be - al) / (2 * ga);
+                    const T tn = copysign((T)1, zeta) / (fabs(zeta) + hypot((T)1, zeta));
+                    const T c = 1 / sqrt(1 + tn * tn), s = c * tn;
+                    for (int r = lane; r < w; r += 32) {
+                        const T x = wp[r], y = wq[r];
+                        wp[r] = c * x - s * y;
+                        wq[r] = s * x + c * y;
+                        const T vx = V[r * w + p], vy = V[r * w + q];
+                        V[r * w + p] = c * vx - s * vy;
+                        V[r * w + q] = s * vx + c * vy;
+                    }
+                    if (lane == 0) rotated = 1;
+                }
+            }
+            __syncthreads();
+        }
+        const int done = !rotated;
+        __syncthreads();
+        if (done) break;
+    }
+    T* Xb = X + (size_t)blockIdx.x * w * w;
+    T* Sb = S + (size_t)blockIdx.x * w;
+    for (int c = wid; c < w; c += nw) {
+        T ss = 0;
+        for (int r = lane; r < w; r += 32) { const T x = W[c * w + r]; ss += x * x; }
+        const T nrm = sqrt(warp_sum(ss));
+        const T inv = nrm > 0 ? 1 / nrm : (T)0;
+        for (int r = lane; r < w; r += 32) Xb[r * w + c] = W[c * w + r] * inv;
+        if (lane == 0) Sb[c] = nrm;
+    }
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _module(dtype_name: str):
+    import cupy
+    ctype = {"float64": "double", "float32": "float"}[dtype_name]
+    return cupy.RawModule(code=_SOURCE.replace("@T@", ctype), options=("--std=c++14",))
+
+
+def _kernel(dtype, name):
+    return _module(np.dtype(dtype).name).get_function(name)
+
+
+def supported(dtype) -> bool:
+    return np.dtype(dtype).name in ("float64", "float32")
+
+
+def qr(A):
+    """Reduced QR of a CuPy stack ``A (t, m, w)``, ``m >= w``, ``m <= MAX_QR_ROWS``:
+    ``Q (t, m, w)`` (a transposed view of a ``(t, w, m)`` array) and ``R (t, w, w)``."""
+    import cupy
+    t, m, w = A.shape
+    if m < w or m > MAX_QR_ROWS:
+        raise ValueError(f"qr kernel needs w <= m <= {MAX_QR_ROWS}, got {A.shape}")
+    At = cupy.ascontiguousarray(A.swapaxes(1, 2))   # column-major tiles
+    R = cupy.empty((t, w, w), A.dtype)
+    if t and w:
+        its = A.dtype.itemsize
+        smem = (m + w + 32) * its
+        threads = 512 if w > 16 else 256
+        k = _kernel(A.dtype, "hh_qr")
+        if smem > 48 * 1024:
+            k.max_dynamic_shared_size_bytes = smem
+        k((t,), (threads,), (At, R, np.int32(m), np.int32(w), np.int32(1)), shared_mem=smem)
+    return At.swapaxes(1, 2), R
+
+
+def svd(M, max_sweeps: int = 40):
+    """SVD of a CuPy stack of square cores ``M (t, w, w)``, ``w <= MAX_SVD_WIDTH``:
+    ``X, s, Yt`` with ``M = X diag(s) Yt``, ``s`` descending (like ``xp.linalg.svd``)."""
+    import cupy
+    t, w, w2 = M.shape
+    if w != w2 or w > MAX_SVD_WIDTH:
+        raise ValueError(f"svd kernel needs square cores of width <= {MAX_SVD_WIDTH}, "
+                         f"got {M.shape}")
+    M = cupy.ascontiguousarray(M)
+    X = cupy.empty_like(M)
+    V = cupy.empty_like(M)
+    s = cupy.empty((t, w), M.dtype)
+    if t and w:
+        its = M.dtype.itemsize
+        smem = w * w * its
+        k = _kernel(M.dtype, "jacobi_svd")
+        if smem > 48 * 1024:
+            k.max_dynamic_shared_size_bytes = smem
+        tol = np.finfo(M.dtype).eps * max(1.0, float(np.sqrt(w)))
+        k((t,), (256,), (M, X, s, V, np.int32(w), np.int32(max_sweeps),
+                         M.dtype.type(tol)), shared_mem=smem)
+        order = cupy.argsort(-s, axis=1)
+        s = cupy.take_along_axis(s, order, axis=1)
+        X = cupy.take_along_axis(X, order[:, None, :], axis=2)
+        V = cupy.take_along_axis(V, order[:, None, :], axis=2)
+    return X, s, V.swapaxes(1, 2)
