@@ -113,10 +113,11 @@ def test_cuda_svd_matches_lapack(shape, dtype):
     np.testing.assert_allclose(s, s_ref, rtol=0, atol=20 * shape[1] * eps * s_ref.max())
     assert np.all(np.diff(s, axis=1) <= 0)
     np.testing.assert_allclose((X * s[:, None, :]) @ Yt, M, atol=20 * shape[1] * eps)
-    for t in range(1, shape[0]):
-        k = int(np.sum(s[t] > 1e3 * eps * s[t, 0]))
-        np.testing.assert_allclose(X[t, :, :k].T @ X[t, :, :k], np.eye(k), atol=1e3 * eps)
-        np.testing.assert_allclose(Yt[t] @ Yt[t].T, np.eye(shape[2]), atol=1e2 * eps)
+    w = shape[2]
+    for t in range(1, shape[0]):   # left vectors: accurate to ~eps s_max / s_i
+        k = int(np.sum(s[t] > 1e-3 * s[t, 0]))
+        np.testing.assert_allclose(X[t, :, :k].T @ X[t, :, :k], np.eye(k), atol=1e4 * eps)
+        np.testing.assert_allclose(Yt[t] @ Yt[t].T, np.eye(w), atol=5 * w * eps)
 
 
 @pytest.mark.parametrize("method", ["svd", "rsvd", "aca"])

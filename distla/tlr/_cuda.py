@@ -210,9 +210,10 @@ def supported(dtype) -> bool:
     return np.dtype(dtype).name in ("float64", "float32")
 
 
-def qr(A):
+def qr(A, want_q: bool = True):
     """Reduced QR of a CuPy stack ``A (t, m, w)``, ``m >= w``, ``m <= MAX_QR_ROWS``:
-    ``Q (t, m, w)`` (a transposed view of a ``(t, w, m)`` array) and ``R (t, w, w)``."""
+    ``Q (t, m, w)`` (a transposed view of a ``(t, w, m)`` array; ``None`` unless ``want_q``)
+    and ``R (t, w, w)``."""
     import cupy
     t, m, w = A.shape
     if m < w or m > MAX_QR_ROWS:
@@ -226,8 +227,9 @@ def qr(A):
         k = _kernel(A.dtype, "hh_qr")
         if smem > 48 * 1024:
             k.max_dynamic_shared_size_bytes = smem
-        k((t,), (threads,), (At, R, np.int32(m), np.int32(w), np.int32(1)), shared_mem=smem)
-    return At.swapaxes(1, 2), R
+        k((t,), (threads,), (At, R, np.int32(m), np.int32(w), np.int32(bool(want_q))),
+          shared_mem=smem)
+    return (At.swapaxes(1, 2) if want_q else None), R
 
 
 def svd(M, max_sweeps: int = 40):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["Profile", "host", "get_xp", "truncation_ranks", "recompress", "compress_tiles",
-           "stacked_qr", "stacked_svd"]
+           "stacked_qr", "stacked_r", "stacked_svd"]
 
 
 class Profile:
@@ -143,6 +143,16 @@ def stacked_qr(A):
     return xp.linalg.qr(A)
 
 
+def stacked_r(A):
+    """The ``R (t, p, w)`` of :func:`stacked_qr` alone (no ``Q`` is formed)."""
+    xp = get_xp(A)
+    t, m, w = A.shape
+    if _use_kernel(QR_METHOD, xp, A.dtype, lambda c: w <= m <= c.MAX_QR_ROWS):
+        from . import _cuda
+        return _cuda.qr(A, want_q=False)[1]
+    return xp.linalg.qr(A, mode="r")
+
+
 def stacked_svd(M):
     """Reduced SVD ``X, s, Yt`` of a stack of small cores (see :data:`SVD_METHOD`)."""
     xp = get_xp(M)
@@ -173,17 +183,23 @@ def recompress(Cu, Cv, delta: float, max_rank: int | None = None, *, u_orthonorm
         z = np.zeros(t, dtype=np.int64)
         return (xp.zeros((t, m, 0), Cu.dtype), xp.zeros((t, n, 0), Cu.dtype), z, 0)
     with _sec(prof, "qr"):
-        if u_orthonormal:
-            Qu, Ru = Cu, None
+        if u_orthonormal:     # only R of Cv is needed, see below
+            Qu, Ru, Qv, Rv = Cu, None, None, stacked_r(Cv)
         else:
             Qu, Ru = stacked_qr(Cu)
-        Qv, Rv = stacked_qr(Cv)
+            Qv, Rv = stacked_qr(Cv)
     with _sec(prof, "svd"):
         M = _T(Rv) if Ru is None else xp.matmul(Ru, _T(Rv))
         X, s, Yt = stacked_svd(M)
         k, kh, capped, kmax = _ranks_to_host(s, delta, max_rank)
     with _sec(prof, "assemble"):
-        U, V = _assemble(Qu, X, s, Yt, Qv, k, kmax)
+        if u_orthonormal:
+            # M = Rv^T = X S Y^T, so Qv Y S = Qv Rv X = Cv X: V without forming Qv
+            mask = (xp.arange(kmax)[None, :] < k[:, None]).astype(Cu.dtype)[:, None, :]
+            Xk = X[:, :, :kmax] * mask
+            U, V = xp.matmul(Qu, Xk), xp.matmul(Cv, Xk)
+        else:
+            U, V = _assemble(Qu, X, s, Yt, Qv, k, kmax)
     return U, V, kh, capped
 
 
@@ -203,7 +219,7 @@ def _svd_compress(A, delta, max_rank):
     return xp.ascontiguousarray(U), xp.ascontiguousarray(V), kh, capped
 
 
-def _rsvd_compress(A, delta, max_rank, rng, r0=16):
+def _rsvd_compress(A, delta, max_rank, rng, r0=16, prof=None):
     """Adaptive randomized range finder: sample ``r`` columns (``r0`` first: pass the
     expected rank plus a margin to save rounds), check the true residual
     ``||A - Q Q^T A||_F <= delta / 2`` per tile, double ``r`` for the tiles that fail; then
@@ -218,11 +234,13 @@ def _rsvd_compress(A, delta, max_rank, rng, r0=16):
     capped = 0
     while todo.size:
         At = A if todo.size == t else A[xp.asarray(todo)]
-        Om = rng.standard_normal((n, r)).astype(A.dtype)   # one test matrix for the stack
-        Q, _ = stacked_qr(xp.matmul(At, Om))
-        B = xp.matmul(_T(Q), At)
-        res = xp.sqrt(xp.sum((At - xp.matmul(Q, B)) ** 2, axis=(1, 2)))
-        resh = host(res)
+        with _sec(prof, "range"):
+            Om = rng.standard_normal((n, r)).astype(A.dtype)   # one test matrix for the stack
+            Q, _ = stacked_qr(xp.matmul(At, Om))
+            B = xp.matmul(_T(Q), At)
+        with _sec(prof, "residual"):
+            res = xp.sqrt(xp.sum((At - xp.matmul(Q, B)) ** 2, axis=(1, 2)))
+            resh = host(res)
         done = (resh <= 0.5 * delta) | (r >= cap)
         if done.any():
             budget = float(np.sqrt(max(delta * delta - float(resh[done].max()) ** 2, 0.0)))
@@ -232,7 +250,7 @@ def _rsvd_compress(A, delta, max_rank, rng, r0=16):
                 d = xp.asarray(np.flatnonzero(done))
                 Qd, Bd = Q[d], B[d]
             U, V, k, c = recompress(Qd, xp.ascontiguousarray(_T(Bd)), budget, max_rank,
-                                    u_orthonormal=True)
+                                    u_orthonormal=True, prof=prof)
             parts.append((todo[done], U, V, k))
             capped += c
         todo = todo[~done]
@@ -334,7 +352,7 @@ def _aca_dense(A, delta, max_rank):
 METHODS = ("svd", "rsvd", "aca")
 
 
-def compress_tiles(A, delta, max_rank=None, method="svd", rng=None, r0=16):
+def compress_tiles(A, delta, max_rank=None, method="svd", rng=None, r0=16, prof=None):
     """Compress a stack of dense tiles ``A (t, m, n)`` to canonical low-rank form.
 
     ``method``: 'svd' (truncated SVD, optimal), 'rsvd' (adaptive randomized range finder
@@ -346,7 +364,8 @@ def compress_tiles(A, delta, max_rank=None, method="svd", rng=None, r0=16):
         return _svd_compress(A, delta, max_rank)
     if method == "rsvd":
         return _rsvd_compress(A, delta, max_rank,
-                              rng if rng is not None else get_xp(A).random.RandomState(0), r0)
+                              rng if rng is not None else get_xp(A).random.RandomState(0), r0,
+                              prof)
     if method == "aca":
         return _aca_dense(A, delta, max_rank)
     raise ValueError(f"method must be one of {METHODS}, not {method!r}")

@@ -176,7 +176,7 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 30,
                 comms.col.bcast(buf, root=pk)
             if panel is not None and err is None:
                 try:
-                    kmax, c = _compress_panel(L, k, panel, buf, rguess, rng, sec)
+                    kmax, c = _compress_panel(L, k, panel, buf, rguess, rng, sec, prof)
                     capped += c
                 except Exception as e:  # noqa: BLE001
                     err = e
@@ -200,7 +200,7 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 30,
     L.info.update(factor_time=float(tm[0]), factor_capped=int(cp[0]))
     if prof is not None:
         names = ["bcast", "update", "reduce", "panel", "potrf", "header", "compress", "trsm",
-                 "store"]
+                 "store", "range", "residual", "qr", "svd", "assemble"]
         v = np.array([prof.times.get(nm, 0.0) for nm in names])
         grid.comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
         L.info["profile"] = dict(zip(names, map(float, v)))
@@ -237,7 +237,7 @@ def _update_sums(L, rows_k, cols_prev, RK, workspace):
     return G
 
 
-def _compress_panel(L, k, panel, Lkk, rguess, rng, sec):
+def _compress_panel(L, k, panel, Lkk, rguess, rng, sec, prof):
     """Local, on process column ``pcol(k)``: compress the dense panel tiles ``(i, k)``,
     ``i > k`` of this rank (``panel (c, nb, nb)``), apply ``L_kk^-1`` to their ``V``
     factors and store them. Returns (largest new rank, tiles capped by max_rank)."""
@@ -245,7 +245,7 @@ def _compress_panel(L, k, panel, Lkk, rguess, rng, sec):
     r0 = min(nb, max(16, -(-(int(1.25 * rguess) + 8) // 8) * 8))
     with sec("compress"):
         U, V, kh, capped = batched.compress_tiles(panel, L.delta, L.max_rank, "rsvd", rng,
-                                                  r0=r0)
+                                                  r0=r0, prof=prof)
     c, _, kk = V.shape
     if kk:
         with sec("trsm"):
