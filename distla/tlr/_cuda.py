@@ -23,6 +23,7 @@ import numpy as np
 
 MAX_SVD_WIDTH = 128   # the core lives in shared memory: w * w * 8 bytes <= 128 KiB
 MAX_QR_ROWS = 16384   # the Householder vector lives in shared memory: m * 8 bytes
+_SMEM_LIMIT = 160 * 1024   # dynamic shared memory asked of a block (H100/H200: <= 227 KiB)
 
 _SOURCE = r"""
 typedef @T@ T;
@@ -128,15 +129,18 @@ extern "C" __global__ void hh_qr(T* A, T* R, const int m, const int w, const int
 
 // One-sided Jacobi on the columns of each row-major w x w core M[b]: M V = W with W's
 // columns orthogonal. Outputs (row-major): X = W / s (zero where s == 0), s = column norms
-// of W (unsorted), V. Sweeps stop when no pair has |w_p . w_q| > tol ||w_p|| ||w_q||.
-extern "C" __global__ void jacobi_svd(const T* M, T* X, T* S, T* Vout, const int w,
-                                      const int max_sweeps, const T tol) {
+// of W (unsorted), Yt = V^T. Sweeps stop when no pair has |w_p . w_q| > tol ||w_p|| ||w_q||.
+// W (and V when v_in_smem) live in shared memory, column-major; otherwise V is worked on in
+// Yt (column-major V = row-major V^T). One warp per column pair of a round.
+extern "C" __global__ void jacobi_svd(const T* M, T* X, T* S, T* Yt, const int w,
+                                      const int max_sweeps, const T tol, const int v_in_smem) {
     extern __shared__ unsigned char smem_raw[];
-    T* W = (T*)smem_raw;      // w * w, column-major
+    T* W = (T*)smem_raw;
     __shared__ int rotated;
     const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, nw = blockDim.x >> 5;
     const T* Mb = M + (size_t)blockIdx.x * w * w;
-    T* V = Vout + (size_t)blockIdx.x * w * w;
+    T* Ytb = Yt + (size_t)blockIdx.x * w * w;
+    T* V = v_in_smem ? W + w * w : Ytb;
     for (int idx = tid; idx < w * w; idx += blockDim.x) {
         const int r = idx / w, c = idx - r * w;
         W[c * w + r] = Mb[idx];
@@ -164,13 +168,15 @@ extern "C" __global__ void jacobi_svd(const T* M, T* X, T* S, T* Vout, const int
                     const T zeta = (be - al) / (2 * ga);
                     const T tn = copysign((T)1, zeta) / (fabs(zeta) + hypot((T)1, zeta));
                     const T c = 1 / sqrt(1 + tn * tn), s = c * tn;
+                    T* vp = V + p * w;
+                    T* vq = V + q * w;
                     for (int r = lane; r < w; r += 32) {
                         const T x = wp[r], y = wq[r];
                         wp[r] = c * x - s * y;
                         wq[r] = s * x + c * y;
-                        const T vx = V[r * w + p], vy = V[r * w + q];
-                        V[r * w + p] = c * vx - s * vy;
-                        V[r * w + q] = s * vx + c * vy;
+                        const T vx = vp[r], vy = vq[r];
+                        vp[r] = c * vx - s * vy;
+                        vq[r] = s * vx + c * vy;
                     }
                     if (lane == 0) rotated = 1;
                 }
@@ -191,6 +197,8 @@ extern "C" __global__ void jacobi_svd(const T* M, T* X, T* S, T* Vout, const int
         for (int r = lane; r < w; r += 32) Xb[r * w + c] = W[c * w + r] * inv;
         if (lane == 0) Sb[c] = nrm;
     }
+    if (v_in_smem)
+        for (int idx = tid; idx < w * w; idx += blockDim.x) Ytb[idx] = V[idx];
 }
 """
 
@@ -242,19 +250,21 @@ def svd(M, max_sweeps: int = 40):
                          f"got {M.shape}")
     M = cupy.ascontiguousarray(M)
     X = cupy.empty_like(M)
-    V = cupy.empty_like(M)
+    Yt = cupy.empty_like(M)
     s = cupy.empty((t, w), M.dtype)
     if t and w:
         its = M.dtype.itemsize
-        smem = w * w * its
+        v_in_smem = 2 * w * w * its <= _SMEM_LIMIT
+        smem = (2 if v_in_smem else 1) * w * w * its
         k = _kernel(M.dtype, "jacobi_svd")
         if smem > 48 * 1024:
             k.max_dynamic_shared_size_bytes = smem
+        threads = min(1024, 32 * ((w + 1) // 2))       # one warp per pair of a round
         tol = np.finfo(M.dtype).eps * max(1.0, float(np.sqrt(w)))
-        k((t,), (256,), (M, X, s, V, np.int32(w), np.int32(max_sweeps),
-                         M.dtype.type(tol)), shared_mem=smem)
+        k((t,), (threads,), (M, X, s, Yt, np.int32(w), np.int32(max_sweeps),
+                             M.dtype.type(tol), np.int32(v_in_smem)), shared_mem=smem)
         order = cupy.argsort(-s, axis=1)
         s = cupy.take_along_axis(s, order, axis=1)
         X = cupy.take_along_axis(X, order[:, None, :], axis=2)
-        V = cupy.take_along_axis(V, order[:, None, :], axis=2)
-    return X, s, V.swapaxes(1, 2)
+        Yt = cupy.take_along_axis(Yt, order[:, :, None], axis=1)
+    return X, s, Yt

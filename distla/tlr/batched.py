@@ -239,8 +239,10 @@ def _rsvd_compress(A, delta, max_rank, rng, r0=16, prof=None):
             Q, _ = stacked_qr(xp.matmul(At, Om))
             B = xp.matmul(_T(Q), At)
         with _sec(prof, "residual"):
-            res = xp.sqrt(xp.sum((At - xp.matmul(Q, B)) ** 2, axis=(1, 2)))
-            resh = host(res)
+            E = xp.matmul(Q, B)
+            E -= At
+            resh = host(xp.linalg.norm(E.reshape(E.shape[0], -1), axis=1))
+            del E
         done = (resh <= 0.5 * delta) | (r >= cap)
         if done.any():
             budget = float(np.sqrt(max(delta * delta - float(resh[done].max()) ** 2, 0.0)))
