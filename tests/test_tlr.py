@@ -63,7 +63,8 @@ def _cupy_or_skip():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("shape", [(5, 7, 3), (3, 10, 10), (6, 40, 12), (3, 1024, 64),
-                                   (2, 300, 33)])
+                                   (2, 300, 33), (3, 1024, 48), (2, 2048, 40), (2, 4096, 24),
+                                   (2, 1024, 128), (4, 256, 100)])
 def test_cuda_qr_matches_lapack(shape, dtype):
     """The batched Householder QR kernel: Q R = A, Q orthonormal, R upper triangular, |R| as
     LAPACK's, also for rank-deficient, zero and badly scaled tiles."""
@@ -86,6 +87,8 @@ def test_cuda_qr_matches_lapack(shape, dtype):
     np.testing.assert_allclose(Q.swapaxes(1, 2) @ Q, np.broadcast_to(np.eye(w), (t, w, w)),
                                atol=tol)
     np.testing.assert_array_equal(np.tril(R, -1), 0.0)
+    np.testing.assert_allclose(_cuda.qr(Ad, want_q=False)[1].get(), R, rtol=0,
+                               atol=tol * np.abs(A).max())
     B = rng.standard_normal(shape).astype(dtype)   # full rank: R unique up to row signs
     np.testing.assert_allclose(np.abs(_cuda.qr(cp.asarray(B))[1].get()),
                                np.abs(np.linalg.qr(B.astype(np.float64))[1]),

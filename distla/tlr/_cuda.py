@@ -54,11 +54,12 @@ __device__ T block_max(T v, T* red) {
     return warp_max(lane < nw ? red[lane] : (T)0);
 }
 
-// a[j:, c] -= tau v (v^T a[j:, c]) for the columns c > j, one warp per column.
-__device__ void apply_reflector(T* a, const T* v, T tau, int j, int m, int w) {
+// a[j:, c] -= tau v (v^T a[j:, c]) for the columns c > j (leading dimension lda), one
+// warp per column.
+__device__ void apply_reflector(T* a, const int lda, const T* v, T tau, int j, int m, int w) {
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int c = j + 1 + wid; c < w; c += nw) {
-        T* ac = a + (size_t)c * m;
+        T* ac = a + (size_t)c * lda;
         T d = 0;
         for (int r = j + lane; r < m; r += 32) d += v[r] * ac[r];
         d = warp_sum(d) * tau;
@@ -66,17 +67,15 @@ __device__ void apply_reflector(T* a, const T* v, T tau, int j, int m, int w) {
     }
 }
 
-// Householder QR of each column-major m x w tile A[b] (stored as (t, w, m)), m >= w.
-// R (t, w, w) row-major upper triangular; with want_q, A[b] is overwritten by explicit Q.
-extern "C" __global__ void hh_qr(T* A, T* R, const int m, const int w, const int want_q) {
-    extern __shared__ unsigned char smem_raw[];
-    T* v = (T*)smem_raw;      // m: the current Householder vector
-    T* tau = v + m;           // w
-    T* red = tau + w;         // 32
-    T* a = A + (size_t)blockIdx.x * w * m;
+// Householder QR (dgeqr2, dlarfg's scaling) of the column-major m x w matrix a (leading
+// dimension lda, m >= w) by the whole block; R(i, j) (i <= j; zero below) is written to
+// R[i * rs_r + j * rs_c]; with want_q, a is then overwritten by the explicit Q (dorg2r).
+// Scratch in shared memory: v (m), tau (w), red (32).
+__device__ void qr_block(T* a, const int lda, const int m, const int w, T* R, const int rs_r,
+                         const int rs_c, const int want_q, T* v, T* tau, T* red) {
     const int tid = threadIdx.x;
     for (int j = 0; j < w; ++j) {
-        T* aj = a + (size_t)j * m;
+        T* aj = a + (size_t)j * lda;
         const T alpha = aj[j];
         T mx = 0;
         for (int r = j + tid; r < m; r += blockDim.x) mx = fmax(mx, fabs(aj[r]));
@@ -102,28 +101,66 @@ extern "C" __global__ void hh_qr(T* A, T* R, const int m, const int w, const int
         }
         if (tid == 0) { v[j] = 1; tau[j] = t; aj[j] = beta; }
         __syncthreads();
-        if (t != 0) apply_reflector(a, v, t, j, m, w);
+        if (t != 0) apply_reflector(a, lda, v, t, j, m, w);
         __syncthreads();
     }
-    T* Rb = R + (size_t)blockIdx.x * w * w;
     for (int idx = tid; idx < w * w; idx += blockDim.x) {
         const int i = idx / w, j = idx - i * w;
-        Rb[idx] = i <= j ? a[(size_t)j * m + i] : (T)0;
+        R[(size_t)i * rs_r + (size_t)j * rs_c] = i <= j ? a[(size_t)j * lda + i] : (T)0;
     }
     if (!want_q) return;
     __syncthreads();
     for (int j = w - 1; j >= 0; --j) {  // dorg2r: Q = H_0 ... H_{w-1} [I; 0], in place
-        T* aj = a + (size_t)j * m;
+        T* aj = a + (size_t)j * lda;
         const T t = tau[j];
         for (int r = j + 1 + tid; r < m; r += blockDim.x) v[r] = aj[r];
         if (tid == 0) v[j] = 1;
         __syncthreads();
-        if (t != 0) apply_reflector(a, v, t, j, m, w);
+        if (t != 0) apply_reflector(a, lda, v, t, j, m, w);
         __syncthreads();
         for (int r = j + 1 + tid; r < m; r += blockDim.x) aj[r] = -t * v[r];
         for (int r = tid; r < j; r += blockDim.x) aj[r] = 0;
         if (tid == 0) aj[j] = 1 - t;
         __syncthreads();
+    }
+}
+
+// QR of each column-major m x w tile A[b] (stored as (t, w, m)), m >= w, in global memory.
+// R (t, w, w) row-major; with want_q, A[b] is overwritten by the explicit Q.
+extern "C" __global__ void hh_qr(T* A, T* R, const int m, const int w, const int want_q) {
+    extern __shared__ unsigned char smem_raw[];
+    T* v = (T*)smem_raw;      // m
+    T* tau = v + m;           // w
+    T* red = tau + w;         // 32
+    qr_block(A + (size_t)blockIdx.x * w * m, m, m, w, R + (size_t)blockIdx.x * w * w, w, 1,
+             want_q, v, tau, red);
+}
+
+// Row-chunk QR in shared memory (the first level of a TSQR): block (b, i) factors rows
+// [i mc, (i + 1) mc) of tile b of A (t, w, m) (column-major m x w tiles, mc >= w), writes
+// the explicit Q of the chunk back in place (with want_q) and its R to rows [i w, (i + 1) w)
+// of Rs (t, w, nch w): column-major (nch w) x w tiles, the stacked R factors of the tile.
+extern "C" __global__ void hh_qr_chunks(T* A, T* Rs, const int m, const int w, const int mc,
+                                        const int want_q) {
+    extern __shared__ unsigned char smem_raw[];
+    T* a = (T*)smem_raw;      // mc * w, column-major
+    T* v = a + (size_t)mc * w;
+    T* tau = v + mc;
+    T* red = tau + w;
+    const int nch = m / mc, b = blockIdx.x / nch, i = blockIdx.x - b * nch;
+    T* g = A + (size_t)b * w * m + (size_t)i * mc;
+    for (int idx = threadIdx.x; idx < mc * w; idx += blockDim.x) {
+        const int c = idx / mc, r = idx - c * mc;
+        a[idx] = g[(size_t)c * m + r];
+    }
+    __syncthreads();
+    const int M2 = nch * w;
+    qr_block(a, mc, mc, w, Rs + (size_t)b * w * M2 + (size_t)i * w, 1, M2, want_q, v, tau, red);
+    if (!want_q) return;
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < mc * w; idx += blockDim.x) {
+        const int c = idx / mc, r = idx - c * mc;
+        g[(size_t)c * m + r] = a[idx];
     }
 }
 
@@ -218,25 +255,67 @@ def supported(dtype) -> bool:
     return np.dtype(dtype).name in ("float64", "float32")
 
 
+def _smem_qr(m, w, its):
+    return (m * w + m + w + 32) * its
+
+
+def _chunk_rows(m, w, its):
+    """Rows per chunk of the shared-memory TSQR, or None (the tile is too small to split, or
+    no chunk size divides ``m``)."""
+    for mc in (256, 128, 512, 64):
+        if m % mc == 0 and m // mc >= 2 and mc >= 2 * w and _smem_qr(mc, w, its) <= _SMEM_LIMIT:
+            return mc
+    return None
+
+
+def _launch(name, dtype, grid, threads, args, smem):
+    k = _kernel(dtype, name)
+    if smem > 48 * 1024:
+        k.max_dynamic_shared_size_bytes = smem
+    k((grid,), (threads,), args, shared_mem=smem)
+
+
 def qr(A, want_q: bool = True):
     """Reduced QR of a CuPy stack ``A (t, m, w)``, ``m >= w``, ``m <= MAX_QR_ROWS``:
-    ``Q (t, m, w)`` (a transposed view of a ``(t, w, m)`` array; ``None`` unless ``want_q``)
-    and ``R (t, w, w)``."""
+    ``Q (t, m, w)`` (``None`` unless ``want_q``) and ``R (t, w, w)``.
+
+    Tiles that fit in shared memory are factored there (one block per tile); taller tiles
+    whose rows split into chunks of 64-512 rows go through a two-level TSQR (chunk QRs in
+    shared memory, one block per chunk; QR of the stacked R factors; ``Q`` = chunk ``Q`` times
+    the matching rows of the second level's ``Q``, one batched GEMM); the rest is factored
+    in global memory, one block per tile."""
     import cupy
     t, m, w = A.shape
     if m < w or m > MAX_QR_ROWS:
         raise ValueError(f"qr kernel needs w <= m <= {MAX_QR_ROWS}, got {A.shape}")
     At = cupy.ascontiguousarray(A.swapaxes(1, 2))   # column-major tiles
     R = cupy.empty((t, w, w), A.dtype)
-    if t and w:
-        its = A.dtype.itemsize
-        smem = (m + w + 32) * its
-        threads = 512 if w > 16 else 256
-        k = _kernel(A.dtype, "hh_qr")
-        if smem > 48 * 1024:
-            k.max_dynamic_shared_size_bytes = smem
-        k((t,), (threads,), (At, R, np.int32(m), np.int32(w), np.int32(bool(want_q))),
-          shared_mem=smem)
+    if not (t and w):
+        return (At.swapaxes(1, 2) if want_q else None), R
+    its = A.dtype.itemsize
+    wq = np.int32(bool(want_q))
+    mc = None if _smem_qr(m, w, its) <= _SMEM_LIMIT else _chunk_rows(m, w, its)
+    if _smem_qr(m, w, its) <= _SMEM_LIMIT:      # the whole tile in shared memory
+        Rs = cupy.empty((t, w, w), A.dtype)
+        _launch("hh_qr_chunks", A.dtype, t, 256,
+                (At, Rs, np.int32(m), np.int32(w), np.int32(m), wq), _smem_qr(m, w, its))
+        # Rs holds R column-major: R = Rs^T as a row-major array
+        return (At.swapaxes(1, 2) if want_q else None), cupy.ascontiguousarray(
+            Rs.swapaxes(1, 2))
+    if mc is not None:                          # two-level TSQR
+        nch = m // mc
+        Rs = cupy.empty((t, w, nch * w), A.dtype)
+        _launch("hh_qr_chunks", A.dtype, t * nch, 256,
+                (At, Rs, np.int32(m), np.int32(w), np.int32(mc), wq), _smem_qr(mc, w, its))
+        Q2, R = qr(Rs.swapaxes(1, 2), want_q)
+        if not want_q:
+            return None, R
+        Qc = At.swapaxes(1, 2).reshape(t, nch, mc, w)
+        Q = cupy.matmul(Qc, Q2.reshape(t, nch, w, w)).reshape(t, m, w)
+        return Q, R
+    threads = 512 if w > 16 else 256
+    _launch("hh_qr", A.dtype, t, threads, (At, R, np.int32(m), np.int32(w), wq),
+            (m + w + 32) * its)
     return (At.swapaxes(1, 2) if want_q else None), R
 
 
@@ -268,3 +347,16 @@ def svd(M, max_sweeps: int = 40):
         X = cupy.take_along_axis(X, order[:, None, :], axis=2)
         Yt = cupy.take_along_axis(Yt, order[:, :, None], axis=1)
     return X, s, Yt
+
+
+@functools.lru_cache(maxsize=None)
+def _diff_norm_kernel():
+    import cupy
+    return cupy.ReductionKernel("T x, T y", "T z", "(x - y) * (x - y)", "a + b",
+                                "z = sqrt(a)", "0", "distla_diff_norm")
+
+
+def diff_norms(X, Y):
+    """``||X_t - Y_t||_F`` for CuPy stacks of equal shape ``(t, ...)``, in one pass."""
+    t = X.shape[0]
+    return _diff_norm_kernel()(X.reshape(t, -1), Y.reshape(t, -1), axis=1)

@@ -239,10 +239,7 @@ def _rsvd_compress(A, delta, max_rank, rng, r0=16, prof=None):
             Q, _ = stacked_qr(xp.matmul(At, Om))
             B = xp.matmul(_T(Q), At)
         with _sec(prof, "residual"):
-            E = xp.matmul(Q, B)
-            E -= At
-            resh = host(xp.linalg.norm(E.reshape(E.shape[0], -1), axis=1))
-            del E
+            resh = host(_diff_norms(xp.matmul(Q, B), At))
         done = (resh <= 0.5 * delta) | (r >= cap)
         if done.any():
             budget = float(np.sqrt(max(delta * delta - float(resh[done].max()) ** 2, 0.0)))
@@ -258,6 +255,15 @@ def _rsvd_compress(A, delta, max_rank, rng, r0=16, prof=None):
         todo = todo[~done]
         r = min(2 * r, cap)
     return _gather_parts(parts, t, m, n, A.dtype, xp) + (capped,)
+
+
+def _diff_norms(X, Y):
+    """``||X_t - Y_t||_F`` per tile (host-free; one fused pass on CuPy)."""
+    xp = get_xp(X)
+    if xp is np:
+        return np.linalg.norm((X - Y).reshape(X.shape[0], -1), axis=1)
+    from . import _cuda
+    return _cuda.diff_norms(X, Y)
 
 
 def _gather_parts(parts, t, m, n, dtype, xp):
