@@ -27,6 +27,9 @@ _SMEM_LIMIT = 160 * 1024   # dynamic shared memory asked of a block (H100/H200: 
 
 _SOURCE = r"""
 typedef @T@ T;
+// sums of squares in [SAFE_LO, SAFE_HI] lost nothing to under- or overflow
+#define SAFE_LO ((T)@LO@)
+#define SAFE_HI ((T)@HI@)
 
 __device__ __forceinline__ T warp_sum(T v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -77,19 +80,30 @@ __device__ void qr_block(T* a, const int lda, const int m, const int w, T* R, co
     for (int j = 0; j < w; ++j) {
         T* aj = a + (size_t)j * lda;
         const T alpha = aj[j];
-        T mx = 0;
-        for (int r = j + tid; r < m; r += blockDim.x) mx = fmax(mx, fabs(aj[r]));
-        mx = block_max(mx, red);
         T ss = 0;
-        if (mx > 0) {
-            const T inv = 1 / mx;
-            for (int r = j + 1 + tid; r < m; r += blockDim.x) { T x = aj[r] * inv; ss += x * x; }
+        for (int r = j + 1 + tid; r < m; r += blockDim.x) { const T x = aj[r]; ss += x * x; }
+        ss = block_sum(ss, red);  // sum of squares below the diagonal
+        T nrm = sqrt(alpha * alpha + ss);
+        if (!(ss >= SAFE_LO && alpha * alpha + ss <= SAFE_HI)) {
+            // squares may have under- or overflowed (or the column is zero below the
+            // diagonal): redo with the column scaled by its largest entry (block-uniform)
+            T mx = 0;
+            for (int r = j + tid; r < m; r += blockDim.x) mx = fmax(mx, fabs(aj[r]));
+            mx = block_max(mx, red);
+            ss = 0;
+            if (mx > 0) {
+                const T inv = 1 / mx;
+                for (int r = j + 1 + tid; r < m; r += blockDim.x) {
+                    const T x = aj[r] * inv;
+                    ss += x * x;
+                }
+            }
+            ss = block_sum(ss, red);
+            const T as = mx > 0 ? alpha / mx : (T)0;
+            nrm = mx * sqrt(as * as + ss);
         }
-        ss = block_sum(ss, red);  // sum of squares below the diagonal, scaled by 1/mx
         T t = 0, beta = alpha, scale = 0;
         if (ss > 0) {             // dlarfg: beta = -sign(alpha) ||a[j:, j]||
-            const T as = alpha / mx;
-            const T nrm = mx * sqrt(as * as + ss);
             beta = alpha >= 0 ? -nrm : nrm;
             t = (beta - alpha) / beta;
             scale = 1 / (alpha - beta);
@@ -243,8 +257,10 @@ extern "C" __global__ void jacobi_svd(const T* M, T* X, T* S, T* Yt, const int w
 @functools.lru_cache(maxsize=None)
 def _module(dtype_name: str):
     import cupy
-    ctype = {"float64": "double", "float32": "float"}[dtype_name]
-    return cupy.RawModule(code=_SOURCE.replace("@T@", ctype), options=("--std=c++14",))
+    ctype, lo, hi = {"float64": ("double", "1e-280", "1e300"),
+                     "float32": ("float", "1e-26f", "1e36f")}[dtype_name]
+    src = _SOURCE.replace("@T@", ctype).replace("@LO@", lo).replace("@HI@", hi)
+    return cupy.RawModule(code=src, options=("--std=c++14",))
 
 
 def _kernel(dtype, name):
@@ -339,7 +355,9 @@ def svd(M, max_sweeps: int = 40):
         if smem > 48 * 1024:
             k.max_dynamic_shared_size_bytes = smem
         threads = min(1024, 32 * ((w + 1) // 2))       # one warp per pair of a round
-        tol = np.finfo(M.dtype).eps * max(1.0, float(np.sqrt(w)))
+        # rotate while |w_p . w_q| > tol ||w_p|| ||w_q||; the dot product itself is only
+        # accurate to ~w eps, so a smaller tol would keep rotating on rounding noise
+        tol = 4.0 * w * np.finfo(M.dtype).eps
         k((t,), (threads,), (M, X, s, Yt, np.int32(w), np.int32(max_sweeps),
                              M.dtype.type(tol), np.int32(v_in_smem)), shared_mem=smem)
         order = cupy.argsort(-s, axis=1)
@@ -357,6 +375,11 @@ def _diff_norm_kernel():
 
 
 def diff_norms(X, Y):
-    """``||X_t - Y_t||_F`` for CuPy stacks of equal shape ``(t, ...)``, in one pass."""
+    """``||X_t - Y_t||_F`` for C-contiguous CuPy stacks of equal shape ``(t, ...)``, in one
+    pass (each tile reduced in 64 parts, so that few tiles still fill the device)."""
+    import cupy
     t = X.shape[0]
-    return _diff_norm_kernel()(X.reshape(t, -1), Y.reshape(t, -1), axis=1)
+    size = X.size // max(t, 1)
+    p = 64 if size % 64 == 0 and size >= 64 * 1024 else 1
+    part = _diff_norm_kernel()(X.reshape(t, p, -1), Y.reshape(t, p, -1), axis=2)
+    return cupy.sqrt(cupy.sum(part * part, axis=1))

@@ -242,7 +242,7 @@ def _compress_panel(L, k, panel, Lkk, rguess, rng, sec, prof):
     ``i > k`` of this rank (``panel (c, nb, nb)``), apply ``L_kk^-1`` to their ``V``
     factors and store them. Returns (largest new rank, tiles capped by max_rank)."""
     xp, nb = L.xp, L.nb
-    r0 = min(nb, max(16, -(-(int(1.25 * rguess) + 8) // 8) * 8))
+    r0 = min(nb, max(16, -(-(rguess + 12) // 8) * 8))   # expected rank + oversampling
     with sec("compress"):
         U, V, kh, capped = batched.compress_tiles(panel, L.delta, L.max_rank, "rsvd", rng,
                                                   r0=r0, prof=prof)
