@@ -35,6 +35,13 @@ __device__ __forceinline__ T warp_sum(T v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
+__device__ __forceinline__ void warp_sum3(T& a, T& b, T& c) {   // three chains interleaved
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_xor_sync(0xffffffffu, a, o);
+        b += __shfl_xor_sync(0xffffffffu, b, o);
+        c += __shfl_xor_sync(0xffffffffu, c, o);
+    }
+}
 __device__ __forceinline__ T warp_max(T v) {
     for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
@@ -214,7 +221,7 @@ extern "C" __global__ void jacobi_svd(const T* M, T* X, T* S, T* Yt, const int w
                     const T x = wp[r], y = wq[r];
                     al += x * x; be += y * y; ga += x * y;
                 }
-                al = warp_sum(al); be = warp_sum(be); ga = warp_sum(ga);
+                warp_sum3(al, be, ga);
                 if (ga != 0 && fabs(ga) > tol * sqrt(al) * sqrt(be)) {
                     const T zeta = (be - al) / (2 * ga);
                     const T tn = copysign((T)1, zeta) / (fabs(zeta) + hypot((T)1, zeta));

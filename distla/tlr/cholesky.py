@@ -214,7 +214,8 @@ def _update_sums(L, rows_k, cols_prev, RK, workspace):
     columns ``j`` in ``cols_prev`` of this rank, ``(len(rows_k), nb, nb)``; ``RK`` holds
     ``(U_kj, V_kj)`` as ``(len(cols_prev), 2, nb, Kg)``. ``L_ij L_kj^T =
     U_ij (V_ij^T V_kj) U_kj^T``: two batched GEMMs over all ``(i, j)`` of a chunk of rows,
-    then one GEMM ``[S_i0 .. S_ib] [U_k0 .. U_kb]^T`` of inner dimension ``b Kg``."""
+    then one GEMM ``[S_i0 .. S_ib] [U_k0 .. U_kb]^T`` whose inner dimension packs only the
+    nonzero columns of the ``U_kj`` (``sum_j rank(L_kj)``, not ``b Kg``)."""
     xp, nb = L.xp, L.nb
     a, b, Kg = len(rows_k), len(cols_prev), RK.shape[3]
     w = min(L.K, Kg)
@@ -222,7 +223,11 @@ def _update_sums(L, rows_k, cols_prev, RK, workspace):
     if w == 0:
         return G
     RV = RK[:, 1]
-    RUt = xp.ascontiguousarray(RK[:, 0].transpose(1, 0, 2)).reshape(nb, b * Kg)
+    cols = xp.flatnonzero(xp.any(RK[:, 0] != 0, axis=1).ravel())   # (j, c) with U_kj[:, c]
+    if cols.size == 0:
+        return G
+    jj, cc = cols // Kg, cols % Kg
+    RUt = RK[:, 0].transpose(1, 0, 2)[:, jj, cc]                    # (nb, packed)
     slots = np.array([[L.slot[(i, j)] for j in cols_prev] for i in rows_k], dtype=np.int64)
     per_row = 2 * b * nb * (w + Kg) * L.dtype.itemsize
     step = max(1, int(workspace // per_row))
@@ -232,7 +237,7 @@ def _update_sums(L, rows_k, cols_prev, RK, workspace):
         Ui = L.U[d, :, :w].reshape(r1 - r0, b, nb, w)
         C = xp.matmul(L.V[d, :, :w].reshape(r1 - r0, b, nb, w).swapaxes(2, 3), RV[None])
         S = xp.matmul(Ui, C)                                   # (rows, b, nb, Kg)
-        S2 = xp.ascontiguousarray(S.transpose(0, 2, 1, 3)).reshape((r1 - r0) * nb, b * Kg)
+        S2 = S.swapaxes(1, 2)[:, :, jj, cc].reshape((r1 - r0) * nb, cols.size)
         G[r0:r1] = xp.matmul(S2, RUt.T).reshape(r1 - r0, nb, nb)
     return G
 
