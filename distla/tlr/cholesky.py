@@ -151,11 +151,9 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 30,
                 if off:
                     with sec("potrf"):
                         s = L.dslot[k]
-                        Lkk = xp.asfortranarray(L.D[s] if G is None else L.D[s] - G[0])
-                        info = be.info_value(be.potrf("L", Lkk))
+                        Lkk, info = _potrf(be, L.D[s] if G is None else L.D[s] - G[0])
                         if info:
                             status = k * nb + info  # 1-based global column
-                        Lkk = xp.asfortranarray(xp.tril(Lkk))
                         L.D[s] = Lkk
             except Exception as e:  # noqa: BLE001
                 err = e
@@ -207,6 +205,23 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 30,
         L.info["profile_calls"] = dict(prof.counts)
     L._summarize()
     return L
+
+
+def _potrf(be, D):
+    """``(tril(chol(D)) Fortran-ordered, LAPACK info)``. On NumPy ranks NumPy's own LAPACK is
+    tried first: the TLR updates run in NumPy's BLAS (``matmul``), and the backend's LAPACK
+    (SciPy's, a second OpenBLAS with its own threads) then waits ~0.1 s per call for the
+    first library's spinning threads on a 2-core machine; the backend reports the failing
+    column when NumPy's raises."""
+    xp = be.xp
+    if xp is np:
+        try:
+            return np.asfortranarray(np.linalg.cholesky(D)), 0
+        except np.linalg.LinAlgError:
+            pass
+    Lkk = xp.asfortranarray(D)
+    info = be.info_value(be.potrf("L", Lkk))
+    return xp.asfortranarray(xp.tril(Lkk)), info
 
 
 def _update_sums(L, rows_k, cols_prev, RK, workspace):
