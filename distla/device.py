@@ -84,9 +84,14 @@ class Backend:
         return isinstance(a, self.xp.ndarray)
 
     # ---- kernels (in place on column-major views) ------------------------------------
-    def gemm(self, transa, transb, alpha, a, b, beta, c) -> None:
-        """``c = alpha op(a) op(b) + beta c``."""
+    def gemm(self, transa, transb, alpha, a, b, beta, c, tf32: bool = False) -> None:
+        """``c = alpha op(a) op(b) + beta c``. ``tf32=True``: float32 on a GPU through TF32
+        tensor cores (10-bit mantissa products; pair with :meth:`split_tf32x3` for float32
+        accuracy); ignored elsewhere."""
         if c.size == 0:
+            return
+        if tf32 and self.is_gpu and c.dtype == np.float32:
+            self._call(self._gpu_gemm_tf32, c, transa, transb, alpha, a, b, beta)
             return
         k = a.shape[1] if transa == "N" else a.shape[0]
         if k == 0:
@@ -96,6 +101,28 @@ class Backend:
                 c *= beta
             return
         self._call(self._gemm, c, transa, transb, alpha, a, b, beta)
+
+    def split_tf32x3(self, a, b):
+        """Operands of a TF32 tensor-core product at ~float32 accuracy ("3xTF32"): for float32
+        ``a (m x k)``, ``b (k x n)`` returns column-major ``A3 = [ah, ah, al]`` (m x 3k) and
+        ``B3 = [bh; bl; bh]`` (3k x n), ``xh`` = x rounded to TF32 (10 mantissa bits, exact
+        in TF32) and ``xl = x - xh`` (exact in float32), so that
+        ``A3 B3 = ah bh + ah bl + al bh = a b`` up to ``|al bl| ~ 2^-22 |a||b|`` and the TF32
+        rounding of ``xl`` (same order). Use with :meth:`gemm` ``(..., tf32=True)``. GPU
+        float32 only (local, not collective)."""
+        if not (self.is_gpu and a.dtype == np.float32 and b.dtype == np.float32):
+            raise TypeError("split_tf32x3 needs float32 arrays on a GPU backend")
+        xp = self.xp
+        m, k = a.shape
+        n = b.shape[1]
+        A3 = xp.empty((m, 3 * k), np.float32, order="F")
+        B3 = xp.empty((3 * k, n), np.float32, order="F")
+        split = _tf32_split_kernel()
+        split(a, A3[:, :k], A3[:, 2 * k:])
+        A3[:, k:2 * k] = A3[:, :k]
+        split(b, B3[:k], B3[k:2 * k])
+        B3[2 * k:] = B3[:k]
+        return A3, B3
 
     def syrk(self, uplo, trans, alpha, a, beta, c) -> None:
         """``c = alpha a a^T + beta c`` (trans 'N') on the ``uplo`` triangle."""
@@ -189,14 +216,26 @@ class Backend:
         s = np.array(x, dtype=dtype)
         return s, s.ctypes.data
 
-    def _gpu_gemm(self, transa, transb, alpha, a, b, beta, c):
+    def _gpu_gemm(self, transa, transb, alpha, a, b, beta, c, tf32=False):
         m, n = c.shape
         k = a.shape[1] if transa == "N" else a.shape[0]
         al, pa = self._scalar(alpha, c.dtype)
         be, pb = self._scalar(beta, c.dtype)
         f = {"d": self._cublas.dgemm, "f": self._cublas.sgemm}[c.dtype.char]
-        f(self._blas(), self._op(transa), self._op(transb), m, n, k, pa, a.data.ptr,
-          _scipy_blas.ld(a), b.data.ptr, _scipy_blas.ld(b), pb, c.data.ptr, _scipy_blas.ld(c))
+        h = self._blas()
+        if tf32:  # the handle's math mode is read when the call is queued
+            old = self._cublas.getMathMode(h)
+            self._cublas.setMathMode(h, _CUBLAS_TF32_TENSOR_OP_MATH)
+        try:
+            f(h, self._op(transa), self._op(transb), m, n, k, pa, a.data.ptr,
+              _scipy_blas.ld(a), b.data.ptr, _scipy_blas.ld(b), pb, c.data.ptr,
+              _scipy_blas.ld(c))
+        finally:
+            if tf32:
+                self._cublas.setMathMode(h, old)
+
+    def _gpu_gemm_tf32(self, transa, transb, alpha, a, b, beta, c):
+        self._gpu_gemm(transa, transb, alpha, a, b, beta, c, tf32=True)
 
     def _gpu_syrk(self, uplo, trans, alpha, a, beta, c):
         n = c.shape[0]
@@ -283,3 +322,16 @@ def array_device(a) -> str:
     if mod.startswith("cupy"):
         return "gpu"
     raise TypeError(f"expected a NumPy or CuPy array, got {type(a).__name__}")
+
+
+_CUBLAS_TF32_TENSOR_OP_MATH = 3   # cublasMath_t: single precision through TF32 tensor cores
+
+
+@functools.lru_cache(maxsize=None)
+def _tf32_split_kernel():  # pragma: no cover - needs a GPU
+    """CuPy kernel ``x -> (hi, lo)``: ``hi`` = x rounded to nearest TF32, ``lo = x - hi``."""
+    import cupy
+    return cupy.ElementwiseKernel(
+        "float32 x", "float32 hi, float32 lo",
+        "const float h = __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);"
+        " hi = h; lo = x - h;", "distla_split_tf32")

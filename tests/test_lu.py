@@ -553,3 +553,53 @@ def test_gpu_matches_cpu():
         d = _structured("dominant", n)
         F = lu_factor(_dist(g, d, nb, src).to("gpu"), pivoting="none")
         _check_factor(_dist(g, d, nb, src).to("gpu"), F)
+
+
+@pytest.mark.mpi
+def test_gemm_option_validated_and_cpu_float32_unchanged():
+    """gemm='tf32x3' is float32-only (clear errors first); on CPU ranks it is plain float32."""
+    from distla.linalg import lu_factor
+    n, nb = 40, 8
+    a = _random(n, key=300).astype(np.float32)
+    for g, src in _grids(srcs=False):
+        A = _dist(g, a, nb, src)
+        with pytest.raises(ValueError, match="gemm"):
+            lu_factor(A, gemm="tf32")
+        with pytest.raises(TypeError, match="float32"):
+            lu_factor(A.astype(np.float64), gemm="tf32x3")
+        F1 = lu_factor(A, pivoting="partial", gemm="tf32x3")
+        F2 = lu_factor(A, pivoting="partial")
+        assert np.array_equal(F1.piv, F2.piv)
+        assert np.array_equal(F1.lu.to_global(root=None), F2.lu.to_global(root=None))
+
+
+@pytest.mark.mpi
+@pytest.mark.gpu
+def test_gpu_tf32x3_update_is_float32_accurate():
+    """On GPU ranks the 3xTF32 update keeps float32 accuracy: GENP/GEPP factorization residuals
+    stay within a small factor of plain float32 ones, and the split is exact."""
+    from distla.device import get_backend, gpu_available
+    from distla.linalg import lu_factor
+    if not gpu_available():
+        pytest.skip("no GPU")
+    import cupy as cp
+    be = get_backend("gpu")
+    x = cp.asarray(_rng(310).standard_normal((300, 70)), dtype=cp.float32)
+    y = cp.asarray(_rng(311).standard_normal((70, 90)), dtype=cp.float32)
+    X3, Y3 = be.split_tf32x3(x, y)
+    hi, lo = X3[:, :70], X3[:, 140:]
+    assert int(cp.count_nonzero(hi.view(cp.uint32) & 0x1FFF)) == 0     # TF32-exact
+    assert bool(cp.all(hi + lo == x))
+    c = cp.zeros((300, 90), cp.float32, order="F")
+    be.gemm("N", "N", 1.0, X3, Y3, 0.0, c, tf32=True)
+    ref = x.get().astype(np.float64) @ y.get().astype(np.float64)
+    rel = np.abs(c.get() - ref).max() / (np.abs(x.get()).max() * np.abs(y.get()).max() * 70)
+    assert rel < 2.0 ** -19
+    n, nb = 192, 32
+    a = _random(n, key=312).astype(np.float32)
+    d = _structured("dominant", n).astype(np.float32)
+    for g, src in _grids(srcs=False):
+        for mat, piv in ((a, "partial"), (d, "none")):
+            A = _dist(g, mat, nb, src).to("gpu")
+            F = lu_factor(A, pivoting=piv, gemm="tf32x3")
+            _check_factor(A, F, fres_max=8.0)

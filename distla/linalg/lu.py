@@ -187,8 +187,8 @@ def _max_abs(A) -> float:
 
 
 def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = False,
-              tree: str = "binary", lookahead: int = 1, profile: LUProfile | None = None
-              ) -> LUFactor:
+              tree: str = "binary", lookahead: int = 1, profile: LUProfile | None = None,
+              gemm: str = "native") -> LUFactor:
     """LU factorization ``P A = L U`` of the ``m x n`` DistMatrix A (square blocks). Collective
     over A's grid.
 
@@ -196,7 +196,10 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     shapes the reduction over each process column) or 'none' (GENP). ``overwrite_a``: factor in
     A's storage. ``lookahead``: 0 or 1 (values > 1 act as 1: the loop is synchronous, one panel
     ahead is what hides the panel). ``profile``: an :class:`LUProfile` to accumulate phase
-    times into.
+    times into. ``gemm``: 'native' (trailing updates in A's precision) or 'tf32x3' (float32
+    only: on GPU ranks each update is one TF32 tensor-core GEMM of split operands, three
+    products of 10-bit-mantissa halves, about float32's accuracy (~2^-21 relative) at several
+    times float32's rate; CPU ranks compute it in float32 as usual).
 
     Raises (on every rank) ``ValueError``/``TypeError`` for bad input before any work, and
     :class:`distla.SingularMatrixError` (``.index`` = 0-based global column of the first
@@ -210,9 +213,14 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
             raise ValueError(f"tree must be 'binary' or 'flat', not {tree!r}")
         if not isinstance(lookahead, numbers.Integral) or lookahead < 0:
             raise ValueError(f"lookahead must be a non-negative int, not {lookahead!r}")
+        if gemm not in ("native", "tf32x3"):
+            raise ValueError(f"gemm must be 'native' or 'tf32x3', not {gemm!r}")
+        if gemm == "tf32x3" and A.dtype != np.float32:
+            raise TypeError(f"gemm='tf32x3' needs a float32 matrix, not {A.dtype}")
     F = A if overwrite_a else A.copy()
     max_a = _max_abs(F)
-    drv = _LU(F, pivoting, tree, int(lookahead), profile)
+    drv = _LU(F, pivoting, tree, int(lookahead), profile,
+              tf32x3=gemm == "tf32x3" and A.backend.is_gpu)
     piv = drv.run()
     with drv.prof.section("check"):
         drv.agree_singular()
@@ -243,8 +251,9 @@ class _Panel:
 class _LU:
     """The blocked right-looking loop (one object per factorization, every rank)."""
 
-    def __init__(self, A, pivoting, tree, lookahead, profile):
+    def __init__(self, A, pivoting, tree, lookahead, profile, tf32x3=False):
         self.A, self.pivoting, self.tree, self.lookahead = A, pivoting, tree, lookahead
+        self.tf32x3 = tf32x3
         self.prof = profile if profile is not None else _NOPROF
         g = self.g = A.grid
         self.be, self.xp = A.backend, A.xp
@@ -441,16 +450,20 @@ class _LU:
             self.comms.col.bcast(u, pr)
         l21 = pan.lbuf[lr1 - lr0:]
         a22 = loc[lr1:, lc1:]
+        tf = self.tf32x3 and l21.size > 0 and u.size > 0
+        if tf:  # a22 -= l21 u as one TF32 GEMM of split operands (inner dimension 3 kb)
+            with prof.section("update"):
+                l21, u = be.split_tf32x3(l21, u)
         nxt = None
         if k + 1 < self.nsteps:
             if self.lookahead:
                 # local width of block column k+1 (0 unless my process column owns it)
                 w = A.local_col_start(min(self.n, j0 + kb + self.nb)) - lc1
                 with prof.section("update"):
-                    be.gemm("N", "N", -1.0, l21, u[:, :w], 1.0, a22[:, :w])
+                    be.gemm("N", "N", -1.0, l21, u[:, :w], 1.0, a22[:, :w], tf32=tf)
                 if self.side.gpu:  # rest of the update on the side stream, panel on main
-                    with prof.section("update"), self.side.run(keep=(pan.lbuf, u)):
-                        be.gemm("N", "N", -1.0, l21, u[:, w:], 1.0, a22[:, w:])
+                    with prof.section("update"), self.side.run(keep=(pan.lbuf, l21, u)):
+                        be.gemm("N", "N", -1.0, l21, u[:, w:], 1.0, a22[:, w:], tf32=tf)
                     nxt = self.next_panel(k + 1)
                 else:  # CPU: panel first, then the update (polling MPI for its broadcast)
                     nxt = self.next_panel(k + 1)
@@ -458,11 +471,11 @@ class _LU:
                         self.update(l21, u[:, w:], a22[:, w:], nxt)
             else:
                 with prof.section("update"):
-                    be.gemm("N", "N", -1.0, l21, u, 1.0, a22)
+                    be.gemm("N", "N", -1.0, l21, u, 1.0, a22, tf32=tf)
                 nxt = self.next_panel(k + 1)
         else:
             with prof.section("update"):
-                be.gemm("N", "N", -1.0, l21, u, 1.0, a22)
+                be.gemm("N", "N", -1.0, l21, u, 1.0, a22, tf32=tf)
         return nxt
 
     def update(self, l21, u, a22, pending=None):

@@ -26,7 +26,9 @@ diagnostics, or an exception is raised (``fallback=False``).
 
 ``precision="mixed"`` factors ``A_r`` in float32 and refines in float64 (LAPACK dsgesv style);
 when that does not converge it retries with a float64 GENP (``A_r`` recomputed), then falls
-back as above.
+back as above. On GPU ranks the float32 trailing updates run on TF32 tensor cores with split
+operands (``lu_factor(..., gemm='tf32x3')``: ~float32 accuracy), since FP32 GEMMs without
+tensor cores are no faster than FP64 ones on current data-center GPUs.
 
 n not a multiple of 2^d: A is padded to ``[[A, 0], [0, max|A| I]]`` (the identity scaled to A,
 so that matrices scaled near underflow survive the mixing), B with zero rows.
@@ -366,7 +368,10 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: 
     wdt, fdt = A.dtype, Ar.dtype
     t0 = _sync(A)
     try:
-        F = lu_factor(Ar, pivoting="none", overwrite_a=True)
+        # GPU float32 GENP: updates on TF32 tensor cores at ~float32 accuracy (3xTF32);
+        # on H100/H200, plain FP32 GEMMs are no faster than FP64 tensor-core ones
+        gemm = "tf32x3" if (fdt == np.float32 and Ar.backend.is_gpu) else "native"
+        F = lu_factor(Ar, pivoting="none", overwrite_a=True, gemm=gemm)
     except SingularMatrixError as e:
         t1 = _sync(A)
         return _Path(None, 0, False, f"{label}: GENP met an exactly zero pivot at column "
