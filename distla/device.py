@@ -118,10 +118,10 @@ class Backend:
         A3 = xp.empty((m, 3 * k), np.float32, order="F")
         B3 = xp.empty((3 * k, n), np.float32, order="F")
         split = _tf32_split_kernel()
-        split(a, A3[:, :k], A3[:, 2 * k:])
-        A3[:, k:2 * k] = A3[:, :k]
-        split(b, B3[:k], B3[k:2 * k])
-        B3[2 * k:] = B3[:k]
+        # CuPy's elementwise kernels walk arrays in C order: hand them the transposes of
+        # these column-major views so that consecutive threads touch consecutive addresses
+        split(self._colmajor(a).T, A3[:, :k].T, A3[:, k:2 * k].T, A3[:, 2 * k:].T)
+        split(self._colmajor(b).T, B3[:k].T, B3[2 * k:].T, B3[k:2 * k].T)
         return A3, B3
 
     def syrk(self, uplo, trans, alpha, a, beta, c) -> None:
@@ -329,9 +329,10 @@ _CUBLAS_TF32_TENSOR_OP_MATH = 3   # cublasMath_t: single precision through TF32 
 
 @functools.lru_cache(maxsize=None)
 def _tf32_split_kernel():  # pragma: no cover - needs a GPU
-    """CuPy kernel ``x -> (hi, lo)``: ``hi`` = x rounded to nearest TF32, ``lo = x - hi``."""
+    """CuPy kernel ``x -> (hi, hi2, lo)``: ``hi = hi2`` = x rounded to nearest TF32,
+    ``lo = x - hi``."""
     import cupy
     return cupy.ElementwiseKernel(
-        "float32 x", "float32 hi, float32 lo",
+        "float32 x", "float32 hi, float32 hi2, float32 lo",
         "const float h = __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);"
-        " hi = h; lo = x - h;", "distla_split_tf32")
+        " hi = h; hi2 = h; lo = x - h;", "distla_split_tf32")

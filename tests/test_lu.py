@@ -589,7 +589,8 @@ def test_gpu_tf32x3_update_is_float32_accurate():
     X3, Y3 = be.split_tf32x3(x, y)
     hi, lo = X3[:, :70], X3[:, 140:]
     assert int(cp.count_nonzero(hi.view(cp.uint32) & 0x1FFF)) == 0     # TF32-exact
-    assert bool(cp.all(hi + lo == x))
+    assert bool(cp.all(hi + lo == x)) and bool(cp.all(X3[:, 70:140] == hi))
+    assert bool(cp.all(Y3[:70] + Y3[70:140] == y)) and bool(cp.all(Y3[140:] == Y3[:70]))
     c = cp.zeros((300, 90), cp.float32, order="F")
     be.gemm("N", "N", 1.0, X3, Y3, 0.0, c, tf32=True)
     ref = x.get().astype(np.float64) @ y.get().astype(np.float64)

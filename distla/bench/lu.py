@@ -39,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lookahead", type=int, default=1, help="lookahead (0 or 1, default 1)")
     parser.add_argument("--order", choices=("row", "col"), default="row",
                         help="rank order of the process grid")
+    parser.add_argument("--gemm", choices=("native", "tf32x3"), default="native",
+                        help="trailing-update GEMMs: native, or tf32x3 (float32 on GPU: TF32 "
+                             "tensor cores on split operands, ~float32 accuracy)")
     parser.add_argument("--profile", action="store_true",
                         help="time per phase (panel/swap/bcast/trsm/update) of one extra run")
     parser.add_argument("--no-check", dest="check", action="store_false",
@@ -72,7 +75,7 @@ def run(args) -> list[dict]:
             nw = n if device == "gpu" else min(n, 4 * nb * max(grid.nprow, grid.npcol))
             lu_factor(common.general_matrix(grid, nw, nb, seed=args.seed, dtype=dtype,
                                             device=device), pivoting=piv, overwrite_a=True,
-                      tree=args.tree, lookahead=args.lookahead)
+                      tree=args.tree, lookahead=args.lookahead, gemm=args.gemm)
             best, F = math.inf, None
             for _ in range(max(1, args.reps)):
                 F = None
@@ -81,7 +84,7 @@ def run(args) -> list[dict]:
                 comm.Barrier()
                 t0 = time.perf_counter()
                 F = lu_factor(W, pivoting=piv, overwrite_a=True, tree=args.tree,
-                              lookahead=args.lookahead)
+                              lookahead=args.lookahead, gemm=args.gemm)
                 common.sync(device)
                 dt = time.perf_counter() - t0
                 comm.Barrier()
@@ -89,6 +92,8 @@ def run(args) -> list[dict]:
             rec = common.record(NAME, "distla", n=n, seconds=best, nflops=nfl, nb=nb,
                                 grid=gname, ranks=comm.size, device=device, dtype=dtype.name,
                                 pivoting=piv, lookahead=args.lookahead)
+            if args.gemm != "native":
+                rec["gemm"] = args.gemm
             if piv == "tournament":
                 rec["tree"] = args.tree
             rec["gflops"] = nfl / best / 1e9
@@ -111,7 +116,7 @@ def run(args) -> list[dict]:
                 comm.Barrier()
                 t0 = time.perf_counter()
                 lu_factor(W, pivoting=piv, overwrite_a=True, tree=args.tree,
-                          lookahead=args.lookahead, profile=prof)
+                          lookahead=args.lookahead, profile=prof, gemm=args.gemm)
                 common.sync(device)
                 rec["t_profiled"] = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
                 for ph in _PHASES:
