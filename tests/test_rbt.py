@@ -415,12 +415,32 @@ def test_mixed_precision_reaches_double_accuracy():
 
 
 @pytest.mark.mpi
-def test_mixed_precision_retries_in_double():
-    """float32 cannot resolve cond 1e12 nor entries near underflow: mixed falls back to a
-    float64 GENP, which refines to double accuracy without the partial-pivoting fallback."""
+def test_mixed_precision_gmres_ir_beyond_float32():
+    """cond 1e12 is far beyond what plain refinement with float32 factors resolves; GMRES-IR
+    (GMRES on the correction equation, preconditioned by the float32 factors applied in
+    float64) still reaches double accuracy from the float32 factorization."""
     from distla.linalg import rbt_solve
     n = 40
-    for kind, max_iter in (("cond12", 30), ("underflow", 30)):
+    a = make_matrix("cond12", n, 6)
+    b = np.random.default_rng(1).standard_normal((n, 1)) * np.abs(a).max()
+    for grid in _grids():
+        A, B = _dist(grid, a, 5), _dist(grid, b, 5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            X, info = rbt_solve(A, B, precision="mixed", seed=4, return_info=True)
+        assert info.factor_dtype == "float32" and info.converged and not info.fallback, info
+        assert len(info.gmres_iterations) == info.iterations >= 1
+        assert all(1 <= m <= 30 for m in info.gmres_iterations)
+        assert berr_np(a, X.to_global(None), b) <= max(20 * gepp_berr(a, b), 4 * n * EPS)
+
+
+@pytest.mark.mpi
+def test_mixed_precision_retries_in_double():
+    """float32 cannot hold entries near underflow: mixed falls back to a float64 GENP, which
+    refines to double accuracy without the partial-pivoting fallback."""
+    from distla.linalg import rbt_solve
+    n = 40
+    for kind, max_iter in (("underflow", 30),):
         a = make_matrix(kind, n, 6)
         b = np.random.default_rng(1).standard_normal((n, 1)) * np.abs(a).max()
         for grid in _grids():
@@ -539,3 +559,21 @@ def test_nan_input_is_never_reported_converged():
         with pytest.raises((ConvergenceError, SingularMatrixError)) as ei:
             rbt_solve(A, B, fallback=False)
         _same_everywhere(grid.comm, str(ei.value))
+
+
+@pytest.mark.mpi
+def test_mixed_precision_large_genp_growth_converges_in_few_corrections():
+    """Random matrices have GENP growth that makes plain refinement with float32 factors
+    contract slowly (or stall, from n ~ 8192); GMRES-IR needs a few corrections at most."""
+    from distla.bench import common
+    from distla.linalg import rbt_solve
+    from distla.matrix import DistMatrix
+    n, nb = 1024, 64
+    for grid in list(_grids())[:3]:
+        A = common.general_matrix(grid, n, nb, seed=1)
+        B = DistMatrix.random(grid, (n, 2), (nb, nb), seed=2)
+        X, info = rbt_solve(A, B, precision="mixed", seed=3, return_info=True)
+        assert info.factor_dtype == "float32" and info.converged and not info.fallback, info
+        assert info.iterations <= 3, info
+        from distla.checks import backward_error
+        assert backward_error(A, X, B) <= 4 * n * EPS

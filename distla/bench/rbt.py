@@ -134,7 +134,8 @@ def run(args) -> list[dict]:
                        t_fallback=tt.get("fallback", 0.0), fallback=info.fallback,
                        factor_dtype=info.factor_dtype,
                        transform_pct=100.0 * tt.get("transform", 0.0) / best,
-                       berr=info.backward_error, sresid=info.residual)
+                       berr=info.backward_error, sresid=info.residual,
+                       gmres_it=sum(info.gmres_iterations))
             del X, keep
             _free(device)
             rows.append(rec)
@@ -142,8 +143,9 @@ def run(args) -> list[dict]:
             if not quiet and comm.rank == 0:
                 print(f"rbt n={n} {prec}: {best:.4g} s ({rec['tflops']:.4g} TFLOP/s), "
                       f"transform {rec['t_transform']:.3g} s ({rec['transform_pct']:.2f}%), "
-                      f"GENP {rec['t_genp']:.3g} s, refine {rec['iters']} it "
-                      f"{rec['t_refine']:.3g} s, fallback={info.fallback}, "
+                      f"GENP {rec['t_genp']:.3g} s ({info.factor_dtype}), refine "
+                      f"{rec['iters']} it ({rec['gmres_it']} GMRES) {rec['t_refine']:.3g} s, "
+                      f"fallback={info.fallback}, "
                       f"berr {rec['berr']:.2e}", flush=True)
         if args.gepp:
             best, X = math.inf, None

@@ -43,6 +43,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.linalg
 
 from ..errors import ConvergenceError, SingularMatrixError, collective
 from ..matrix import DistMatrix, check_compatible
@@ -71,7 +72,8 @@ class RBTInfo:
     ``times``: seconds per phase ('transform' = padding, U^T A V, U^T r and V d; 'factor';
     'refine' = solves and residuals; 'fallback'; 'total'; 'backward_error', not in the total).
     ``history``: the scaled residual ``max|r| / (max|x| ||A||_inf eps sqrt(n))`` at each
-    check (<= 1 means converged).
+    check (<= 1 means converged). ``gmres_iterations``: for a float32 factorization
+    (``precision='mixed'``), the GMRES iterations of each correction (GMRES-IR).
     """
 
     depth: int
@@ -87,6 +89,7 @@ class RBTInfo:
     normwise_backward_error: float = float("nan")
     residual: float = float("nan")
     times: dict = field(default_factory=dict)
+    gmres_iterations: list = field(default_factory=list)
     history: list = field(default_factory=list)
 
 
@@ -326,6 +329,99 @@ def _genp_solve_few(F, C: DistMatrix) -> DistMatrix:
 
 
 # ---------------------------------------------------------------------------------------
+# GMRES on the correction equation, preconditioned by the low-precision factorization
+# ---------------------------------------------------------------------------------------
+# GMRES-IR (Carson & Higham 2017): when the float32 GENP factors are too inaccurate for plain
+# refinement to contract (GENP growth of randomized matrices times float32's eps times
+# cond(A) near or above 1: n >= ~8192 on random matrices), each correction A d = r is solved
+# by GMRES on M^-1 A d = M^-1 r in float64, M^-1 = V (L U)^-1 U^T applied in float32. The
+# Krylov space then absorbs the factorization error, which plain refinement cannot.
+_GMRES_RESTART = 30      # Krylov vectors per correction (the outer refinement restarts it)
+_GMRES_TOL = 1e-8        # relative reduction of the preconditioned residual per correction
+
+
+def _coldots(Xs: list, Y: DistMatrix) -> np.ndarray:
+    """Collective: ``X_i[:, c] . Y[:, c]`` for every X_i (same layout as Y) and column c, as a
+    host array (len(Xs), ncols), summed over the grid in one allreduce."""
+    from mpi4py import MPI
+    xp = Y.xp
+    out = np.zeros((len(Xs), Y.n))
+    cols = Y.col_indices()
+    if Y.local.size and len(Xs):
+        loc = xp.stack([xp.sum(X.local * Y.local, axis=0) for X in Xs])
+        out[:, cols] = Y.backend.to_host(loc)
+    Y.grid.comm.Allreduce(MPI.IN_PLACE, out, op=MPI.SUM)
+    return out
+
+
+def _axpy_cols(Y: DistMatrix, Xs: list, h: np.ndarray, sign: float = -1.0) -> None:
+    """Local: ``Y[:, c] += sign sum_i h[i, c] X_i[:, c]`` (h host, (len(Xs), ncols))."""
+    if not Y.local.size:
+        return
+    xp = Y.xp
+    hc = xp.asarray(h[:, Y.col_indices()])
+    for i, X in enumerate(Xs):
+        Y.local += sign * X.local * hc[i][None, :]
+
+
+def _gmres_correction(A: DistMatrix, R: DistMatrix, precond, restart: int, tol: float):
+    """Collective: ``d ~ A^-1 R`` by left-preconditioned GMRES (``precond(W) ~ A^-1 W``),
+    column by column but in lock step (one preconditioner application and one matvec of all
+    columns per iteration), classical Gram-Schmidt with reorthogonalization, Givens
+    rotations on the host. Stops when every column's preconditioned residual dropped by
+    ``tol`` or after ``restart`` iterations. Returns (d in R's layout, iterations)."""
+    z = precond(R)
+    beta = np.sqrt(np.maximum(_coldots([z], z)[0], 0.0))
+    k = R.n
+    safe = np.where(beta > 0, beta, 1.0)
+    z.local *= z.xp.asarray((1.0 / safe)[z.col_indices()])[None, :] if z.local.size else 1.0
+    Vs = [z]
+    H = np.zeros((restart + 1, restart, k))
+    cs, sn = np.zeros((restart, k)), np.zeros((restart, k))
+    g = np.zeros((restart + 1, k))
+    g[0] = beta
+    zero = R._like(local=R.backend.zeros(R.local_shape, R.dtype))
+    j = 0
+    for j in range(restart):
+        w = _residual(A, Vs[j], zero)          # -A v_j
+        w.local *= -1.0
+        w = precond(w)
+        h = _coldots(Vs, w)
+        _axpy_cols(w, Vs, h)
+        h2 = _coldots(Vs, w)                   # CGS2: a second pass keeps V orthonormal
+        _axpy_cols(w, Vs, h2)
+        h += h2
+        hn = np.sqrt(np.maximum(_coldots([w], w)[0], 0.0))
+        col = np.vstack([h, hn[None, :]])      # (j + 2, k)
+        for i in range(j):                     # previous rotations
+            a, b = col[i].copy(), col[i + 1].copy()
+            col[i], col[i + 1] = cs[i] * a + sn[i] * b, -sn[i] * a + cs[i] * b
+        rr = np.hypot(col[j], col[j + 1])
+        rs = np.where(rr > 0, rr, 1.0)
+        cs[j], sn[j] = np.where(rr > 0, col[j] / rs, 1.0), np.where(rr > 0, col[j + 1] / rs, 0.0)
+        col[j], col[j + 1] = rr, 0.0
+        H[:j + 2, j] = col
+        g[j + 1] = -sn[j] * g[j]
+        g[j] = cs[j] * g[j]
+        if np.all(np.abs(g[j + 1]) <= tol * beta) or np.all(hn == 0):
+            break
+        hs = np.where(hn > 0, hn, 1.0)
+        if w.local.size:
+            w.local *= w.xp.asarray((1.0 / hs)[w.col_indices()])[None, :]
+        Vs.append(w)
+    m = j + 1
+    y = np.zeros((m, k))
+    for c in range(k):                         # back substitution, per column
+        Hc = H[:m, :m, c]
+        d = np.diag(Hc)
+        if np.all(d != 0):
+            y[:, c] = scipy.linalg.solve_triangular(Hc, g[:m, c])
+    d = R._like(local=R.backend.zeros(R.local_shape, R.dtype))
+    _axpy_cols(d, Vs[:m], y, sign=1.0)
+    return d, m
+
+
+# ---------------------------------------------------------------------------------------
 # GENP + refinement on the randomized system
 # ---------------------------------------------------------------------------------------
 # Refinement gives up when this many consecutive corrections did not halve the best scaled
@@ -351,6 +447,7 @@ class _Path:
     t_factor: float
     t_refine: float
     zero_pivot: int | None = None
+    gmres_iterations: list | None = None
 
 
 def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: Butterfly,
@@ -376,6 +473,13 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: 
         t1 = _sync(A)
         return _Path(None, 0, False, f"{label}: GENP met an exactly zero pivot at column "
                      f"{e.index} of U^T A V", [], t1 - t0, 0.0, e.index)
+    gmres = fdt != wdt             # low-precision factors: GMRES-IR corrections
+    if gmres:
+        # GMRES needs M^-1 to be one fixed linear operator to working accuracy: the
+        # triangular solves run in A's precision with the rounded factors (Carson-Higham)
+        from .lu import LUFactor
+        F = LUFactor(F.lu.astype(wdt), F.piv, F.pivoting, F.max_abs_a, F.tree)
+    sdt = F.lu.dtype
     t1 = _sync(A)
     t_rhs = [0.0]
 
@@ -383,11 +487,11 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: 
         """V A_r^-1 U^T R, n rows in R's layout."""
         s0 = _sync(A)
         C = U.apply_transpose(R)
-        if fdt != wdt:
-            C = C.astype(fdt)
+        if sdt != wdt:
+            C = C.astype(sdt)
         s1 = _sync(A)
         S = _genp_solve_few(F, C) if C.n <= _FEW_RHS else lu_solve(F, C, overwrite_b=True)
-        if fdt != wdt:
+        if sdt != wdt:
             S = S.astype(wdt)
         if not S.same_layout(R):
             S = S.redistribute(block=R.block, src=R.src)
@@ -398,10 +502,12 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: 
 
     def done(x, it, ok, reason, hist):
         times["transform"] = times.get("transform", 0.0) + t_rhs[0]
-        return _Path(x, it, ok, reason, hist, t1 - t0, _sync(A) - t1 - t_rhs[0])
+        return _Path(x, it, ok, reason, hist, t1 - t0, _sync(A) - t1 - t_rhs[0],
+                     gmres_iterations=list(inner))
 
     eps_sqrtn = np.finfo(wdt).eps * math.sqrt(A.n)
     polish = 1.0 / math.sqrt(A.n)  # rho <= polish: max|r| <= max|x| ||A||_inf eps
+    inner: list = []
     x = correction(B)
     hist: list = []
     it = 0
@@ -418,7 +524,12 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: 
                    "did not converge" if it >= max_iter else "stagnated") + \
                 f" after {it} iteration(s) (scaled residual {rho:.3g} > 1)"
             return done(x, it, False, f"{label}: refinement {why}", hist)
-        x.local += correction(R).local
+        if gmres:
+            d, m = _gmres_correction(A, R, correction, _GMRES_RESTART, _GMRES_TOL)
+            inner.append(m)
+            x.local += d.local
+        else:
+            x.local += correction(R).local
         it += 1
 
 
@@ -514,6 +625,7 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
         times["factor"] += path.t_factor
         times["refine"] += path.t_refine
         info.history = path.history
+        info.gmres_iterations = list(path.gmres_iterations or [])
         if path.converged:
             info.factor_dtype = str(fdt)
             break
