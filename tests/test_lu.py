@@ -604,3 +604,31 @@ def test_gpu_tf32x3_update_is_float32_accurate():
             A = _dist(g, mat, nb, src).to("gpu")
             F = lu_factor(A, pivoting=piv, gemm="tf32x3")
             _check_factor(A, F, fres_max=8.0)
+
+
+@pytest.mark.mpi
+def test_lu_solve_trans_spellings_and_conjugate_transpose():
+    """trans as SciPy's lu_solve: 0/1/2, booleans, 'N'/'T'/'C'; 'C' solves A^H x = b for
+    complex A (and equals 'T' for real A); bad values are rejected on every rank."""
+    from distla.linalg import lu_factor, lu_solve
+    n, nb = 30, 4
+    rng = _rng(400)
+    a = rng.standard_normal((n, n)) + 1j * rng.standard_normal((n, n))
+    b = rng.standard_normal((n, 2)) + 1j * rng.standard_normal((n, 2))
+    for g, src in _grids(srcs=False):
+        A, B = _dist(g, a, nb, src), _dist(g, b, nb, src)
+        F = lu_factor(A)
+        for trans, op in ((0, a), ("N", a), (1, a.T), (True, a.T), ("t", a.T), (2, a.conj().T),
+                          ("C", a.conj().T)):
+            x = lu_solve(F, B, trans=trans).to_global(None)
+            ref = sl.lu_solve(sl.lu_factor(a), b, trans={"N": 0, "T": 1, "C": 2}.get(
+                str(trans).upper(), trans if not isinstance(trans, bool) else int(trans)))
+            np.testing.assert_allclose(op @ x, b, atol=1e-10 * np.abs(b).max() * n)
+            np.testing.assert_allclose(x, ref, rtol=1e-8, atol=1e-10)
+        with pytest.raises(ValueError, match="trans"):
+            lu_solve(F, B, trans="H")
+        ar = a.real.copy()
+        Fr = lu_factor(_dist(g, ar, nb, src))
+        Br = _dist(g, b.real.copy(), nb, src)
+        np.testing.assert_array_equal(lu_solve(Fr, Br, trans="C").to_global(None),
+                                      lu_solve(Fr, Br, trans="T").to_global(None))

@@ -584,19 +584,36 @@ def _permute(B, dest, src):
                  segs=[slice(0, B.local.shape[1])], xp=B.xp)
 
 
-def lu_solve(F: LUFactor, B: DistMatrix, trans: bool = False, overwrite_b: bool = False
+def _norm_trans(trans) -> str:
+    """'N', 'T' or 'C' from the accepted spellings (SciPy's 0 / 1 / 2, booleans, letters)."""
+    t = {False: "N", True: "T", 0: "N", 1: "T", 2: "C"}.get(trans) \
+        if isinstance(trans, (bool, int, np.integer)) else \
+        (trans.upper() if isinstance(trans, str) and trans.upper() in ("N", "T", "C") else None)
+    if t is None:
+        raise ValueError(f"trans must be False/True, 0/1/2 or 'N'/'T'/'C', not {trans!r}")
+    return t
+
+
+def lu_solve(F: LUFactor, B: DistMatrix, trans=False, overwrite_b: bool = False
              ) -> DistMatrix:
-    """Solve ``A X = B`` (or ``A^T X = B`` with ``trans=True``) from ``F = lu_factor(A)``.
+    """Solve ``A X = B``, ``A^T X = B`` or ``A^H X = B`` from ``F = lu_factor(A)``.
+    ``trans``: ``False``/``0``/``'N'``, ``True``/``1``/``'T'`` (transpose) or ``2``/``'C'``
+    (conjugate transpose; the same as ``'T'`` for real matrices), as SciPy's ``lu_solve``.
     Collective over the grid. B: n x nrhs DistMatrix on the same grid, device and dtype, with
     A's row blocking (``mb``, ``rsrc``). Returns X in B's layout (in B's storage if
     ``overwrite_b``). Row interchanges are applied to B by one pairwise exchange along process
     columns, then the unit-lower and upper triangular solves (:func:`distla.pblas.
     triangular_solve`)."""
     with collective(B.grid.comm if isinstance(B, DistMatrix) else None):
+        t = _norm_trans(trans)
         _check_rhs(F, B)
     from ..pblas import triangular_solve
     A = F.lu
     X = B if overwrite_b else B.copy()
+    conj = t == "C" and A.dtype.kind == "c"
+    trans = t != "N"
+    if conj:  # A^H x = b  <=>  A^T conj(x) = conj(b)
+        X.local[...] = X.xp.conj(X.local)
     perm = F.perm
     moved = np.flatnonzero(perm != np.arange(A.m))
     if not trans:
@@ -607,10 +624,12 @@ def lu_solve(F: LUFactor, B: DistMatrix, trans: bool = False, overwrite_b: bool 
         X = triangular_solve(A, X, lower=False, trans=True, overwrite_b=True)
         X = triangular_solve(A, X, lower=True, trans=True, unit_diagonal=True, overwrite_b=True)
         _permute(X, perm[moved], moved)
+    if conj:
+        X.local[...] = X.xp.conj(X.local)
     return X
 
 
-def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans: bool = False,
+def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=False,
              overwrite_a: bool = False, overwrite_b: bool = False, **kw) -> DistMatrix:
     """Collective: solve ``A X = B`` by :func:`lu_factor` + :func:`lu_solve` (A square).
     Extra keywords (``tree``, ``lookahead``) go to :func:`lu_factor`."""
