@@ -72,10 +72,13 @@ class TLRCholesky(TLRMatrix):
 
 
 def _npd_message(L, index, tol):
+    knob = (f"a tighter tol (now {tol})" if tol is not None else "")
+    if L.max_rank is not None:
+        knob += (" or " if knob else "") + f"a larger max_rank (now {L.max_rank})"
     return (f"TLR Cholesky: the compressed matrix is not positive definite: the leading minor "
-            f"of order {index + 1} (global column {index}, 0-based) is not positive. Use a "
-            f"tighter tol (now {tol}) or a larger nugget (diagonal shift) so that the "
-            f"compression error stays below the smallest eigenvalue.")
+            f"of order {index + 1} (global column {index}, 0-based) is not positive. Use "
+            f"{knob} or a larger nugget (diagonal shift) so that the compression error stays "
+            f"below the smallest eigenvalue.")
 
 
 def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 30,
