@@ -577,3 +577,23 @@ def test_mixed_precision_large_genp_growth_converges_in_few_corrections():
         assert info.iterations <= 3, info
         from distla.checks import backward_error
         assert backward_error(A, X, B) <= 4 * n * EPS
+
+
+@pytest.mark.mpi
+def test_mixed_precision_complex_gmres_ir():
+    """complex128 systems: complex64 GENP + GMRES-IR (conjugated inner products, complex
+    Givens rotations) reaches double accuracy without a retry."""
+    from distla.linalg import rbt_solve
+    n = 96
+    rng = np.random.default_rng(21)
+    a = rng.standard_normal((n, n)) + 1j * rng.standard_normal((n, n))
+    b = rng.standard_normal((n, 2)) + 1j * rng.standard_normal((n, 2))
+    for grid in _grids():
+        A, B = _dist(grid, a, 8), _dist(grid, b, 8)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            X, info = rbt_solve(A, B, precision="mixed", seed=5, return_info=True)
+        assert info.factor_dtype == "complex64" and info.converged and not info.fallback, info
+        assert info.gmres_iterations and info.reason is None
+        x = X.to_global(None)
+        assert berr_np(a, x, b) <= max(20 * gepp_berr(a, b), 4 * n * EPS)

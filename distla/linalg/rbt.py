@@ -349,14 +349,14 @@ _GMRES_TOL = 1e-8        # relative reduction of the preconditioned residual per
 
 
 def _coldots(Xs: list, Y: DistMatrix) -> np.ndarray:
-    """Collective: ``X_i[:, c] . Y[:, c]`` for every X_i (same layout as Y) and column c, as a
+    """Collective: ``X_i[:, c]^H Y[:, c]`` for every X_i (same layout as Y) and column c, as a
     host array (len(Xs), ncols), summed over the grid in one allreduce."""
     from mpi4py import MPI
     xp = Y.xp
-    out = np.zeros((len(Xs), Y.n))
+    out = np.zeros((len(Xs), Y.n), dtype=np.result_type(Y.dtype, np.float64))
     cols = Y.col_indices()
     if Y.local.size and len(Xs):
-        loc = xp.stack([xp.sum(X.local * Y.local, axis=0) for X in Xs])
+        loc = xp.stack([xp.sum(xp.conj(X.local) * Y.local, axis=0) for X in Xs])
         out[:, cols] = Y.backend.to_host(loc)
     Y.grid.comm.Allreduce(MPI.IN_PLACE, out, op=MPI.SUM)
     return out
@@ -378,15 +378,19 @@ def _gmres_correction(A: DistMatrix, R: DistMatrix, precond, restart: int, tol: 
     columns per iteration), classical Gram-Schmidt with reorthogonalization, Givens
     rotations on the host. Stops when every column's preconditioned residual dropped by
     ``tol`` or after ``restart`` iterations. Returns (d in R's layout, iterations)."""
+    def norms(W):
+        return np.sqrt(np.maximum(_coldots([W], W)[0].real, 0.0))
+
     z = precond(R)
-    beta = np.sqrt(np.maximum(_coldots([z], z)[0], 0.0))
+    beta = norms(z)
     k = R.n
+    hdt = np.result_type(R.dtype, np.float64)   # Hessenberg, rotations: complex if R is
     safe = np.where(beta > 0, beta, 1.0)
     z.local *= z.xp.asarray((1.0 / safe)[z.col_indices()])[None, :] if z.local.size else 1.0
     Vs = [z]
-    H = np.zeros((restart + 1, restart, k))
-    cs, sn = np.zeros((restart, k)), np.zeros((restart, k))
-    g = np.zeros((restart + 1, k))
+    H = np.zeros((restart + 1, restart, k), dtype=hdt)
+    cs, sn = np.zeros((restart, k)), np.zeros((restart, k), dtype=hdt)
+    g = np.zeros((restart + 1, k), dtype=hdt)
     g[0] = beta
     zero = R._like(local=R.backend.zeros(R.local_shape, R.dtype))
     j = 0
@@ -399,17 +403,22 @@ def _gmres_correction(A: DistMatrix, R: DistMatrix, precond, restart: int, tol: 
         h2 = _coldots(Vs, w)                   # CGS2: a second pass keeps V orthonormal
         _axpy_cols(w, Vs, h2)
         h += h2
-        hn = np.sqrt(np.maximum(_coldots([w], w)[0], 0.0))
-        col = np.vstack([h, hn[None, :]])      # (j + 2, k)
+        hn = norms(w)
+        col = np.vstack([h, hn[None, :]]).astype(hdt)    # (j + 2, k)
         for i in range(j):                     # previous rotations
             a, b = col[i].copy(), col[i + 1].copy()
-            col[i], col[i + 1] = cs[i] * a + sn[i] * b, -sn[i] * a + cs[i] * b
-        rr = np.hypot(col[j], col[j + 1])
+            col[i], col[i + 1] = cs[i] * a + sn[i] * b, -np.conj(sn[i]) * a + cs[i] * b
+        # complex Givens rotation zeroing col[j + 1] (real, >= 0): [c s; -conj(s) c]
+        a, b = col[j].copy(), col[j + 1].real.copy()
+        aa = np.abs(a)
+        rr = np.hypot(aa, b)
+        ph = np.where(aa > 0, a / np.where(aa > 0, aa, 1.0), 1.0)   # a / |a| (1 if a == 0)
         rs = np.where(rr > 0, rr, 1.0)
-        cs[j], sn[j] = np.where(rr > 0, col[j] / rs, 1.0), np.where(rr > 0, col[j + 1] / rs, 0.0)
-        col[j], col[j + 1] = rr, 0.0
+        cs[j] = np.where(rr > 0, aa / rs, 1.0)
+        sn[j] = np.where(rr > 0, ph * b / rs, 0.0)
+        col[j], col[j + 1] = ph * rr, 0.0
         H[:j + 2, j] = col
-        g[j + 1] = -sn[j] * g[j]
+        g[j + 1] = -np.conj(sn[j]) * g[j]
         g[j] = cs[j] * g[j]
         if np.all(np.abs(g[j + 1]) <= tol * beta) or np.all(hn == 0):
             break
@@ -418,7 +427,7 @@ def _gmres_correction(A: DistMatrix, R: DistMatrix, precond, restart: int, tol: 
             w.local *= w.xp.asarray((1.0 / hs)[w.col_indices()])[None, :]
         Vs.append(w)
     m = j + 1
-    y = np.zeros((m, k))
+    y = np.zeros((m, k), dtype=hdt)
     for c in range(k):                         # back substitution, per column
         Hc = H[:m, :m, c]
         d = np.diag(Hc)
