@@ -344,6 +344,20 @@ def general_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64, d
                              dtype=dtype, device=device)
 
 
+def global_normal(m: int, n: int, seed: int, xp, dtype=np.float64):
+    """The entries of :func:`general_matrix` (same seed) formed on one device as an ``m x n``
+    column-major array, in column chunks so that the hashing temporaries stay ~16M entries
+    (single-device references; not collective)."""
+    from ..random import hashed_normal
+    out = xp.empty((m, n), dtype=dtype, order="F")
+    I = xp.arange(m, dtype=xp.int64).reshape(-1, 1)
+    step = max(1, (1 << 24) // max(1, m))
+    for j0 in range(0, n, step):
+        J = xp.arange(j0, min(n, j0 + step), dtype=xp.int64).reshape(1, -1)
+        out[:, j0:j0 + J.shape[1]] = hashed_normal(seed, I, J)
+    return out
+
+
 def covariance_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64,
                       device="cpu", length: float = 0.1, nugget: float = 1e-2,
                       kernel: str = "sqexp"):

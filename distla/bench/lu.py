@@ -144,18 +144,6 @@ def run(args) -> list[dict]:
 # ---------------------------------------------------------------------------------------
 # the single-device reference (rank 0 only)
 # ---------------------------------------------------------------------------------------
-def _global_normal(n, seed, dtype, xp):
-    """The benchmark matrix formed on one device, column chunk by column chunk (reference)."""
-    from ..random import hashed_normal
-    out = xp.empty((n, n), dtype=dtype, order="F")
-    I = xp.arange(n, dtype=xp.int64).reshape(-1, 1)
-    step = max(1, (1 << 24) // max(1, n))
-    for j in range(0, n, step):
-        J = xp.arange(j, min(n, j + step), dtype=xp.int64).reshape(1, -1)
-        out[:, j:j + J.shape[1]] = hashed_normal(seed, I, J)
-    return out
-
-
 def _reference(n, seed, dtype, device, reps, threads):
     """(name, best seconds, threads) of the single-device LU, or None if it does not fit.
     Not collective (rank 0)."""
@@ -165,7 +153,7 @@ def _reference(n, seed, dtype, device, reps, threads):
     if device == "gpu":
         import cupy
         from cupyx.scipy.linalg import lu_factor as cu_lu_factor
-        A = _global_normal(n, seed, dtype, cupy)
+        A = common.global_normal(n, n, seed, cupy, dtype)
         best = math.inf
         for _ in range(max(1, reps)):
             W = A.copy(order="F")
@@ -177,7 +165,7 @@ def _reference(n, seed, dtype, device, reps, threads):
             del W
         return "cupy(cusolver)", best, None
     import scipy.linalg
-    A = _global_normal(n, seed, dtype, np)
+    A = common.global_normal(n, n, seed, np, dtype)
     best = math.inf
     with common.blas_threads(threads) as got:
         for _ in range(max(1, reps)):

@@ -191,19 +191,6 @@ def run(args) -> list[dict]:
 # ---------------------------------------------------------------------------------------
 # single-device reference (rank 0 only)
 # ---------------------------------------------------------------------------------------
-def _global(n, ncols, seed, xp, dtype):
-    """The benchmark matrix formed globally (reference only), column panel by column panel so
-    that the hashing temporaries stay small."""
-    from ..random import hashed_normal
-    out = xp.empty((n, ncols), dtype=dtype, order="F")
-    I = xp.arange(n, dtype=xp.int64).reshape(-1, 1)
-    step = max(1, (1 << 24) // max(1, n))
-    for j0 in range(0, ncols, step):
-        J = xp.arange(j0, min(ncols, j0 + step), dtype=xp.int64).reshape(1, -1)
-        out[:, j0:j0 + J.shape[1]] = hashed_normal(seed, I, J)
-    return out
-
-
 def _reference(n, nrhs, seed, dtype, device, reps, threads):
     """(name, best seconds of lu_factor + lu_solve, threads) or None when it does not fit.
     Not collective (rank 0)."""
@@ -213,8 +200,8 @@ def _reference(n, nrhs, seed, dtype, device, reps, threads):
     if device == "gpu":
         import cupy
         import cupyx.scipy.linalg as csl
-        a = _global(n, n, seed, cupy, dtype)
-        b = _global(n, nrhs, seed + 1, cupy, dtype)
+        a = common.global_normal(n, n, seed, cupy, dtype)
+        b = common.global_normal(n, nrhs, seed + 1, cupy, dtype)
         best = math.inf
         for _ in range(max(1, reps)):
             w = a.copy(order="F")
@@ -230,8 +217,8 @@ def _reference(n, nrhs, seed, dtype, device, reps, threads):
         return "cupy(cusolver)", best, None
 
     import scipy.linalg as sl
-    a = _global(n, n, seed, np, dtype)
-    b = _global(n, nrhs, seed + 1, np, dtype)
+    a = common.global_normal(n, n, seed, np, dtype)
+    b = common.global_normal(n, nrhs, seed + 1, np, dtype)
     best = math.inf
     with common.blas_threads(threads) as got:
         for _ in range(max(1, reps)):

@@ -317,7 +317,6 @@ def qr(A, want_q: bool = True):
         return (At.swapaxes(1, 2) if want_q else None), R
     its = A.dtype.itemsize
     wq = np.int32(bool(want_q))
-    mc = None if _smem_qr(m, w, its) <= _SMEM_LIMIT else _chunk_rows(m, w, its)
     if _smem_qr(m, w, its) <= _SMEM_LIMIT:      # the whole tile in shared memory
         Rs = cupy.empty((t, w, w), A.dtype)
         _launch("hh_qr_chunks", A.dtype, t, 256,
@@ -325,6 +324,7 @@ def qr(A, want_q: bool = True):
         # Rs holds R column-major: R = Rs^T as a row-major array
         return (At.swapaxes(1, 2) if want_q else None), cupy.ascontiguousarray(
             Rs.swapaxes(1, 2))
+    mc = _chunk_rows(m, w, its)
     if mc is not None:                          # two-level TSQR
         nch = m // mc
         Rs = cupy.empty((t, w, nch * w), A.dtype)

@@ -161,11 +161,8 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 30,
             except Exception as e:  # noqa: BLE001
                 err = e
         del G
-        hdr = np.array([status, 0 if err is None else 1], dtype=np.int64)
-        with sec("header"):
-            grid.comm.Allreduce(MPI.IN_PLACE, hdr, op=MPI.MAX)
-        if hdr[0] or hdr[1]:
-            npd = int(hdr[0])
+        npd, failed = _header(grid, status, err, sec)
+        if npd or failed:
             break
         if k == nt - 1:
             break
@@ -182,13 +179,10 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 30,
                 except Exception as e:  # noqa: BLE001
                     err = e
         del panel
-        hdr = np.array([kmax, 0 if err is None else 1], dtype=np.int64)
-        with sec("header"):
-            grid.comm.Allreduce(MPI.IN_PLACE, hdr, op=MPI.MAX)
-        if hdr[1]:
+        rguess, failed = _header(grid, kmax, err, sec)
+        if failed:
             break
-        Kg = max(Kg, int(hdr[0]))
-        rguess = int(hdr[0])
+        Kg = max(Kg, rguess)
     if npd:
         raise NotPositiveDefiniteError(npd - 1, _npd_message(L, npd - 1, L.tol))
     agree(grid.comm, err)
@@ -208,6 +202,16 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int = 2 ** 30,
         L.info["profile_calls"] = dict(prof.counts)
     L._summarize()
     return L
+
+
+def _header(grid, value: int, err, sec):
+    """Collective: ``(max of value, whether any rank has an error)`` over the grid (one small
+    host allreduce)."""
+    from mpi4py import MPI
+    hdr = np.array([value, 0 if err is None else 1], dtype=np.int64)
+    with sec("header"):
+        grid.comm.Allreduce(MPI.IN_PLACE, hdr, op=MPI.MAX)
+    return int(hdr[0]), bool(hdr[1])
 
 
 def _potrf(be, D):
