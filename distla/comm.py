@@ -139,7 +139,10 @@ class NcclComm:
         uid = nccl.get_unique_id() if self.rank == 0 else None
         uid = mpi_comm.bcast(uid, root=0)
         self.comm = nccl.NcclCommunicator(self.size, uid, self.rank)
-        self.stream = cupy.cuda.Stream(non_blocking=True)
+        from .device import gpu_stream
+        # high priority: messages are on the critical path; their kernels should not wait
+        # for a large GEMM's blocks to drain
+        self.stream = gpu_stream("high")
 
     def _dt(self, buf):
         k = buf.dtype.char

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _scipy_blas
 
-__all__ = ["Backend", "get_backend", "gpu_available", "DEVICES"]
+__all__ = ["Backend", "get_backend", "gpu_available", "gpu_stream", "DEVICES"]
 
 DEVICES = ("cpu", "gpu")
 
@@ -26,6 +26,22 @@ def gpu_available() -> bool:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:  # noqa: BLE001 - no CuPy, no driver, no device
         return False
+
+
+def gpu_stream(priority: str = "default"):
+    """A new non-blocking CuPy stream. ``priority``: 'high' (the device's greatest priority:
+    the block scheduler prefers its kernels when SMs free up, so short critical-path kernels
+    -- panels, communication -- are not queued behind a large GEMM on another stream) or
+    'default'. ``DISTLA_STREAM_PRIORITY=0`` in the environment makes every stream default
+    (for A/B timing). GPU only, not collective."""
+    import cupy
+    if priority == "high" and os.environ.get("DISTLA_STREAM_PRIORITY", "1") != "0":
+        try:
+            _, hi = cupy.cuda.runtime.deviceGetStreamPriorityRange()
+            return cupy.cuda.Stream(non_blocking=True, priority=hi)
+        except TypeError:  # pragma: no cover - a CuPy without stream priorities
+            pass
+    return cupy.cuda.Stream(non_blocking=True)
 
 
 def node_local_rank(comm=None) -> int:

@@ -119,7 +119,9 @@ def run(args) -> list[dict]:
                           lookahead=args.lookahead, profile=prof, gemm=args.gemm)
                 common.sync(device)
                 rec["t_profiled"] = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-                for ph in _PHASES:
+                names = {ph for names in comm.allgather(list(prof.times)) for ph in names}
+                subs = sorted(ph for ph in names if ph.startswith("p_"))  # panel's parts
+                for ph in (*_PHASES, *subs):
                     rec[f"t_{ph}"] = comm.allreduce(prof.times.get(ph, 0.0), op=MPI.MAX)
                 del W
             rows.append(rec)

@@ -15,6 +15,8 @@ tree of height H, vs 2^(n-1)), but it behaves like GEPP in practice.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ._pivoting import apply_swaps
@@ -40,7 +42,7 @@ def _take(xp, vals, sel):
     return vals[xp.asarray(sel)]
 
 
-def tournament(panel, grows, kb: int, *, comm, root: int, tree: str, backend):
+def tournament(panel, grows, kb: int, *, comm, root: int, tree: str, backend, profile=None):
     """Select the ``kb`` pivot rows of a panel by tournament.
 
     Collective over the process column: ``panel`` is this rank's local rows of the panel that
@@ -55,18 +57,31 @@ def tournament(panel, grows, kb: int, *, comm, root: int, tree: str, backend):
     diagonal, U11 on and above) of those rows in that order, ``info`` LAPACK's info of that
     factorization (> 0: U11[info-1, info-1] is exactly zero). On GPU the local GEPPs run on the
     device and the candidate blocks travel through NCCL; pivots come to the host per GEPP.
+    ``profile``: an object with ``section(name)`` (``lu.LUProfile``) timing ``p_leaf`` and
+    ``p_tree``, or None.
     """
-    xp, dt = backend.xp, panel.dtype
-    P, me = comm.size, comm.rank
+    section = profile.section if profile is not None else (lambda name: contextlib.nullcontext())
+    with section("p_leaf"):
+        vals, idx, w, info = _leaf(panel, grows, kb, backend)
+    f11 = w[:kb] if w is not None and len(idx) == kb else None
+    with section("p_tree"):
+        return _reduce(vals, idx, f11, info, kb, comm=comm, root=root, tree=tree,
+                       backend=backend)
+
+
+def _leaf(panel, grows, kb, backend):
+    """GEPP on a copy of my rows: (candidate values, their global rows, factored copy, info)."""
     grows = np.asarray(grows, dtype=np.int64)
-    # Leaf: GEPP on a copy of my rows; candidates are the rows it put on top.
     if len(grows):
         sel, w, info = _gepp_select(panel, kb, backend)
-        vals, idx = _take(xp, panel, sel), grows[sel]
-    else:
-        w, info = None, 0
-        vals, idx = backend.empty((0, kb), dt), grows[:0]
-    f11 = w[:kb] if w is not None and len(idx) == kb else None
+        return _take(backend.xp, panel, sel), grows[sel], w, info
+    return backend.empty((0, kb), panel.dtype), grows[:0], None, 0
+
+
+def _reduce(vals, idx, f11, info, kb, *, comm, root, tree, backend):
+    """The tournament above the leaves (see :func:`tournament`)."""
+    xp, dt = backend.xp, vals.dtype
+    P, me = comm.size, comm.rank
 
     def pack(vals, idx):
         """Fixed-size messages: values (kb x kb, zero padded) and [count, rows..., -1...]."""

@@ -251,11 +251,8 @@ class _Streams:
             cp = backend.xp
             self._cp = cp
             self._main = cp.cuda.get_current_stream()
-            try:  # a higher priority keeps the panel ahead of the big GEMMs
-                lo, hi = cp.cuda.runtime.deviceGetStreamPriorityRange()
-                self._side = cp.cuda.Stream(non_blocking=True, priority=hi)
-            except Exception:  # noqa: BLE001 - older CuPy without priorities
-                self._side = cp.cuda.Stream(non_blocking=True)
+            from ..device import gpu_stream
+            self._side = gpu_stream("high")  # keeps the panel ahead of the big GEMMs
 
     def fork(self):
         """Make the side stream wait for everything queued on the main stream so far (the

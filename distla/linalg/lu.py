@@ -64,7 +64,9 @@ class LUProfile:
 
     Phases: ``panel`` (gather + pivot search + panel factorization), ``swap`` (row
     interchanges), ``bcast`` (waiting for the panel and U12 broadcasts), ``trsm`` (U12),
-    ``update`` (trailing GEMMs), ``check`` (zero-pivot agreement). On GPU ranks each phase
+    ``update`` (trailing GEMMs), ``check`` (zero-pivot agreement); inside ``panel`` (counted
+    there too): ``p_gather``, ``p_getrf`` (GEPP), ``p_leaf`` and ``p_tree`` (tournament),
+    ``p_swap``, ``p_trsm`` (L21). On GPU ranks each phase
     synchronizes the device at its ends, which removes some overlap: profile separately from
     timing. Not collective.
     """
@@ -300,22 +302,27 @@ class _LU:
         # One process row: TSLU's tree has a single leaf, whose GEPP IS the panel factorization
         # (same pivots), so tournament pivoting takes the partial-pivoting path.
         if self.pivoting == "partial" or (self.pivoting == "tournament" and g.nprow == 1):
+            prof = self.prof
             if g.nprow == 1:  # all active rows are mine, in order: factor in place
-                piv, info = be.getrf(view)
+                with prof.section("p_getrf"):
+                    piv, info = be.getrf(view)
             else:
-                T = self._gather_panel(j0, kb, view)
-                piv, info = be.getrf(T)
-                view[...] = T[self.rows_of(g.myrow)[lr0:] - j0]
+                with prof.section("p_gather"):
+                    T = self._gather_panel(j0, kb, view)
+                with prof.section("p_getrf"):
+                    piv, info = be.getrf(T)
+                    view[...] = T[self.rows_of(g.myrow)[lr0:] - j0]
             self.zero_checks.append((j0, "info", info))
             return j0 + np.asarray(be.to_host(piv), dtype=np.int64)
         if self.pivoting == "tournament":
             winners, f11, info = tournament(
                 view, self.rows[lr0:], kb, comm=self.comms.col, root=pk, tree=self.tree,
-                backend=be)
+                backend=be, profile=self.prof)
             if g.myrow == pk:
                 self.zero_checks.append((j0, "info", info))
             piv = winners_to_ipiv(winners, j0)
-            self.swap(A.local, piv, j0, [slice(lc0, lc0 + kb)])
+            with self.prof.section("p_swap"):
+                self.swap(A.local, piv, j0, [slice(lc0, lc0 + kb)])
         else:  # GENP: factor the diagonal block, broadcast it down the process column
             if g.myrow == pk:
                 f11 = xp.array(A.local[lr0:lr0 + kb, lc0:lc0 + kb], order="F", copy=True)
@@ -328,7 +335,8 @@ class _LU:
         if g.myrow == pk:
             A.local[lr0:lr0 + kb, lc0:lc0 + kb] = f11
         lrb = A.local_row_start(j0 + kb)
-        be.trsm("R", "U", "N", "N", 1.0, f11, A.local[lrb:, lc0:lc0 + kb])
+        with self.prof.section("p_trsm"):
+            be.trsm("R", "U", "N", "N", 1.0, f11, A.local[lrb:, lc0:lc0 + kb])
         return piv
 
     def _gather_panel(self, j0, kb, view):
@@ -389,14 +397,15 @@ class _LU:
     def run(self) -> np.ndarray:
         if self.nsteps == 0:
             return self.piv
-        panel = self.next_panel(0)
-        for k in range(self.nsteps):
-            panel = self.step(panel)
-            progress.update_columns(self.kmax, (k + 1) * self.nb, 2.0 / 3.0)
-        self.side.join()
-        if self.pivoting != "none":
-            with self.prof.section("swap"):
-                self.swap_left()
+        with self.side.critical():
+            panel = self.next_panel(0)
+            for k in range(self.nsteps):
+                panel = self.step(panel)
+                progress.update_columns(self.kmax, (k + 1) * self.nb, 2.0 / 3.0)
+            self.side.join()
+            if self.pivoting != "none":
+                with self.prof.section("swap"):
+                    self.swap_left()
         return self.piv
 
     def swap_left(self):
@@ -510,19 +519,38 @@ class _LU:
 
 
 class _SideStream:
-    """GPU only: a second CUDA stream for the trailing GEMM, so the next panel (on the caller's
-    stream) overlaps it. ``run(keep)`` enqueues the block on the side stream after the work
-    already queued on the main stream, keeping ``keep`` (the buffers the GEMM reads) alive;
-    ``join()`` makes the main stream wait for it and releases them. On CPU both are no-ops.
-    GPU-specific (the memory pool may hand freed buffers to the main stream only after the
-    join, which orders them after the side stream's use)."""
+    """GPU only: a second CUDA stream for the trailing GEMM, so the next panel (on the main
+    stream) overlaps it. ``critical()`` runs the loop on a high-priority main stream (ordered
+    after the caller's stream, which waits for it at the end): the panel's many small kernels
+    then get SMs as the GEMM's blocks retire instead of queuing behind them. ``run(keep)``
+    enqueues the block on the side stream after the work already queued on the main stream,
+    keeping ``keep`` (the buffers the GEMM reads) alive; ``join()`` makes the main stream wait
+    for it and releases them. On CPU all are no-ops. GPU-specific (the memory pool may hand
+    freed buffers to the main stream only after the join, which orders them after the side
+    stream's use)."""
 
     def __init__(self, backend):
         self.gpu = backend.is_gpu
         self._ev, self._keep = None, None
         if self.gpu:  # pragma: no cover - needs a GPU
+            from ..device import gpu_stream
             self._cp = backend.xp
-            self._stream = self._cp.cuda.Stream(non_blocking=True)
+            self._stream = gpu_stream("default")
+            self._main = gpu_stream("high")
+
+    @contextlib.contextmanager
+    def critical(self):
+        if not self.gpu:
+            yield
+            return
+        cp = self._cp  # pragma: no cover - needs a GPU
+        caller = cp.cuda.get_current_stream()
+        self._main.wait_event(caller.record())
+        try:
+            with self._main:
+                yield
+        finally:
+            caller.wait_event(self._main.record())
 
     @contextlib.contextmanager
     def run(self, keep=()):
