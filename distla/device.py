@@ -36,9 +36,8 @@ def gpu_stream(priority: str = "default"):
     (for A/B timing). GPU only, not collective."""
     import cupy
     if priority == "high" and os.environ.get("DISTLA_STREAM_PRIORITY", "1") != "0":
-        try:
-            _, hi = cupy.cuda.runtime.deviceGetStreamPriorityRange()
-            return cupy.cuda.Stream(non_blocking=True, priority=hi)
+        try:  # CUDA clamps a priority beyond the device's range to its greatest (-5 on H200)
+            return cupy.cuda.Stream(non_blocking=True, priority=-1000)
         except TypeError:  # pragma: no cover - a CuPy without stream priorities
             pass
     return cupy.cuda.Stream(non_blocking=True)
