@@ -202,6 +202,30 @@ def test_laswp_and_genp_local_kernels(dtype):
     assert np.linalg.norm(L @ U - d, np.inf) <= 50 * n * _eps(dtype) * np.linalg.norm(d, np.inf)
 
 
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_take_and_put_rows_on_column_major_views(device):
+    """take_rows/put_rows == fancy row indexing, on strided column-major views (the swaps'
+    gathers and scatters; on GPU they walk columns)."""
+    from distla.device import get_backend, gpu_available
+    from distla.linalg._pivoting import put_rows, take_rows
+    if device == "gpu" and not gpu_available():
+        pytest.skip("no GPU")
+    xp = get_backend(device).xp
+    r = _rng(8)
+    a = np.asfortranarray(r.standard_normal((23, 11)))
+    idx = np.array([17, 2, 9, 19, 0, 5], dtype=np.int64)
+    A = xp.asfortranarray(xp.asarray(a))
+    view = A[3:, 2:9]  # strided: ld 23
+    out = xp.zeros((40, 7), order="F")[5:11]  # a strided output view
+    take_rows(view, xp.asarray(idx), out, xp)
+    assert np.array_equal(get_backend(device).to_host(out), a[3:, 2:9][idx])
+    vals = r.standard_normal((len(idx), 7))
+    put_rows(view, xp.asarray(idx), xp.asfortranarray(xp.asarray(vals)))
+    ref = a.copy()
+    ref[3:, 2:9][idx] = vals
+    assert np.array_equal(get_backend(device).to_host(A), ref)
+
+
 # ---------------------------------------------------------------------------------------
 # MPI: accuracy on every grid
 # ---------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import numpy as np
 from .. import layout
 
 __all__ = ["swaps_to_moves", "ipiv_to_perm", "winners_to_ipiv", "apply_swaps", "suffix_moves",
-           "permute_rows", "swap_rows", "laswp", "genp"]
+           "permute_rows", "swap_rows", "take_rows", "put_rows", "laswp", "genp"]
 
 
 def apply_swaps(piv, n: int) -> np.ndarray:
@@ -105,7 +105,6 @@ def permute_rows(local, dest, src, *, mb: int, rsrc: int, nprow: int, myrow: int
     ldest = layout.global_to_local(dest, mb, nprow)
     lsrc = layout.global_to_local(src, mb, nprow)
     dtype = local.dtype
-    host = xp is np
 
     def gather(idx):
         buf = xp.empty((len(idx), ncols), dtype=dtype, order="F")
@@ -113,10 +112,7 @@ def permute_rows(local, dest, src, *, mb: int, rsrc: int, nprow: int, myrow: int
         off = 0
         for s in segs:
             w = s.stop - s.start
-            if host:  # rows of a column-major array: take along the transposed view (fast)
-                np.take(local[:, s].T, ix, axis=1, out=buf[:, off:off + w].T)
-            else:
-                buf[:, off:off + w] = local[ix, s]
+            take_rows(local[:, s], ix, buf[:, off:off + w], xp)
             off += w
         return buf
 
@@ -125,7 +121,7 @@ def permute_rows(local, dest, src, *, mb: int, rsrc: int, nprow: int, myrow: int
         off = 0
         for s in segs:
             w = s.stop - s.start
-            local[ix, s] = buf[:, off:off + w]
+            put_rows(local[:, s], ix, buf[:, off:off + w])
             off += w
 
     sends, recvs = [], []
@@ -146,6 +142,23 @@ def permute_rows(local, dest, src, *, mb: int, rsrc: int, nprow: int, myrow: int
         comm.exchange(sends, [(q, b) for q, b, _ in recvs])
     for _, b, idx in recvs:
         scatter(idx, b)
+
+
+def take_rows(a, idx, out, xp=np) -> None:
+    """``out[...] = a[idx]`` for column-major 2-D ``a`` and ``out`` (NumPy or CuPy; ``idx``
+    an index array of the same library, ``xp`` that library). Not collective.
+
+    Rows of a column-major array are strided: indexing them directly walks each row across
+    the columns (on a GPU consecutive threads then touch addresses ``ld`` apart, and the
+    result needs a transposing copy). Taking along axis 1 of the transposed views walks each
+    column down the selected rows instead, and writes ``out`` contiguously."""
+    xp.take(a.T, idx, axis=1, out=out.T)
+
+
+def put_rows(a, idx, vals) -> None:
+    """``a[idx] = vals`` (distinct ``idx``) for column-major 2-D arrays, walking columns as
+    :func:`take_rows` does. Not collective."""
+    a.T[:, idx] = vals.T
 
 
 def swap_rows(local, piv, start: int, *, mb: int, rsrc: int, nprow: int, myrow: int, comm,

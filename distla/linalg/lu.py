@@ -48,7 +48,7 @@ from .. import progress
 from ..errors import SingularMatrixError, agree, collective
 from ..matrix import DistMatrix, check_compatible
 from ._pivoting import (genp, ipiv_to_perm, permute_rows, suffix_moves, swap_rows,
-                        winners_to_ipiv)
+                        take_rows, winners_to_ipiv)
 from ._tslu import tournament
 
 __all__ = ["LUFactor", "LUProfile", "lu_factor", "lu_solve", "solve_lu", "PIVOTING"]
@@ -311,7 +311,7 @@ class _LU:
                     T = self._gather_panel(j0, kb, view)
                 with prof.section("p_getrf"):
                     piv, info = be.getrf(T)
-                    view[...] = T[self.rows_of(g.myrow)[lr0:] - j0]
+                    take_rows(T, self.rows_of(g.myrow)[lr0:] - j0, view, xp)
             self.zero_checks.append((j0, "info", info))
             return j0 + np.asarray(be.to_host(piv), dtype=np.int64)
         if self.pivoting == "tournament":
@@ -355,7 +355,7 @@ class _LU:
         T = be.empty((self.m - j0, kb), A.dtype)
         for pr in range(P):
             if mrem[pr]:
-                T[self.rows_of(pr)[starts[pr]:] - j0] = R[pr, :, :mrem[pr]].T
+                T.T[:, self.rows_of(pr)[starts[pr]:] - j0] = R[pr, :, :mrem[pr]]
         return T
 
     def post_panel(self, k, piv):
