@@ -220,7 +220,7 @@ def test_take_and_put_rows_on_column_major_views(device):
     take_rows(view, xp.asarray(idx), out, xp)
     assert np.array_equal(get_backend(device).to_host(out), a[3:, 2:9][idx])
     vals = r.standard_normal((len(idx), 7))
-    put_rows(view, xp.asarray(idx), xp.asfortranarray(xp.asarray(vals)))
+    put_rows(view, xp.asarray(idx), xp.asfortranarray(xp.asarray(vals)), xp)
     ref = a.copy()
     ref[3:, 2:9][idx] = vals
     assert np.array_equal(get_backend(device).to_host(A), ref)

@@ -7,6 +7,8 @@ math on small NumPy arrays (no communication).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import layout
@@ -121,7 +123,7 @@ def permute_rows(local, dest, src, *, mb: int, rsrc: int, nprow: int, myrow: int
         off = 0
         for s in segs:
             w = s.stop - s.start
-            put_rows(local[:, s], ix, buf[:, off:off + w])
+            put_rows(local[:, s], ix, buf[:, off:off + w], xp)
             off += w
 
     sends, recvs = [], []
@@ -146,19 +148,53 @@ def permute_rows(local, dest, src, *, mb: int, rsrc: int, nprow: int, myrow: int
 
 def take_rows(a, idx, out, xp=np) -> None:
     """``out[...] = a[idx]`` for column-major 2-D ``a`` and ``out`` (NumPy or CuPy; ``idx``
-    an index array of the same library, ``xp`` that library). Not collective.
+    an int64 index array of the same library, ``xp`` that library). Not collective.
 
     Rows of a column-major array are strided: indexing them directly walks each row across
     the columns (on a GPU consecutive threads then touch addresses ``ld`` apart, and the
-    result needs a transposing copy). Taking along axis 1 of the transposed views walks each
-    column down the selected rows instead, and writes ``out`` contiguously."""
-    xp.take(a.T, idx, axis=1, out=out.T)
+    result needs a transposing copy). Here consecutive elements (threads) walk down the
+    selected rows of one column: ``np.take`` along the transposed views on CPU, one CuPy
+    kernel on GPU."""
+    if xp is np:
+        np.take(a.T, idx, axis=1, out=out.T)
+    elif out.size:
+        flat, ld = _flat(a)
+        _gpu_row_kernels()[0](flat, idx.astype(np.int64, copy=False), ld, len(idx), out.T)
 
 
-def put_rows(a, idx, vals) -> None:
+def put_rows(a, idx, vals, xp=np) -> None:
     """``a[idx] = vals`` (distinct ``idx``) for column-major 2-D arrays, walking columns as
     :func:`take_rows` does. Not collective."""
-    a.T[:, idx] = vals.T
+    if xp is np:
+        a.T[:, idx] = vals.T
+    elif vals.size:
+        flat, ld = _flat(a)
+        _gpu_row_kernels()[1](vals.T, idx.astype(np.int64, copy=False), ld, len(idx), flat)
+
+
+def _flat(a):  # pragma: no cover - needs a GPU
+    """A column-major CuPy view as a 1-D array over its memory (from a[0, 0] to its last
+    element) and its leading dimension: element (i, j) is ``flat[i + j ld]``."""
+    import cupy
+    isz = a.itemsize
+    if a.shape[0] > 1 and a.strides[0] != isz:
+        raise ValueError("take_rows/put_rows need a column-major view")
+    ld = a.strides[1] // isz if a.shape[1] > 1 else a.shape[0]
+    size = (a.shape[1] - 1) * ld + a.shape[0]
+    return cupy.ndarray((size,), dtype=a.dtype, memptr=a.data), ld
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_row_kernels():  # pragma: no cover - needs a GPU
+    """(gather, scatter) CuPy kernels over ``(columns, selected rows)`` in C order, so that
+    consecutive threads move consecutive selected rows of one column."""
+    import cupy
+    pre = "const ptrdiff_t r = i % nr, c = i / nr; const ptrdiff_t k = idx[r] + c * ld;"
+    gather = cupy.ElementwiseKernel("raw T a, raw int64 idx, int64 ld, int64 nr", "T out",
+                                    pre + " out = a[k];", "distla_gather_rows")
+    scatter = cupy.ElementwiseKernel("T v, raw int64 idx, int64 ld, int64 nr", "raw T a",
+                                     pre + " a[k] = v;", "distla_scatter_rows")
+    return gather, scatter
 
 
 def swap_rows(local, piv, start: int, *, mb: int, rsrc: int, nprow: int, myrow: int, comm,

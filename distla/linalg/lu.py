@@ -48,7 +48,7 @@ from .. import progress
 from ..errors import SingularMatrixError, agree, collective
 from ..matrix import DistMatrix, check_compatible
 from ._pivoting import (genp, ipiv_to_perm, permute_rows, suffix_moves, swap_rows,
-                        take_rows, winners_to_ipiv)
+                        put_rows, take_rows, winners_to_ipiv)
 from ._tslu import tournament
 
 __all__ = ["LUFactor", "LUProfile", "lu_factor", "lu_solve", "solve_lu", "PIVOTING"]
@@ -355,7 +355,7 @@ class _LU:
         T = be.empty((self.m - j0, kb), A.dtype)
         for pr in range(P):
             if mrem[pr]:
-                T.T[:, self.rows_of(pr)[starts[pr]:] - j0] = R[pr, :, :mrem[pr]]
+                put_rows(T, self.rows_of(pr)[starts[pr]:] - j0, R[pr, :, :mrem[pr]].T, xp)
         return T
 
     def post_panel(self, k, piv):
