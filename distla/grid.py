@@ -88,21 +88,16 @@ class ProcessGrid:
         pcol, prow = divmod(rank, self.nprow)
         return prow, pcol
 
-    def comms(self, device: str = "cpu", lane: int = 0):
+    def comms(self, device: str = "cpu"):
         """The data communicators (``.all``, ``.row``, ``.col``) for arrays on ``device``.
 
         MPI (host buffers) for 'cpu'; NCCL for 'gpu' (built on first use: collective over
-        ``comm``). See :mod:`distla.comm`. ``lane``: on GPU, lane 1 is a second, independent
-        set of NCCL communicators (each with its own stream), for an algorithm that
-        communicates from two CUDA streams at once (e.g. LU's lookahead column and trailing
-        update): one in-order NCCL stream would serialize the two. On CPU every lane is the
-        same MPI set (the host thread orders the operations anyway).
+        ``comm``). See :mod:`distla.comm`.
         """
-        key = (device, lane if device == "gpu" else 0)
-        c = self._device_comms.get(key)
+        c = self._device_comms.get(device)
         if c is None:
             from .comm import make_grid_comms
-            c = self._device_comms[key] = make_grid_comms(self, device)
+            c = self._device_comms[device] = make_grid_comms(self, device)
         return c
 
     def agree(self, exc: BaseException | None = None) -> None:

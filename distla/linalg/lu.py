@@ -260,8 +260,6 @@ class _LU:
         g = self.g = A.grid
         self.be, self.xp = A.backend, A.xp
         self.comms = g.comms(A.device)
-        # the trailing update's own communicators when it runs beside the lookahead (GPU)
-        self.side_comms = g.comms(A.device, lane=1) if lookahead else self.comms
         self.m, self.n = A.shape
         self.nb = A.nb
         self.kmax = min(self.m, self.n)
@@ -434,81 +432,69 @@ class _LU:
                 permute_rows(A.local, dest, src, mb=A.mb, rsrc=A.rsrc, nprow=g.nprow,
                              myrow=g.myrow, comm=self.comms.col, segs=cols(k), xp=self.xp)
     def step(self, pan: _Panel):
-        """Step k. With lookahead: block column k+1 first (interchanges, U12, GEMM: main
-        stream, lane-0 communicators), then the next panel, then the rest of the trailing
-        matrix (interchanges, U12 and its broadcast, GEMM) on the side stream with the lane-1
-        communicators, so that on GPU ranks the panel runs beside the whole trailing update.
-        Without lookahead (and at the last step) everything in order on the main stream.
+        """Step k: swaps, U12, trailing update (with lookahead: next panel in between).
         Returns the next panel (or None)."""
-        A, prof = self.A, self.prof
+        A, g, be, prof = self.A, self.g, self.be, self.prof
         k, j0, kb = pan.k, pan.j0, pan.kb
-        nloc = A.local.shape[1]
+        loc = A.local
+        nloc = loc.shape[1]
         with prof.section("bcast"):
             pan.wait()
-        if pan.piv is not None:
-            self.piv[j0:j0 + kb] = pan.piv
-        lc1 = A.local_col_start(j0 + kb)
-        if k + 1 < self.nsteps and self.lookahead:
-            self.side.wait_ready()  # column k+1 as the previous step's side work left it
-            lc2 = A.local_col_start(min(self.n, j0 + kb + self.nb))  # my part of column k+1
-            self.trailing(pan, lc1, lc2, self.comms)
-            nxt = self.next_panel(k + 1)
-            lc3 = A.local_col_start(min(self.n, j0 + kb + 2 * self.nb))
-            with self.side.run(keep=(pan.lbuf,)):
-                self.trailing(pan, lc2, nloc, self.side_comms, ready=lc3, pending=nxt)
-            return nxt
-        self.side.join()
-        self.trailing(pan, lc1, nloc, self.comms)
-        return self.next_panel(k + 1) if k + 1 < self.nsteps else None
-
-    def trailing(self, pan: _Panel, c0: int, c1: int, comms, ready=None, pending=None):
-        """Apply panel ``pan`` to my local columns ``[c0, c1)``: its row interchanges, then
-        ``U12 = L11^-1 A12`` on the process row owning block row k, broadcast down process
-        columns, then ``A22 -= L21 U12`` (one GEMM). ``comms``: the communicators to use.
-        ``ready``: mark the side stream ready (see :class:`_SideStream`) after the GEMM of
-        columns ``[c0, ready)``. ``pending``: a panel broadcast in flight (CPU ranks poll it
-        between GEMM chunks). Collective over my process column (its ranks share the local
-        column range)."""
-        A, g, be, prof = self.A, self.g, self.be, self.prof
-        j0, kb = pan.j0, pan.kb
-        loc = A.local
+        self.side.join()  # GPU: the previous step's trailing update (side stream) is done
         pr = A.row_owner(j0)
         lr0 = A.local_row_start(j0)
         lr1 = A.local_row_start(j0 + kb)
-        cols = slice(c0, c1)
-        if pan.piv is not None:  # interchanges (the factored L columns: at the end)
+        lc1 = A.local_col_start(j0 + kb)
+        if pan.piv is not None:  # interchanges on the trailing columns (left ones: at the end)
+            self.piv[j0:j0 + kb] = pan.piv
             with prof.section("swap"):
-                swap_rows(loc, pan.piv, j0, mb=A.mb, rsrc=A.rsrc, nprow=g.nprow,
-                          myrow=g.myrow, comm=comms.col, segs=[cols], xp=self.xp)
-        u = be.empty((kb, max(0, c1 - c0)), A.dtype)
+                self.swap(loc, pan.piv, j0, [slice(lc1, nloc)])
+        u = be.empty((kb, nloc - lc1), A.dtype)
         with prof.section("trsm"):
             if g.myrow == pr and u.size:
-                a12 = loc[lr0:lr0 + kb, cols]
+                a12 = loc[lr0:lr0 + kb, lc1:]
                 be.trsm("L", "L", "N", "U", 1.0, pan.lbuf[:kb], a12)
                 u[...] = a12
         with prof.section("bcast"):
-            comms.col.bcast(u, pr)
+            self.comms.col.bcast(u, pr)
         l21 = pan.lbuf[lr1 - lr0:]
-        a22 = loc[lr1:, cols]
+        a22 = loc[lr1:, lc1:]
         tf = self.tf32x3 and l21.size > 0 and u.size > 0
-        with prof.section("update"):
-            if tf:  # a22 -= l21 u as one TF32 GEMM of split operands (inner dimension 3 kb)
+        if tf:  # a22 -= l21 u as one TF32 GEMM of split operands (inner dimension 3 kb)
+            with prof.section("update"):
                 l21, u = be.split_tf32x3(l21, u)
-            w = 0
-            if ready is not None:
-                w = max(0, min(ready, c1) - c0)
-                be.gemm("N", "N", -1.0, l21, u[:, :w], 1.0, a22[:, :w], tf32=tf)
-                self.side.mark_ready()
-            self.update(l21, u[:, w:], a22[:, w:], pending, tf32=tf)
+        nxt = None
+        if k + 1 < self.nsteps:
+            if self.lookahead:
+                # local width of block column k+1 (0 unless my process column owns it)
+                w = A.local_col_start(min(self.n, j0 + kb + self.nb)) - lc1
+                with prof.section("update"):
+                    be.gemm("N", "N", -1.0, l21, u[:, :w], 1.0, a22[:, :w], tf32=tf)
+                if self.side.gpu:  # rest of the update on the side stream, panel on main
+                    with prof.section("update"), self.side.run(keep=(pan.lbuf, l21, u)):
+                        be.gemm("N", "N", -1.0, l21, u[:, w:], 1.0, a22[:, w:], tf32=tf)
+                    nxt = self.next_panel(k + 1)
+                else:  # CPU: panel first, then the update (polling MPI for its broadcast)
+                    nxt = self.next_panel(k + 1)
+                    with prof.section("update"):
+                        self.update(l21, u[:, w:], a22[:, w:], nxt)
+            else:
+                with prof.section("update"):
+                    be.gemm("N", "N", -1.0, l21, u, 1.0, a22, tf32=tf)
+                nxt = self.next_panel(k + 1)
+        else:
+            with prof.section("update"):
+                be.gemm("N", "N", -1.0, l21, u, 1.0, a22, tf32=tf)
+        return nxt
 
-    def update(self, l21, u, a22, pending=None, tf32=False):
+    def update(self, l21, u, a22, pending=None):
         """``a22 -= l21 u`` (one GEMM). On CPU ranks with a broadcast in flight, the GEMM is cut
         into a few column chunks and MPI is polled between them, so the next panel's
         broadcast progresses while the update runs (MPI has no progress thread)."""
         be = self.be
         nc = a22.shape[1]
         if pending is None or be.is_gpu or self.g.npcol == 1 or nc < 2 * _POLL_CHUNK:
-            be.gemm("N", "N", -1.0, l21, u, 1.0, a22, tf32=tf32)
+            be.gemm("N", "N", -1.0, l21, u, 1.0, a22)
             return
         for c in range(0, nc, _POLL_CHUNK):
             be.gemm("N", "N", -1.0, l21, u[:, c:c + _POLL_CHUNK], 1.0,
@@ -533,27 +519,19 @@ class _LU:
 
 
 class _SideStream:
-    """GPU only: a second CUDA stream for the trailing update, so that the next panel (on the
-    main stream) runs beside it. On CPU every method is a no-op (program order).
-
-    * ``critical()`` runs the loop on a high-priority main stream (ordered after the
-      caller's stream, which waits for it at the end): the panel's many small kernels then
-      get SMs as the GEMM's blocks retire instead of queuing behind them.
-    * ``run(keep)`` enqueues a block on the side stream after the work already queued on the
-      main stream; ``keep`` holds the main-stream buffers it reads (panel L) alive.
-    * ``mark_ready()`` (on the side stream, after the next lookahead column's GEMM) records
-      the event that ``wait_ready()`` makes the main stream wait for, so the main stream
-      need not wait for the whole update.
-    * ``join()`` makes the main stream wait for everything on the side stream.
-
-    Buffers from the main stream's memory pool must outlive the side stream's use of them
-    (the pool would hand them out again on the main stream): a ``keep`` is released only
-    when the main stream has waited for an event recorded after that side block ended (the
-    ready mark of the next block, or ``join``)."""
+    """GPU only: a second CUDA stream for the trailing GEMM, so the next panel (on the main
+    stream) overlaps it. ``critical()`` runs the loop on a high-priority main stream (ordered
+    after the caller's stream, which waits for it at the end): the panel's many small kernels
+    then get SMs as the GEMM's blocks retire instead of queuing behind them. ``run(keep)``
+    enqueues the block on the side stream after the work already queued on the main stream,
+    keeping ``keep`` (the buffers the GEMM reads) alive; ``join()`` makes the main stream wait
+    for it and releases them. On CPU all are no-ops. GPU-specific (the memory pool may hand
+    freed buffers to the main stream only after the join, which orders them after the side
+    stream's use)."""
 
     def __init__(self, backend):
         self.gpu = backend.is_gpu
-        self._ready, self._keeps = None, []
+        self._ev, self._keep = None, None
         if self.gpu:  # pragma: no cover - needs a GPU
             from ..device import gpu_stream
             self._cp = backend.xp
@@ -582,25 +560,14 @@ class _SideStream:
         cp = self._cp  # pragma: no cover - needs a GPU
         main = cp.cuda.get_current_stream()
         self._stream.wait_event(main.record())
-        self._keeps.append(keep)
         with self._stream:
             yield
-
-    def mark_ready(self):
-        if self.gpu:  # pragma: no cover - needs a GPU
-            self._ready = (self._stream.record(), len(self._keeps))
-
-    def wait_ready(self):
-        if self._ready is not None:  # pragma: no cover - needs a GPU
-            ev, nblocks = self._ready
-            self._cp.cuda.get_current_stream().wait_event(ev)
-            self._ready = None
-            del self._keeps[:nblocks - 1]  # blocks before the marked one have ended
+        self._ev, self._keep = self._stream.record(), keep
 
     def join(self):
-        if self.gpu:  # pragma: no cover - needs a GPU
-            self._cp.cuda.get_current_stream().wait_event(self._stream.record())
-            self._ready, self._keeps = None, []
+        if self._ev is not None:  # pragma: no cover - needs a GPU
+            self._cp.cuda.get_current_stream().wait_event(self._ev)
+            self._ev, self._keep = None, None
 
 
 class _Wait:
