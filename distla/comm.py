@@ -122,6 +122,9 @@ _NCCL_TYPES = {"f": "NCCL_FLOAT32", "d": "NCCL_FLOAT64", "e": "NCCL_FLOAT16",
                "Q": "NCCL_UINT64"}
 
 
+_LIVE_NCCL: list = []  # every NCCL communicator made here (see NcclComm.__init__)
+
+
 class NcclComm:
     """Device-array communicator over NCCL (GPU ranks). Built collectively from an mpi4py
     communicator (the NCCL unique id is broadcast through MPI). Operations are enqueued on
@@ -139,6 +142,11 @@ class NcclComm:
         uid = nccl.get_unique_id() if self.rank == 0 else None
         uid = mpi_comm.bcast(uid, root=0)
         self.comm = nccl.NcclCommunicator(self.size, uid, self.rank)
+        # Destroying an NCCL communicator may wait for its peers. Left to the garbage
+        # collector, ranks destroy it at different moments: one rank blocks there (holding the
+        # GIL) while another waits in an MPI call -- a hang seen on 2 GPUs after a few dozen
+        # grids. So communicators live until ProcessGrid.free() (collective) or process exit.
+        _LIVE_NCCL.append(self.comm)
         from .device import gpu_stream
         # high priority: messages are on the critical path; their kernels should not wait
         # for a large GEMM's blocks to drain
@@ -219,6 +227,14 @@ class NcclComm:
     def barrier(self) -> None:
         self._cp.cuda.get_current_stream().synchronize()
         self.mpi.Barrier()
+
+    def free(self) -> None:
+        """Collective over this communicator: finish its work and destroy it."""
+        self._cp.cuda.Device().synchronize()
+        self.mpi.Barrier()
+        if self.comm in _LIVE_NCCL:
+            _LIVE_NCCL.remove(self.comm)
+            self.comm.destroy()
 
 
 @dataclass

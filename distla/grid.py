@@ -100,6 +100,16 @@ class ProcessGrid:
             c = self._device_comms[device] = make_grid_comms(self, device)
         return c
 
+    def free(self) -> None:
+        """Collective over ``comm``: release this grid's device communicators (NCCL on GPU
+        ranks; they otherwise live until the process exits, see :mod:`distla.comm`). The grid
+        stays usable: communicators are rebuilt on next use."""
+        for c in self._device_comms.values():
+            for sub in (c.all, c.row, c.col):
+                if hasattr(sub, "free"):
+                    sub.free()
+        self._device_comms = {}
+
     def agree(self, exc: BaseException | None = None) -> None:
         """Collective: raise the same exception on every rank if any rank passed one."""
         agree(self.comm, exc)

@@ -135,3 +135,21 @@ def test_comms_cpu_are_mpi_and_cached(comm):
     assert (c.row.rank, c.col.rank) == (g.mycol, g.myrow)
     with pytest.raises(ValueError, match="device"):
         g.comms("tpu")
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_free_releases_and_rebuilds_device_comms(comm, device):
+    """grid.free() is collective; the grid keeps working (its communicators are rebuilt)."""
+    from distla.device import gpu_available
+    if device == "gpu" and not gpu_available():
+        pytest.skip("no GPU")
+    g = ProcessGrid(comm=comm)
+    xp = np if device == "cpu" else __import__("cupy")
+    first = g.comms(device)
+    g.free()
+    again = g.comms(device)
+    assert again is not first
+    buf = xp.full(3, float(g.rank + 1))
+    again.all.allreduce(buf)
+    assert float(buf[0]) == g.size * (g.size + 1) / 2
+    g.free()
