@@ -61,7 +61,7 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
 
 
 def _summa(A, B, C, alpha):
-    grid, be, xp = A.grid, A.backend, A.xp
+    grid, be = A.grid, A.backend
     comms = grid.comms(A.device)
     k, kb = A.n, A.nb
     nsteps = -(-k // kb)
@@ -143,7 +143,7 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans:
 
 def _trsm_left(A, X, lower, diag):
     """X := A^-1 X, A lower or upper triangular, rows of X aligned with A's (collective)."""
-    grid, be, xp = A.grid, A.backend, A.xp
+    grid, be = A.grid, A.backend
     comms = grid.comms(A.device)
     n, nb = A.n, A.nb
     nblk = -(-n // nb)

@@ -349,7 +349,7 @@ class _Factorization:
     def start_panel(self, k):
         """Factor block column k (owner potrf, column bcast, trsm, pack, column allgather)
         and start its row broadcast. Collective over the grid (all ranks call it)."""
-        A, be, g, nb, xp = self.A, self.be, self.g, self.nb, self.xp
+        A, be, g, nb = self.A, self.be, self.g, self.nb
         p = self.plan[k]
         off, kb = k * nb, min(nb, self.n - k * nb)
         pr, pc = A.row_owner(off), A.col_owner(off)
