@@ -108,23 +108,23 @@ def permute_rows(local, dest, src, *, mb: int, rsrc: int, nprow: int, myrow: int
     lsrc = layout.global_to_local(src, mb, nprow)
     dtype = local.dtype
 
+    pieces = []  # (columns of local, the same columns packed in a buffer)
+    off = 0
+    for s in segs:
+        pieces.append((s, slice(off, off + s.stop - s.start)))
+        off += s.stop - s.start
+
     def gather(idx):
         buf = xp.empty((len(idx), ncols), dtype=dtype, order="F")
         ix = xp.asarray(idx)
-        off = 0
-        for s in segs:
-            w = s.stop - s.start
-            take_rows(local[:, s], ix, buf[:, off:off + w], xp)
-            off += w
+        for s, packed in pieces:
+            take_rows(local[:, s], ix, buf[:, packed], xp)
         return buf
 
     def scatter(idx, buf):
         ix = xp.asarray(idx)
-        off = 0
-        for s in segs:
-            w = s.stop - s.start
-            put_rows(local[:, s], ix, buf[:, off:off + w], xp)
-            off += w
+        for s, packed in pieces:
+            put_rows(local[:, s], ix, buf[:, packed], xp)
 
     sends, recvs = [], []
     for q in range(nprow):

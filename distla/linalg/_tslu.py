@@ -15,8 +15,6 @@ tree of height H, vs 2^(n-1)), but it behaves like GEPP in practice.
 """
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
 from ._pivoting import apply_swaps
@@ -42,7 +40,7 @@ def _take(xp, vals, sel):
     return vals[xp.asarray(sel)]
 
 
-def tournament(panel, grows, kb: int, *, comm, root: int, tree: str, backend, profile=None):
+def tournament(panel, grows, kb: int, *, comm, root: int, tree: str, backend, profile):
     """Select the ``kb`` pivot rows of a panel by tournament.
 
     Collective over the process column: ``panel`` is this rank's local rows of the panel that
@@ -57,14 +55,13 @@ def tournament(panel, grows, kb: int, *, comm, root: int, tree: str, backend, pr
     diagonal, U11 on and above) of those rows in that order, ``info`` LAPACK's info of that
     factorization (> 0: U11[info-1, info-1] is exactly zero). On GPU the local GEPPs run on the
     device and the candidate blocks travel through NCCL; pivots come to the host per GEPP.
-    ``profile``: an object with ``section(name)`` (``lu.LUProfile``) timing ``p_leaf`` and
-    ``p_tree``, or None.
+    ``profile``: the caller's phase timer (``section(name)`` context manager, as
+    ``lu.LUProfile`` or its no-op stand-in), timing ``p_leaf`` and ``p_tree``.
     """
-    section = profile.section if profile is not None else (lambda name: contextlib.nullcontext())
-    with section("p_leaf"):
+    with profile.section("p_leaf"):
         vals, idx, w, info = _leaf(panel, grows, kb, backend)
     f11 = w[:kb] if w is not None and len(idx) == kb else None
-    with section("p_tree"):
+    with profile.section("p_tree"):
         return _reduce(vals, idx, f11, info, kb, comm=comm, root=root, tree=tree,
                        backend=backend)
 
