@@ -126,8 +126,6 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans:
                               unit_diagonal=unit_diagonal, side="left", alpha=alpha,
                               overwrite_b=True)
         return Xt.transpose()
-    if trans:
-        A, lower = A.transpose(), not lower
     X = B
     if (B.mb, B.rsrc) != (A.mb, A.rsrc):
         X = B.redistribute(block=(A.mb, B.nb), src=(A.rsrc, B.csrc))
@@ -135,7 +133,11 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans:
         X = B.copy()
     if alpha != 1.0:
         X.local *= alpha
-    _trsm_left(A, X, lower, "U" if unit_diagonal else "N")
+    diag = "U" if unit_diagonal else "N"
+    if trans:
+        _trsm_left_trans(A, X, lower, diag)
+    else:
+        _trsm_left(A, X, lower, diag)
     if X.block != B.block or X.src != B.src:
         X = X.redistribute(block=B.block, src=B.src)
     return X
@@ -179,6 +181,49 @@ def _trsm_left(A, X, lower, diag):
             p0 = 0
         if u1 > u0 and nrhs_loc:
             be.gemm("N", "N", -1.0, panel[p0:p0 + (u1 - u0), :], xk, 1.0, X.local[u0:u1, :])
+
+
+def _trsm_left_trans(A, X, lower, diag):
+    """X := A^-T X without transposing A (collective): a column-oriented sweep, as pdtrsm.
+
+    ``A^T`` of a lower A is upper, so block rows are solved last to first (first to last for
+    an upper A). Step k: the process column owning block column k broadcasts its piece of it
+    along process rows; every rank forms ``A[j, k]^T X[j]`` over its already solved rows j
+    (below block k for lower A, above for upper) and the partial sums are added up along
+    process columns; the owning process row subtracts them and solves with ``A[k, k]^T``. Per
+    step: one row broadcast and one column all-reduce of ``nb x nrhs``, as the non-transposed
+    sweep."""
+    grid, be = A.grid, A.backend
+    comms = grid.comms(A.device)
+    n, nb = A.n, A.nb
+    nblk = -(-n // nb)
+    nrhs_loc = X.local_shape[1]
+    order = range(nblk - 1, -1, -1) if lower else range(nblk)
+    for kb in order:
+        g0, w = kb * nb, min(nb, n - kb * nb)
+        pr, pc = A.row_owner(g0), A.col_owner(g0)
+        # solved rows: below block k (lower A) or above it (upper A), plus the diagonal block
+        lo = A.local_row_start(g0) if lower else 0
+        hi = A.local_row_start(g0 + w) if not lower else A.local_shape[0]
+        panel = be.empty((hi - lo, w), A.dtype)
+        if grid.mycol == pc:
+            c0 = A.local_col_start(g0)
+            panel[...] = A.local[lo:hi, c0:c0 + w]
+        comms.row.bcast(panel, pc)
+        if lower:
+            s0, s1 = A.local_row_start(g0 + w), A.local_shape[0]
+        else:
+            s0, s1 = 0, A.local_row_start(g0)
+        part = be.zeros((w, nrhs_loc), A.dtype)
+        if s1 > s0 and nrhs_loc:
+            be.gemm("T", "N", 1.0, panel[s0 - lo:s1 - lo, :], X.local[s0:s1, :], 0.0, part)
+        comms.col.allreduce(part, "sum")
+        if grid.myrow == pr and nrhs_loc:
+            r0 = X.local_row_start(g0)
+            xk = X.local[r0:r0 + w, :]
+            xk -= part
+            be.trsm("L", "L" if lower else "U", "T", diag, 1.0, panel[r0 - lo:r0 - lo + w, :],
+                    xk)
 
 
 # ---------------------------------------------------------------------------------------

@@ -190,9 +190,10 @@ def test_triangular_solve_dtypes(grids, dtype):
         for g in grids:
             A = DistMatrix.from_global(g, a, block=3, src=corner(g))
             B = DistMatrix.from_global(g, b, block=(3, 2))
-            X = triangular_solve(A, B, lower=lower)
-            close(X.to_global(None), reference_solve(a, b, lower, False, False, "left", 1.0),
-                  dtype)
+            for trans in (False, True):   # trans: plain transpose, also for complex
+                X = triangular_solve(A, B, lower=lower, trans=trans)
+                close(X.to_global(None),
+                      reference_solve(a, b, lower, trans, False, "left", 1.0), dtype)
 
 
 def test_triangular_solve_overwrite_b(grids):
