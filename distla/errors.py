@@ -6,11 +6,15 @@ single status exchange used at the points where work can fail.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 
 import numpy as np
+import scipy.linalg as _scipy_linalg
 
 __all__ = ["DistlaError", "NotPositiveDefiniteError", "SingularMatrixError",
-           "ConvergenceError", "agree", "collective", "on_root"]
+           "ConvergenceError", "LinAlgWarning", "agree", "collective", "on_root",
+           "install_excepthook"]
 
 
 class DistlaError(RuntimeError):
@@ -50,6 +54,13 @@ class ConvergenceError(np.linalg.LinAlgError):
     """Iterative refinement did not reach the requested accuracy."""
 
 
+class LinAlgWarning(_scipy_linalg.LinAlgWarning):
+    """The matrix is ill-conditioned (reciprocal condition estimate below the working
+    precision's unit roundoff): the solution may be inaccurate. Issued on every rank (Python
+    prints it on rank 0 only under distla's CLI and the default filters of its excepthook
+    setup; see :func:`install_excepthook`)."""
+
+
 def _rebuild(exc: BaseException, rank: int, size: int) -> BaseException:
     """The exception to raise on every rank for ``exc`` raised on ``rank``."""
     if size > 1 and not str(exc).startswith("[rank"):
@@ -63,10 +74,16 @@ def _rebuild(exc: BaseException, rank: int, size: int) -> BaseException:
     return exc
 
 
-def agree(comm, exc: BaseException | None = None) -> None:
+def agree(comm, exc: BaseException | None = None, signature: str | None = None) -> None:
     """Collective: every rank passes its local exception (or None); if any rank failed, the
     same exception (the one of the lowest failing rank, prefixed with that rank) is raised on
-    every rank. Costs one small allgather on ``comm`` (an mpi4py communicator)."""
+    every rank. Costs one small allgather on ``comm`` (an mpi4py communicator).
+
+    ``signature`` (a short text describing how this rank called the function, see
+    :func:`distla.validate.signature`) travels in the same allgather: when no rank failed but
+    the signatures differ, ``ValueError`` naming the first differing rank is raised on every
+    rank (ranks that call a collective function differently would otherwise hang or mix
+    messages)."""
     if comm is None or comm.Get_size() == 1:
         if exc is not None:
             raise exc
@@ -75,13 +92,18 @@ def agree(comm, exc: BaseException | None = None) -> None:
         payload = exc if exc is None else _picklable(exc)
     except Exception:  # pragma: no cover
         payload = DistlaError(repr(exc))
-    allexc = comm.allgather(payload)
-    for r, e in enumerate(allexc):
+    gathered = comm.allgather((payload, signature))
+    for r, (e, _) in enumerate(gathered):
         if e is not None:
             new = _rebuild(e, r, comm.Get_size())
             if exc is not None and r == comm.Get_rank():
                 raise new from exc
             raise new
+    sigs = [s for _, s in gathered]
+    for r, s in enumerate(sigs):
+        if s != sigs[0]:
+            raise ValueError(f"ranks called a collective function with different arguments: "
+                             f"rank 0: {sigs[0]}; rank {r}: {s}")
 
 
 def _picklable(exc: BaseException) -> BaseException:
@@ -94,18 +116,19 @@ def _picklable(exc: BaseException) -> BaseException:
 
 
 @contextlib.contextmanager
-def collective(comm):
+def collective(comm, signature: str | None = None):
     """Collective context: run a block on every rank, then :func:`agree` on its outcome.
 
     ``with collective(grid.comm): check_inputs()`` raises the same exception everywhere if
-    ``check_inputs`` raised on any rank. Every rank must enter the block.
+    ``check_inputs`` raised on any rank. Every rank must enter the block. ``signature``: see
+    :func:`agree` (checked in the same message).
     """
     try:
         yield
     except Exception as e:  # noqa: BLE001 - re-raised collectively below
-        agree(comm, e)
+        agree(comm, e, signature)
         raise  # pragma: no cover (agree always raises here)
-    agree(comm, None)
+    agree(comm, None, signature)
 
 
 def on_root(comm, fn):
@@ -122,3 +145,34 @@ def on_root(comm, fn):
     if not ok:
         raise val
     return val
+
+
+def install_excepthook(comm=None) -> bool:
+    """Make an uncaught exception on one rank end the whole MPI job instead of hanging it.
+
+    Installs a ``sys.excepthook`` that prints ``[rank R]`` and the traceback, then calls
+    ``comm.Abort(1)`` (default ``MPI.COMM_WORLD``), as ``python -m mpi4py`` does. Done on
+    ``import distla`` when the job has more than one rank, unless ``DISTLA_EXCEPTHOOK=0`` or
+    another hook is already installed; returns whether the hook is now distla's. Not
+    collective."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD if comm is None else comm
+    if os.environ.get("DISTLA_EXCEPTHOOK", "1") == "0":
+        return False
+    if sys.excepthook is not sys.__excepthook__ and \
+            getattr(sys.excepthook, "__name__", "") != "_distla_abort_hook":
+        return False
+
+    def _distla_abort_hook(etype, value, tb):
+        import traceback
+        text = "".join(traceback.format_exception(etype, value, tb))
+        rank = comm.Get_rank()
+        sys.stderr.write("".join(f"[rank {rank}] {line}\n" for line in text.splitlines()))
+        sys.stderr.write(f"[rank {rank}] distla: uncaught exception; aborting the MPI job "
+                         f"(all {comm.Get_size()} ranks)\n")
+        sys.stderr.flush()
+        if comm.Get_size() > 1:
+            comm.Abort(1)
+
+    sys.excepthook = _distla_abort_hook
+    return True

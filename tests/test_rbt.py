@@ -556,8 +556,12 @@ def test_nan_input_is_never_reported_converged():
     a[7, 3] = np.nan
     for grid in _grids():
         A, B = _dist(grid, a, 3), _dist(grid, np.ones((n, 1)), 3)
+        with pytest.raises(ValueError, match=r"non-finite value \(nan\) at global index "
+                           r"\(7, 3\)") as ei:
+            rbt_solve(A, B)                      # refused before any work by default
+        _same_everywhere(grid.comm, str(ei.value))
         with pytest.raises((ConvergenceError, SingularMatrixError)) as ei:
-            rbt_solve(A, B, fallback=False)
+            rbt_solve(A, B, fallback=False, check_finite=False)
         _same_everywhere(grid.comm, str(ei.value))
 
 

@@ -2,9 +2,10 @@
 from .cholesky import cho_factor, cho_solve, cholesky, logdet, solve_cholesky
 from .rbt import RBTFallbackWarning, RBTInfo, rbt_solve, rbt_transform
 from .lu import LUFactor, LUProfile, lu_factor, lu_solve, solve_lu
-from .solve import METHODS, solve
+from .solve import METHODS, rcond, solve
+from ..errors import LinAlgWarning
 
 __all__ = ["cholesky", "cho_factor", "cho_solve", "solve_cholesky", "logdet",
            "lu_factor", "lu_solve", "solve_lu", "LUFactor", "LUProfile",
            "rbt_solve", "rbt_transform", "RBTInfo", "RBTFallbackWarning",
-           "solve", "METHODS"]
+           "solve", "rcond", "LinAlgWarning", "METHODS"]

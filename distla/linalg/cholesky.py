@@ -43,8 +43,12 @@ from .. import layout
 from .. import progress
 from ..errors import NotPositiveDefiniteError, collective
 from ..matrix import DistMatrix, check_compatible
+from ..pblas import norm, triangular_solve
+from ..validate import check_finite as check_finite_
+from ..validate import check_symmetric, signature
+from .condition import rcond_estimate, warn_if_ill_conditioned
 
-__all__ = ["cholesky", "cho_factor", "cho_solve", "solve_cholesky", "logdet",
+__all__ = ["cholesky", "cho_factor", "cho_solve", "cho_rcond", "solve_cholesky", "logdet",
            "CholeskyProfile"]
 
 _REAL = (np.dtype(np.float32), np.dtype(np.float64))
@@ -54,7 +58,8 @@ _REAL = (np.dtype(np.float32), np.dtype(np.float64))
 # public API
 # ---------------------------------------------------------------------------------------
 def cholesky(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
-             lookahead: int = 1, profile: "CholeskyProfile | None" = None) -> DistMatrix:
+             lookahead: int = 1, profile: "CholeskyProfile | None" = None,
+             check_finite: bool = True, check_symmetric: bool = True) -> DistMatrix:
     """Collective: the Cholesky factor of the symmetric positive definite ``A`` (n x n, square
     ``nb x nb`` blocks, float32/float64, CPU or GPU).
 
@@ -64,10 +69,16 @@ def cholesky(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
     work in A's storage (A then holds L). ``lookahead`` is the lookahead depth (0 = none).
     ``profile`` (a :class:`CholeskyProfile`) accumulates the time spent per phase.
 
+    ``check_finite``: NaN/Inf in A raise ValueError first (naming one entry).
+    ``check_symmetric``: a matrix that is not symmetric (Hermitian) within ``sqrt(eps)``
+    relative to ``||A||_F`` raises ValueError (a cheap probe, :func:`distla.validate.
+    check_symmetric`); turn it off when only one triangle holds the matrix on purpose.
+
     Raises :class:`~distla.errors.NotPositiveDefiniteError` on every rank, with ``.index`` the
     0-based global column of the first non-positive leading minor.
     """
     _check_factor_input(A, lookahead)
+    _check_values(A, check_finite, check_symmetric, "cholesky")
     if not lower:  # U = (chol of A's upper triangle, read as the lower one of A^T)^T
         L = A.transpose()
         _potrf_lower(L, int(lookahead), profile)
@@ -80,12 +91,22 @@ def cholesky(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
 
 
 def cho_factor(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
-               lookahead: int = 1):
+               lookahead: int = 1, check_finite: bool = True, check_symmetric: bool = True):
     """Collective: ``(factor, lower)`` for :func:`cho_solve` (like scipy.linalg.cho_factor)."""
-    return cholesky(A, lower=lower, overwrite_a=overwrite_a, lookahead=lookahead), bool(lower)
+    return cholesky(A, lower=lower, overwrite_a=overwrite_a, lookahead=lookahead,
+                    check_finite=check_finite, check_symmetric=check_symmetric), bool(lower)
 
 
-def cho_solve(c_and_lower, B: DistMatrix, overwrite_b: bool = False) -> DistMatrix:
+def cho_rcond(c_and_lower, anorm: float) -> float:
+    """Collective: reciprocal 1-norm condition estimate of A from its Cholesky factor and
+    ``anorm = ||A||_1`` (pdpocon): a few :func:`cho_solve` calls on n x 2 blocks."""
+    C = c_and_lower[0] if isinstance(c_and_lower, tuple) else c_and_lower
+    f = (lambda X: cho_solve(c_and_lower, X, overwrite_b=True, check_finite=False))
+    return rcond_estimate(anorm, C, f, f)
+
+
+def cho_solve(c_and_lower, B: DistMatrix, overwrite_b: bool = False,
+              check_finite: bool = True) -> DistMatrix:
     """Collective: solve ``A X = B`` given A's Cholesky factor (pdpotrs).
 
     ``c_and_lower`` is ``(factor, lower)`` as returned by :func:`cho_factor`, or the lower
@@ -93,15 +114,16 @@ def cho_solve(c_and_lower, B: DistMatrix, overwrite_b: bool = False) -> DistMatr
     returned in B's layout (in B's storage when ``overwrite_b`` allows). Two triangular solves
     (:func:`distla.pblas.triangular_solve`).
     """
-    from ..pblas import triangular_solve
     if isinstance(c_and_lower, tuple):
         C, lower = c_and_lower
     else:
         C, lower = c_and_lower, True
     if not isinstance(C, DistMatrix):
         raise TypeError(f"cho_solve: the factor must be a DistMatrix, not {type(C).__name__}")
-    with collective(C.grid.comm):
+    with collective(C.grid.comm, signature("cho_solve", C, B, lower=lower)):
         _check_rhs(C, B, "cho_solve")
+    if check_finite:
+        check_finite_(("B", B), what="cho_solve")
     if lower:   # L Y = B, L^T X = Y
         Y = triangular_solve(C, B, lower=True, trans=False, overwrite_b=overwrite_b)
         return triangular_solve(C, Y, lower=True, trans=True, overwrite_b=True)
@@ -111,14 +133,26 @@ def cho_solve(c_and_lower, B: DistMatrix, overwrite_b: bool = False) -> DistMatr
 
 
 def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
-                   overwrite_b: bool = False, lookahead: int = 1) -> DistMatrix:
+                   overwrite_b: bool = False, lookahead: int = 1, check_finite: bool = True,
+                   check_symmetric: bool = True, check_rcond: bool = True) -> DistMatrix:
     """Collective: solve ``A X = B`` for symmetric positive definite A (pdposv): Cholesky
-    factor, then :func:`cho_solve`. Input errors are raised before any work."""
-    with collective(A.grid.comm if isinstance(A, DistMatrix) else None):
+    factor, then :func:`cho_solve`. Input errors are raised before any work (``check_finite``,
+    ``check_symmetric``: see :func:`cholesky`). ``check_rcond``: estimate the condition number
+    from the factor and warn with :class:`distla.LinAlgWarning` when rcond < eps."""
+    with collective(A.grid.comm if isinstance(A, DistMatrix) else None,
+                    signature("solve_cholesky", A, B, lookahead=lookahead)):
         _validate_factor_input(A, lookahead)
         _check_rhs(A, B, "solve_cholesky")
-    L = cholesky(A, lower=True, overwrite_a=overwrite_a, lookahead=lookahead)
-    return cho_solve((L, True), B, overwrite_b=overwrite_b)
+    _check_values(A, check_finite, check_symmetric, "solve_cholesky")
+    if check_finite:
+        check_finite_(("B", B), what="solve_cholesky")
+    anorm = norm(A, 1) if check_rcond else None
+    L = cholesky(A, lower=True, overwrite_a=overwrite_a, lookahead=lookahead,
+                 check_finite=False, check_symmetric=False)
+    X = cho_solve((L, True), B, overwrite_b=overwrite_b, check_finite=False)
+    if check_rcond:
+        warn_if_ill_conditioned(cho_rcond((L, True), anorm), A.dtype, "solve_cholesky")
+    return X
 
 
 def logdet(L: DistMatrix) -> float:
@@ -203,8 +237,16 @@ def _validate_factor_input(A, lookahead):
 def _check_factor_input(A, lookahead):
     if not isinstance(A, DistMatrix):
         raise TypeError(f"cholesky needs a DistMatrix, not {type(A).__name__}")
-    with collective(A.grid.comm):
+    with collective(A.grid.comm, signature("cholesky", A, lookahead=lookahead)):
         _validate_factor_input(A, lookahead)
+
+
+def _check_values(A, finite: bool, symmetric: bool, what: str) -> None:
+    """Collective: the NaN/Inf scan and the symmetry probe, as asked."""
+    if finite:
+        check_finite_(("A", A), what=what)
+    if symmetric and A.n:
+        check_symmetric(A, what=what)
 
 
 def _check_rhs(C, B, what):

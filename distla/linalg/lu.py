@@ -47,6 +47,10 @@ from .. import layout
 from .. import progress
 from ..errors import SingularMatrixError, agree, collective
 from ..matrix import DistMatrix, check_compatible
+from ..pblas import norm, triangular_solve
+from ..validate import check_finite as check_finite_
+from ..validate import check_finite_result, signature
+from .condition import rcond_estimate, warn_if_ill_conditioned
 from ._pivoting import (genp, ipiv_to_perm, permute_rows, suffix_moves, swap_rows,
                         put_rows, take_rows, winners_to_ipiv)
 from ._tslu import tournament
@@ -125,7 +129,21 @@ class LUFactor:
         self.pivoting = pivoting
         self.tree = tree
         self.max_abs_a = float(max_abs_a)
+        self.anorm = None          # ||A||_1, set by lu_factor
         self._perm = None
+        self._rcond = None
+
+    def rcond(self) -> float:
+        """Collective: reciprocal 1-norm condition estimate of A (pdgecon; cached), the same
+        float on every rank."""
+        if self._rcond is None:
+            if self.anorm is None:
+                raise ValueError("this LUFactor has no ||A||_1; use distla.linalg.rcond(A, F)")
+            self._rcond = rcond_estimate(
+                self.anorm, self.lu, lambda X: lu_solve(self, X, overwrite_b=True,
+                                                        check_finite=False),
+                lambda X: lu_solve(self, X, trans="C", overwrite_b=True, check_finite=False))
+        return self._rcond
 
     @property
     def shape(self):
@@ -190,7 +208,7 @@ def _max_abs(A) -> float:
 
 def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = False,
               tree: str = "binary", lookahead: int = 1, profile: LUProfile | None = None,
-              gemm: str = "native") -> LUFactor:
+              gemm: str = "native", check_finite: bool = True) -> LUFactor:
     """LU factorization ``P A = L U`` of the ``m x n`` DistMatrix A (square blocks). Collective
     over A's grid.
 
@@ -203,12 +221,18 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     products of 10-bit-mantissa halves, about float32's accuracy (~2^-21 relative) at several
     times float32's rate; CPU ranks compute it in float32 as usual).
 
+    ``check_finite``: scan A for NaN/Inf first (ValueError naming one such entry).
+
     Raises (on every rank) ``ValueError``/``TypeError`` for bad input before any work, and
     :class:`distla.SingularMatrixError` (``.index`` = 0-based global column of the first
     exactly zero pivot) after the loop: the factorization always runs to the end with the same
-    collectives on every rank.
+    collectives on every rank. A factorization that overflows (non-finite factors from finite
+    input) raises :class:`distla.DistlaError`. The factor object's :meth:`LUFactor.rcond`
+    estimates the reciprocal condition number.
     """
-    with collective(A.grid.comm if isinstance(A, DistMatrix) else None):
+    with collective(A.grid.comm if isinstance(A, DistMatrix) else None,
+                    signature("lu_factor", A, pivoting=pivoting, tree=tree,
+                              lookahead=lookahead, gemm=gemm)):
         _check_matrix(A)
         pivoting = _norm_pivoting(pivoting)
         if tree not in ("binary", "flat"):
@@ -219,6 +243,9 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
             raise ValueError(f"gemm must be 'native' or 'tf32x3', not {gemm!r}")
         if gemm == "tf32x3" and A.dtype != np.float32:
             raise TypeError(f"gemm='tf32x3' needs a float32 matrix, not {A.dtype}")
+    if check_finite:
+        check_finite_(("A", A), what="lu_factor")
+    anorm = norm(A, 1)
     F = A if overwrite_a else A.copy()
     max_a = _max_abs(F)
     drv = _LU(F, pivoting, tree, int(lookahead), profile,
@@ -226,7 +253,11 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     piv = drv.run()
     with drv.prof.section("check"):
         drv.agree_singular()
-    return LUFactor(F, piv, pivoting, max_a, tree if pivoting == "tournament" else None)
+        if check_finite:   # finite input: non-finite factors mean overflow
+            check_finite_result(F, "lu_factor")
+    out = LUFactor(F, piv, pivoting, max_a, tree if pivoting == "tournament" else None)
+    out.anorm = anorm
+    return out
 
 
 class _Panel:
@@ -622,8 +653,8 @@ def _norm_trans(trans) -> str:
     return t
 
 
-def lu_solve(F: LUFactor, B: DistMatrix, trans=False, overwrite_b: bool = False
-             ) -> DistMatrix:
+def lu_solve(F: LUFactor, B: DistMatrix, trans=False, overwrite_b: bool = False,
+             check_finite: bool = True) -> DistMatrix:
     """Solve ``A X = B``, ``A^T X = B`` or ``A^H X = B`` from ``F = lu_factor(A)``.
     ``trans``: ``False``/``0``/``'N'``, ``True``/``1``/``'T'`` (transpose) or ``2``/``'C'``
     (conjugate transpose; the same as ``'T'`` for real matrices), as SciPy's ``lu_solve``.
@@ -632,10 +663,12 @@ def lu_solve(F: LUFactor, B: DistMatrix, trans=False, overwrite_b: bool = False
     ``overwrite_b``). Row interchanges are applied to B by one pairwise exchange along process
     columns, then the unit-lower and upper triangular solves (:func:`distla.pblas.
     triangular_solve`)."""
-    with collective(B.grid.comm if isinstance(B, DistMatrix) else None):
+    with collective(B.grid.comm if isinstance(B, DistMatrix) else None,
+                    signature("lu_solve", getattr(F, "lu", F), B, trans=trans)):
         t = _norm_trans(trans)
         _check_rhs(F, B)
-    from ..pblas import triangular_solve
+    if check_finite:
+        check_finite_(("B", B), what="lu_solve")
     A = F.lu
     X = B if overwrite_b else B.copy()
     conj = t == "C" and A.dtype.kind == "c"
@@ -658,10 +691,15 @@ def lu_solve(F: LUFactor, B: DistMatrix, trans=False, overwrite_b: bool = False
 
 
 def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=False,
-             overwrite_a: bool = False, overwrite_b: bool = False, **kw) -> DistMatrix:
+             overwrite_a: bool = False, overwrite_b: bool = False, check_finite: bool = True,
+             check_rcond: bool = True, **kw) -> DistMatrix:
     """Collective: solve ``A X = B`` by :func:`lu_factor` + :func:`lu_solve` (A square).
-    Extra keywords (``tree``, ``lookahead``) go to :func:`lu_factor`."""
-    with collective(A.grid.comm if isinstance(A, DistMatrix) else None):
+    Extra keywords (``tree``, ``lookahead``) go to :func:`lu_factor`. ``check_finite``: NaN/Inf
+    in A or B raise ValueError first. ``check_rcond``: estimate the condition number from the
+    factors (a few O(n^2) solves) and warn with :class:`distla.LinAlgWarning` when
+    rcond < eps, like ``scipy.linalg.solve``."""
+    with collective(A.grid.comm if isinstance(A, DistMatrix) else None,
+                    signature("solve_lu", A, B, pivoting=pivoting, trans=trans, **kw)):
         _check_matrix(A)
         if A.m != A.n:
             raise ValueError(f"solve_lu needs a square matrix, got {A.shape}")
@@ -674,5 +712,10 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
         if B.mb != A.mb or B.rsrc != A.rsrc:
             raise ValueError(f"B's rows must be blocked like A's (mb={A.mb}, rsrc={A.rsrc}), "
                              f"got mb={B.mb}, rsrc={B.rsrc}")
-    F = lu_factor(A, pivoting=pivoting, overwrite_a=overwrite_a, **kw)
-    return lu_solve(F, B, trans=trans, overwrite_b=overwrite_b)
+    if check_finite:
+        check_finite_(("A", A), ("B", B), what="solve_lu")
+    F = lu_factor(A, pivoting=pivoting, overwrite_a=overwrite_a, check_finite=False, **kw)
+    X = lu_solve(F, B, trans=trans, overwrite_b=overwrite_b, check_finite=False)
+    if check_rcond:
+        warn_if_ill_conditioned(F.rcond(), A.dtype, "solve_lu")
+    return X

@@ -51,6 +51,7 @@ import scipy.linalg
 
 from ..errors import ConvergenceError, SingularMatrixError, collective
 from ..matrix import DistMatrix, check_compatible
+from ..validate import check_finite as check_finite_
 from ._butterfly import Butterfly, pad_matrix, padded_size, random_butterflies, two_sided
 
 __all__ = ["rbt_solve", "rbt_transform", "RBTInfo", "RBTFallbackWarning", "Butterfly"]
@@ -485,7 +486,7 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: 
         # GPU float32 GENP: updates on TF32 tensor cores at ~float32 accuracy (3xTF32);
         # on H100/H200, plain FP32 GEMMs are no faster than FP64 tensor-core ones
         gemm = "tf32x3" if (fdt == np.float32 and Ar.backend.is_gpu) else "native"
-        F = lu_factor(Ar, pivoting="none", overwrite_a=True, gemm=gemm)
+        F = lu_factor(Ar, pivoting="none", overwrite_a=True, gemm=gemm, check_finite=False)
     except SingularMatrixError as e:
         t1 = _sync(A)
         return _Path(None, 0, False, f"{label}: GENP met an exactly zero pivot at column "
@@ -507,7 +508,7 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: 
         if sdt != wdt:
             C = C.astype(sdt)
         s1 = _sync(A)
-        S = _genp_solve_few(F, C) if C.n <= _FEW_RHS else lu_solve(F, C, overwrite_b=True)
+        S = _genp_solve_few(F, C) if C.n <= _FEW_RHS else lu_solve(F, C, overwrite_b=True, check_finite=False)
         if sdt != wdt:
             S = S.astype(wdt)
         if not S.same_layout(R):
@@ -581,7 +582,8 @@ def _validate(A, B, depth, precision, max_iter, refine, fallback, return_info):
 
 def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
               seed: int | None = None, max_iter: int = 30, fallback: bool = True,
-              precision: str = "double", return_info: bool = False):
+              precision: str = "double", return_info: bool = False,
+              check_finite: bool = True):
     """Collective: solve ``A X = B`` by RBT + GENP + iterative refinement.
 
     A: n x n DistMatrix (float32/float64; square blocks as the LU needs); B: n x nrhs on the
@@ -594,7 +596,8 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
 
     Failure (GENP zero pivot, refinement not converged): ``fallback=True`` solves with partial
     pivoting and warns (:class:`RBTFallbackWarning`); ``fallback=False`` raises
-    SingularMatrixError (zero pivot) or ConvergenceError, on every rank.
+    SingularMatrixError (zero pivot) or ConvergenceError, on every rank. ``check_finite``:
+    NaN/Inf in A or B raise ValueError before any work.
     """
     from ..pblas import norm
     from .lu import lu_factor, lu_solve
@@ -603,6 +606,8 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
         _validate(A, B, depth, precision, max_iter, refine, fallback, return_info)
         if seed is not None:
             _resolve_seed(seed, None)
+    if check_finite:
+        check_finite_(("A", A), ("B", B), what="rbt_solve")
     depth, max_iter = int(depth), int(max_iter) if refine else 0
     t_start = _sync(A)
     # work in A's row blocking (the LU and the residual products need it)
@@ -667,8 +672,8 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
         warnings.warn(msg + "; falling back to the partial-pivoting solve",
                       RBTFallbackWarning, stacklevel=2)
         t0 = _sync(A)
-        F = lu_factor(A, pivoting="partial")
-        X = lu_solve(F, B)
+        F = lu_factor(A, pivoting="partial", check_finite=False)
+        X = lu_solve(F, B, check_finite=False)
         if not X.same_layout(B):
             X = X.redistribute(block=B.block, src=B.src)
         del F

@@ -17,8 +17,13 @@ Extra keywords go to the family's driver (e.g. ``lookahead``, ``tree``, ``depth`
 from __future__ import annotations
 
 from ..errors import collective
+from ..matrix import DistMatrix
+from ..pblas import norm
+from ..validate import signature
+from .cholesky import cho_rcond, solve_cholesky
+from .lu import LUFactor, lu_factor, solve_lu
 
-__all__ = ["solve", "METHODS"]
+__all__ = ["solve", "rcond", "METHODS"]
 
 _ALIASES = {"cholesky": "cholesky", "chol": "cholesky", "posv": "cholesky",
             "gepp": "gepp", "lu": "gepp", "partial": "gepp",
@@ -33,15 +38,23 @@ def solve(A, B, method: str = "gepp", **kw):
 
     ``method='rbt'`` with ``return_info=True`` returns ``(X, RBTInfo)``.
     """
-    with collective(getattr(getattr(A, "grid", None), "comm", None)):
+    with collective(getattr(getattr(A, "grid", None), "comm", None),
+                    signature("solve", A, B, method=method, **kw)):
         m = _ALIASES.get(str(method).lower())
         if m is None:
             raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        if "pivoting" in kw:
+            raise ValueError(f"solve: the method chooses the pivoting; pass method='gepp' "
+                             f"(partial), 'calu' (tournament) or 'genp' (none) instead of "
+                             f"pivoting={kw['pivoting']!r}")
+        for X, name in ((A, "A"), (B, "B")):
+            if not isinstance(X, DistMatrix):
+                raise TypeError(f"solve: {name} must be a DistMatrix, not {type(X).__name__}")
+        if A.m == 0 or A.n == 0:
+            raise ValueError(f"solve: A is empty ({A.m} x {A.n})")
     if m == "cholesky":
-        from .cholesky import solve_cholesky
         return solve_cholesky(A, B, **kw)
     if m in ("gepp", "calu", "genp"):
-        from .lu import solve_lu
         piv = {"gepp": "partial", "calu": "tournament", "genp": "none"}[m]
         return solve_lu(A, B, pivoting=piv, **kw)
     if m == "rbt":
@@ -49,3 +62,35 @@ def solve(A, B, method: str = "gepp", **kw):
         return rbt_solve(A, B, **kw)
     from ..tlr import solve as tlr_solve
     return tlr_solve(A, B, **kw)
+
+
+def rcond(A: DistMatrix, factor=None) -> float:
+    """Collective: the reciprocal 1-norm condition estimate ``1 / (||A||_1 ||A^-1||_1)`` of the
+    square A (ScaLAPACK's pdgecon / pdpocon), the same float on every rank; 0.0 when A is
+    numerically singular.
+
+    ``factor``: what :func:`lu_factor` (an :class:`LUFactor`), :func:`cholesky` (the lower
+    factor L) or :func:`cho_factor` (``(factor, lower)``) returned for A; without it A is
+    factored by LU with partial pivoting (on a copy). A few solves with the factors on n x 2
+    blocks (Higham-Tisseur block estimator; docs/condition.md)."""
+    with collective(getattr(getattr(A, "grid", None), "comm", None),
+                    signature("rcond", A, factor=type(factor).__name__)):
+        if not isinstance(A, DistMatrix):
+            raise TypeError(f"rcond needs a DistMatrix, not {type(A).__name__}")
+        if A.m != A.n:
+            raise ValueError(f"rcond needs a square matrix, got shape {A.shape}")
+        if not (factor is None or isinstance(factor, (LUFactor, DistMatrix)) or
+                (isinstance(factor, tuple) and len(factor) == 2)):
+            raise TypeError("factor must be what lu_factor, cholesky or cho_factor returned, "
+                            f"not {type(factor).__name__}")
+    if A.n == 0:
+        return float("inf")
+    anorm = norm(A, 1)
+    if factor is None:
+        factor = lu_factor(A)
+    if isinstance(factor, LUFactor):
+        factor.anorm = anorm
+        factor._rcond = None
+        return factor.rcond()
+    c = factor if isinstance(factor, tuple) else (factor, True)
+    return cho_rcond(c, anorm)
