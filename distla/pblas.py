@@ -126,6 +126,8 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans:
                               unit_diagonal=unit_diagonal, side="left", alpha=alpha,
                               overwrite_b=True)
         return Xt.transpose()
+    if B.n <= _FEW_RHS:
+        return _trsv_few(A, B, lower, trans, "U" if unit_diagonal else "N", alpha, overwrite_b)
     X = B
     if (B.mb, B.rsrc) != (A.mb, A.rsrc):
         X = B.redistribute(block=(A.mb, B.nb), src=(A.rsrc, B.csrc))
@@ -181,6 +183,65 @@ def _trsm_left(A, X, lower, diag):
             p0 = 0
         if u1 > u0 and nrhs_loc:
             be.gemm("N", "N", -1.0, panel[p0:p0 + (u1 - u0), :], xk, 1.0, X.local[u0:u1, :])
+
+
+_FEW_RHS = 16   # up to this many right-hand sides, A stays put and only X travels
+
+
+def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
+    """op(A) X = alpha B for a few right-hand sides (collective), A stationary (as pdtrsv).
+
+    The sweep moving A's block columns (:func:`_trsm_left`) broadcasts O(n nb) words per
+    step, far more than a few right-hand sides need. Here every rank keeps the solution at
+    the global rows and at the global columns it holds of A (``xr``, ``xc``, n_loc x k). Step
+    k: the ranks holding block row k of op(A) (process row of block k, or its process column
+    for op = transpose) form their partial sums ``op(A)[k, j] x[j]`` over the solved blocks j
+    and add them up along that process row (column); the owner of the diagonal block solves
+    ``x[k]`` and broadcasts it to every rank (``nb x k`` words), which store their parts of
+    it. Per step: one sub-communicator all-reduce and one broadcast of ``nb x k`` words."""
+    grid, be, xp = A.grid, A.backend, A.xp
+    comms = grid.comms(A.device)
+    n, nb, k = A.n, A.nb, B.n
+    rows, cols = A.row_indices(), A.col_indices()
+    full = B.to_global(None)                                   # n x k, small
+    if alpha != 1.0:
+        full = full * alpha
+    xr = be.asarray(np.asfortranarray(full[rows]))             # b, becoming x, at my rows
+    xc = be.zeros((len(cols), k), A.dtype)                     # x at my columns, once solved
+    xs = be.zeros((n, k), A.dtype)                             # every solved block (replicated)
+    ta = "T" if trans else "N"
+    # op(A) lower  <=>  (lower and not trans) or (upper and trans): forward sweep
+    forward = lower != trans
+    nblk = -(-n // nb)
+    for kb in (range(nblk) if forward else range(nblk - 1, -1, -1)):
+        g0, w = kb * nb, min(nb, n - kb * nb)
+        pr, pc = A.row_owner(g0), A.col_owner(g0)
+        r0, c0 = A.local_row_start(g0), A.local_col_start(g0)
+        r1, c1 = A.local_row_start(g0 + w), A.local_col_start(g0 + w)
+        part = be.zeros((w, k), A.dtype)
+        if not trans and grid.myrow == pr:        # block row k of A, solved columns
+            s0, s1 = (0, c0) if forward else (c1, len(cols))
+            if s1 > s0:
+                be.gemm("N", "N", 1.0, A.local[r0:r1, s0:s1], xc[s0:s1], 0.0, part)
+            comms.row.allreduce(part, "sum")
+        elif trans and grid.mycol == pc:          # block column k of A, solved rows
+            s0, s1 = (0, r0) if forward else (r1, len(rows))
+            if s1 > s0:
+                be.gemm("T", "N", 1.0, A.local[s0:s1, c0:c1], xr[s0:s1], 0.0, part)
+            comms.col.allreduce(part, "sum")
+        if grid.myrow == pr and grid.mycol == pc:
+            part[...] = xr[r0:r1] - part
+            be.trsm("L", "L" if lower else "U", ta, diag, 1.0, A.local[r0:r1, c0:c1], part)
+        comms.all.bcast(part, grid.rank_of(pr, pc))
+        if grid.myrow == pr:
+            xr[r0:r1] = part
+        if grid.mycol == pc:
+            xc[c0:c1] = part
+        xs[g0:g0 + w] = part
+    X = B if overwrite_b else B.copy()
+    if X.local.size:
+        X.local[...] = xs[xp.asarray(X.row_indices())][:, xp.asarray(X.col_indices())]
+    return X
 
 
 def _trsm_left_trans(A, X, lower, diag):

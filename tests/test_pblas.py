@@ -162,8 +162,9 @@ def reference_solve(a, b, lower, trans, unit, side, alpha):
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("trans", [False, True])
 @pytest.mark.parametrize("unit", [False, True])
-def test_triangular_solve_all_grids(grids, side, lower, trans, unit):
-    n, nrhs = 14, 5
+@pytest.mark.parametrize("nrhs", [5, 19])   # few: A stays put; many: A's panels travel
+def test_triangular_solve_all_grids(grids, side, lower, trans, unit, nrhs):
+    n = 14
     a = triangle(n, lower, seed=8)
     b = rand((n, nrhs) if side == "left" else (nrhs, n), seed=9)
     want = reference_solve(a, b, lower, trans, unit, side, 1.5)
@@ -190,7 +191,11 @@ def test_triangular_solve_dtypes(grids, dtype):
         for g in grids:
             A = DistMatrix.from_global(g, a, block=3, src=corner(g))
             B = DistMatrix.from_global(g, b, block=(3, 2))
-            for trans in (False, True):   # trans: plain transpose, also for complex
+            Bmany = DistMatrix.from_global(g, np.tile(b, (1, 7)), block=(3, 2))
+            for trans in (False, True):
+                Xm = triangular_solve(A, Bmany, lower=lower, trans=trans)
+                close(Xm.to_global(None), reference_solve(a, np.tile(b, (1, 7)), lower,
+                                                          trans, False, "left", 1.0), dtype)   # trans: plain transpose, also for complex
                 X = triangular_solve(A, B, lower=lower, trans=trans)
                 close(X.to_global(None),
                       reference_solve(a, b, lower, trans, False, "left", 1.0), dtype)

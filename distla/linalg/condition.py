@@ -21,7 +21,7 @@ from ..matrix import DistMatrix
 __all__ = ["rcond_estimate", "inverse_norm1_estimate", "warn_if_ill_conditioned"]
 
 _T = 2          # vectors per block (Higham-Tisseur t)
-_ITMAX = 3      # iterations (each: one solve with A, one with A^H)
+_ITMAX = 2      # iterations (each: one solve with A, then one with A^H but the last)
 
 
 def _block(template: DistMatrix, X: np.ndarray) -> DistMatrix:

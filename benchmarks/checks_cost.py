@@ -1,0 +1,82 @@
+"""Cost of the input checks and the condition estimate beside the solve itself.
+
+    mpiexec -n 2 python benchmarks/checks_cost.py --n 8192 --nb 128 --json out.jsonl
+
+For Cholesky and LU (partial pivoting): the solve with every check off (the reference row),
+then each check alone (check_finite, check_symmetric, the rcond estimate) timed by itself on
+the same matrix, best of --reps. Prints seconds and the percentage of the plain solve.
+"""
+import argparse
+import json
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from distla import DistMatrix, ProcessGrid
+from distla.linalg import cho_rcond, cholesky, lu_factor, solve_cholesky, solve_lu
+from distla.pblas import norm
+from distla.validate import check_finite, check_symmetric
+
+
+def best(comm, fn, reps):
+    ts = []
+    for _ in range(reps):
+        comm.Barrier()
+        t = time.perf_counter()
+        fn()
+        comm.Barrier()
+        ts.append(time.perf_counter() - t)
+    return min(ts)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--n", type=int, default=8192)
+    p.add_argument("--nb", type=int, default=128)
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--json")
+    a = p.parse_args()
+    comm = MPI.COMM_WORLD
+    g = ProcessGrid(comm=comm)
+    n, nb = a.n, a.nb
+    A = DistMatrix.from_function(g, (n, n), (nb, nb),
+                                 lambda I, J: 1.0 / (1.0 + abs(I - J)) + n * (I == J))
+    B = DistMatrix.random(g, (n, 1), (nb, nb), seed=7)
+    off = dict(check_finite=False, check_rcond=False)
+    rows = []
+
+    def rec(impl, sec, flops, ref):
+        rows.append({"bench": "checks", "impl": impl, "n": n, "nb": nb, "ranks": comm.size,
+                     "grid": f"{g.nprow}x{g.npcol}", "device": "cpu", "seconds": sec,
+                     "tflops": flops / sec / 1e12 if flops else None,
+                     "percent_of_solve": 100 * sec / ref})
+
+    t_chol = best(comm, lambda: solve_cholesky(A, B, check_symmetric=False, **off), a.reps)
+    rec("solve_cholesky (no checks)", t_chol, n ** 3 / 3, t_chol)
+    rec("check_finite A,B", best(comm, lambda: check_finite(("A", A), ("B", B)), a.reps),
+        0, t_chol)
+    rec("check_symmetric", best(comm, lambda: check_symmetric(A), a.reps), 0, t_chol)
+    L = cholesky(A, check_finite=False, check_symmetric=False)
+    rec("rcond (Cholesky)", best(comm, lambda: cho_rcond((L, True), norm(A, 1)), a.reps),
+        0, t_chol)
+    t_lu = best(comm, lambda: solve_lu(A, B, **off), a.reps)
+    rec("solve_lu (no checks)", t_lu, 2 * n ** 3 / 3, t_lu)
+    rec("check_finite A,B", best(comm, lambda: check_finite(("A", A), ("B", B)), a.reps),
+        0, t_lu)
+    F = lu_factor(A, check_finite=False)
+    rec("rcond (LU)", best(comm, lambda: (setattr(F, "_rcond", None), F.rcond()), a.reps),
+        0, t_lu)
+    if comm.rank == 0:
+        for r in rows:
+            print(f"{r['impl']:<28} {r['seconds']:9.4f} s  {r['percent_of_solve']:6.2f} % "
+                  f"of the solve")
+        if a.json:
+            with open(a.json, "a") as f:
+                for r in rows:
+                    f.write(json.dumps(r) + "\n")
+    g.free() if hasattr(g, "free") else None
+
+
+if __name__ == "__main__":
+    main()

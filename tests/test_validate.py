@@ -1,0 +1,173 @@
+"""Input checks, argument agreement, condition estimates and the abort-on-exception hook."""
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import scipy.linalg as sla
+
+from distla import DistMatrix, LinAlgWarning, ProcessGrid
+from distla.linalg import (cho_factor, cholesky, lu_factor, rcond, solve, solve_cholesky,
+                           solve_lu)
+from distla.testing import grid_shapes
+
+
+@pytest.fixture
+def grids(comm):
+    return [ProcessGrid(p, q, comm) for p, q in grid_shapes(comm.size)]
+
+
+def _spd(n, cond, seed=0):
+    r = np.random.default_rng(seed)
+    q, _ = np.linalg.qr(r.standard_normal((n, n)))
+    return (q * np.logspace(0, -np.log10(cond), n)) @ q.T
+
+
+# ---- check_finite ------------------------------------------------------------------------
+@pytest.mark.mpi
+@pytest.mark.parametrize("method", ["cholesky", "gepp", "calu", "genp", "rbt"])
+@pytest.mark.parametrize("where", ["A", "B"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nonfinite_input_raises_before_work(grids, method, where, bad):
+    n = 13
+    a, b = _spd(n, 10) + n * np.eye(n), np.ones((n, 2))
+    (a if where == "A" else b)[9, 1] = bad
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=4, src=(0, g.npcol - 1))
+        B = DistMatrix.from_global(g, b, block=4, src=(0, g.npcol - 1))
+        with pytest.raises(ValueError, match=rf"{where} contains a non-finite value "
+                           rf"\({bad}\) at global index \(9, 1\)") as ei:
+            solve(A, B, method=method)
+        texts = g.comm.allgather(str(ei.value))
+        assert len(set(texts)) == 1, texts          # the same message on every rank
+
+
+@pytest.mark.mpi
+def test_check_finite_false_skips_the_scan(grids):
+    n = 9
+    a = _spd(n, 10) + n * np.eye(n)
+    a[0, 8] = np.nan                                   # upper triangle: never read
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=4)
+        L = cholesky(A, check_finite=False, check_symmetric=False)
+        np.testing.assert_allclose(L.to_global(None), np.linalg.cholesky(np.tril(a) +
+                                   np.tril(a, -1).T), atol=1e-12)
+
+
+# ---- symmetry ----------------------------------------------------------------------------
+@pytest.mark.mpi
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cholesky_refuses_nonsymmetric(grids, dtype):
+    n = 17
+    a = (_spd(n, 100) + n * np.eye(n)).astype(dtype)
+    bad = a.copy()
+    eps = np.finfo(dtype).eps   # asymmetry 100x the tolerance (sqrt(eps) ||A||_F)
+    bad[12, 3] += 100 * np.sqrt(eps) * np.linalg.norm(a.astype(np.float64))
+    for g in grids:
+        L = cholesky(DistMatrix.from_global(g, a, block=5))     # symmetric: accepted
+        Lg = L.to_global(None).astype(np.float64)
+        assert np.allclose(Lg @ Lg.T, a, rtol=1e-4)
+        B = DistMatrix.from_global(g, bad, block=5)
+        with pytest.raises(ValueError, match="not (symmetric|Hermitian)"):
+            cho_factor(B)
+        cholesky(B, check_symmetric=False)                      # the lower triangle is SPD
+
+
+# ---- arguments that differ between ranks -------------------------------------------------
+@pytest.mark.mpi(min_size=2)
+def test_ranks_calling_differently_raise_instead_of_hanging(comm):
+    g = ProcessGrid(comm=comm)
+    n = 12
+    A = DistMatrix.from_function(g, (n, n), (4, 4), lambda I, J: (I == J) * 4.0 + 1.0 / (1 + I + J))
+    B = DistMatrix.from_function(g, (n, 1), (4, 4), lambda I, J: 1.0 + 0 * I)
+    method = "cholesky" if comm.rank == 0 else "gepp"
+    with pytest.raises(ValueError, match="different arguments"):
+        solve(A, B, method=method)
+    with pytest.raises(ValueError, match="different arguments"):
+        lu_factor(A, lookahead=comm.rank % 2)
+
+
+# ---- condition estimates -----------------------------------------------------------------
+def _test_matrices(n):
+    r = np.random.default_rng(7)
+    u, _ = np.linalg.qr(r.standard_normal((n, n)))
+    v, _ = np.linalg.qr(r.standard_normal((n, n)))
+    out = {}
+    for mode, s in {"geometric": np.logspace(0, -8, n),
+                    "one small": np.r_[np.ones(n - 1), 1e-9],
+                    "one large": np.r_[1.0, np.full(n - 1, 1e-6)],
+                    "arithmetic": np.linspace(1, 1e-7, n)}.items():
+        out[mode] = (u * s) @ v.T
+    out["random"] = r.standard_normal((n, n))
+    out["triangular"] = np.triu(r.standard_normal((n, n))) + 2 * np.eye(n)
+    out["badly scaled rows"] = np.diag(np.logspace(0, 10, n)) @ r.standard_normal((n, n))
+    return out
+
+
+@pytest.mark.mpi
+def test_rcond_within_factor_10_of_true(grids):
+    n = 40
+    for name, a in _test_matrices(n).items():
+        true = 1 / np.linalg.cond(a, 1)
+        for g in grids:
+            A = DistMatrix.from_global(g, a, block=6, src=(g.nprow - 1, 0))
+            rc = rcond(A)
+            assert true / 10 <= rc <= true * 10 * (1 + 1e-8), (name, rc, true)
+            assert len(set(g.comm.allgather(rc))) == 1
+            F = lu_factor(A, pivoting="tournament")
+            assert true / 10 <= rcond(A, F) <= true * 10 * (1 + 1e-8), name
+
+
+@pytest.mark.mpi
+def test_rcond_from_cholesky_factor(grids):
+    n = 33
+    for cond in (1e1, 1e6, 1e12):
+        a = _spd(n, cond, seed=2)
+        true = 1 / np.linalg.cond(a, 1)
+        for g in grids:
+            A = DistMatrix.from_global(g, a, block=5)
+            L = cholesky(A, check_symmetric=False)
+            assert true / 10 <= rcond(A, L) <= true * 10 * (1 + 1e-8)
+            assert true / 10 <= rcond(A, cho_factor(A, check_symmetric=False)) <= true * 10.01
+
+
+@pytest.mark.mpi
+def test_ill_conditioned_solves_warn_like_scipy(grids):
+    n = 24
+    a = _spd(n, 1e18, seed=4)          # numerically singular in float64
+    a = (a + a.T) / 2 + 1e-30 * np.eye(n)
+    g = np.random.default_rng(0).standard_normal((n, n))
+    sing = g @ np.diag(np.r_[np.ones(n - 1), 1e-20]) @ g.T.copy()
+    with pytest.warns(sla.LinAlgWarning):
+        sla.solve(sing, np.ones(n))                    # the behaviour we match
+    for gr in grids:
+        A = DistMatrix.from_global(gr, sing, block=5)
+        B = DistMatrix.from_global(gr, np.ones((n, 1)), block=5)
+        with pytest.warns(LinAlgWarning, match="ill-conditioned"):
+            solve_lu(A, B)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", LinAlgWarning)
+            solve_lu(A, B, check_rcond=False)          # opted out: no warning
+        W = DistMatrix.from_global(gr, _spd(n, 1e3, seed=5), block=5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", LinAlgWarning)
+            solve_cholesky(W, B, check_symmetric=False)   # well conditioned: no warning
+    assert issubclass(LinAlgWarning, sla.LinAlgWarning)
+
+
+# ---- uncaught exceptions end the job -----------------------------------------------------
+def test_uncaught_exception_on_one_rank_aborts_the_job(tmp_path):
+    import shutil
+    mpiexec = shutil.which("mpiexec", path=str(__import__("pathlib").Path(sys.executable).parent))
+    if mpiexec is None:
+        pytest.skip("no mpiexec beside the python in use")
+    script = tmp_path / "bug.py"
+    script.write_text("import distla\nfrom mpi4py import MPI\nc = MPI.COMM_WORLD\n"
+                      "if c.rank == 1:\n    raise RuntimeError('user bug on rank 1')\n"
+                      "c.Barrier()\nprint('all ranks passed the barrier')\n")
+    p = subprocess.run([mpiexec, "-n", "2", sys.executable, str(script)], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode != 0
+    assert "[rank 1] RuntimeError: user bug on rank 1" in p.stderr
+    assert "all ranks passed the barrier" not in p.stdout
