@@ -299,10 +299,19 @@ def build_parser() -> ArgumentParser:
                    help="write X here (.npy, or .mtx) from rank 0")
     s.add_argument("--option", "-O", action="append", default=[], metavar="KEY=VALUE",
                    help="extra keyword for the solver, e.g. -O tol=1e-8 (repeatable)")
-    s.add_argument("--no-check", dest="check", action="store_false",
-                   help="skip the residual computation")
+    s.add_argument("--check", choices=("none", "residual", "full"), default="full",
+                   help="after the solve: 'none'; 'residual' (ScaLAPACK's scaled residual "
+                        "with PASS/FAIL against the tester's threshold); 'full' (default: "
+                        "also the backward error, the forward error when x is known, and "
+                        "the condition estimate)")
+    s.add_argument("--no-check", dest="check", action="store_const", const="none",
+                   help="same as --check none")
     s.add_argument("--thresh", type=float, metavar="T",
-                   help="exit with code 3 if the scaled residual exceeds T")
+                   help="exit with code 3 if the scaled residual exceeds T (default for "
+                        "PASS/FAIL: 3 for Cholesky and TLR, 1 for the LU methods)")
+    s.add_argument("--progress", type=float, metavar="SECONDS",
+                   help="seconds between progress lines on rank 0 (default: redrawn line "
+                        "on a terminal, a plain line every 30 s otherwise; 0: none)")
     s.add_argument("--json", metavar="FILE", help="append a JSON line with the results")
     _add_output_flags(s)
 
@@ -401,15 +410,39 @@ def _inspect(path, comm, what):
         raise CommandError(f"{what}: {e}") from None
 
 
+_LU_PIVOTING = {"gepp": "partial", "calu": "tournament", "genp": "none"}
+
+
 def _solver(method: str):
-    """The function ``f(A, B, **kw) -> X`` for ``method`` (distla.linalg.solve, imported
-    lazily so that the rest of the command line works whatever is installed). A is left
-    unchanged."""
+    """The function ``f(A, B, **kw) -> (X, rcond or None)`` for ``method`` (the solvers are
+    imported lazily so that the rest of the command line works whatever is installed). A is
+    left unchanged. For the LU methods and Cholesky the factors also give the reciprocal
+    condition estimate (and its LinAlgWarning); the other methods return None for it."""
     try:
-        from .linalg import solve
+        from . import linalg
+        from .linalg.condition import warn_if_ill_conditioned
+        from .pblas import norm
     except ImportError as e:
         raise CommandError(f"--method {method}: the solvers cannot be imported ({e})") from None
-    return lambda A, B, **kw: solve(A, B, method=method, **kw)
+
+    def run(A, B, **kw):
+        if "pivoting" in kw:
+            raise CommandError("-O pivoting=...: the method chooses the pivoting; use "
+                               "--method gepp (partial), calu (tournament) or genp (none)")
+        if method in _LU_PIVOTING:
+            F = linalg.lu_factor(A, pivoting=_LU_PIVOTING[method], **kw)
+            X = linalg.lu_solve(F, B, check_finite=True)
+            rc = F.rcond()
+        elif method == "cholesky":
+            anorm = norm(A, 1)
+            c = linalg.cho_factor(A, **kw)
+            X = linalg.cho_solve(c, B)
+            rc = linalg.cho_rcond(c, anorm)
+        else:
+            return linalg.solve(A, B, method=method, **kw), None
+        warn_if_ill_conditioned(rc, A.dtype, f"--method {method}")
+        return X, rc
+    return run
 
 
 # ---------------------------------------------------------------------------------------
@@ -424,9 +457,10 @@ def cmd_solve(args, comm) -> int:
     from .progress import Progress, Timings, format_rate
 
     say = Reporter(comm, _verbosity(args))
+    import warnings
     if comm.Get_rank() != 0:  # one copy of each warning, not one per rank
-        import warnings
         warnings.simplefilter("ignore")
+    warnings.formatwarning = lambda msg, cat, *a, **k: f"distla: warning: {msg}\n"
     kw = _parse_options(args.option)
     if args.nb is not None and args.nb < 1:
         raise CommandError(f"--nb must be positive, not {args.nb}")
@@ -467,6 +501,15 @@ def cmd_solve(args, comm) -> int:
                                    dtype=dtype, info=ainfo)
         dtype = A.dtype
         xtrue = None
+        if binfo is not None and binfo.dtype.kind == "c" and dtype.kind != "c":
+            if args.method not in _LU_PIVOTING or args.device != "cpu":
+                raise CommandError(
+                    f"--rhs: {binfo.path} is complex but the matrix is real; --method "
+                    f"{args.method} on {args.device} ranks solves real systems only (solve "
+                    f"the real and imaginary parts separately, or use an LU method on CPU)")
+            say("rhs is complex: the real matrix is promoted to complex")
+            dtype = np.dtype(np.complex64 if dtype == np.float32 else np.complex128)
+            A = A.astype(dtype)
         with timings.phase("read rhs" if binfo else "make rhs", backend, comm):
             with guarded(comm):
                 if binfo is not None:
@@ -489,9 +532,11 @@ def cmd_solve(args, comm) -> int:
         nflops = flops("cholesky" if args.method in ("cholesky", "tlr") else "lu", n) + \
             flops("solve", n, B.n)
         with timings.phase("solve", backend, comm):
-            with Progress(nflops, f"{args.method}", comm=comm,
-                          enabled=comm.Get_rank() == 0 and say.level >= 1):
-                X = solver(A, B, **kw)
+            show = comm.Get_rank() == 0 and say.level >= 1 and args.progress != 0
+            with Progress(nflops, f"{args.method}", comm=comm, enabled=show,
+                          interval=args.progress or None):
+                with guarded(comm):
+                    X, rc = solver(A, B, **kw)
         t_solve = timings.seconds["solve"]
         say(f"solve: {t_solve:.4g} s, {format_rate(nflops / t_solve if t_solve > 0 else 0)} "
             f"(factor + solve, nominal {nflops:.3g} flops)")
@@ -499,22 +544,34 @@ def cmd_solve(args, comm) -> int:
                   "grid": f"{grid.nprow}x{grid.npcol}", "ranks": size, "nb": nb,
                   "device": args.device, "dtype": str(dtype), "seconds": t_solve,
                   "gflops": nflops / t_solve / 1e9 if t_solve > 0 else 0.0}
-        if args.check:
+        if rc is not None:
+            result["rcond"] = rc
+            if args.check == "full":
+                say(f"condition        1 / rcond (1-norm estimate)                 = "
+                    f"{1 / rc if rc > 0 else float('inf'):.4g}")
+        if args.check != "none":
             from . import checks
             with timings.phase("residual", backend, comm):
                 with guarded(comm):
                     sresid = checks.solve_residual(A, X, B)
-                    berr = checks.backward_error(A, X, B)
+                    full = args.check == "full"
+                    berr = checks.backward_error(A, X, B) if full else None
                     ferr = None
-                    if xtrue is not None:
+                    if xtrue is not None and full:
                         from .pblas import norm
                         Xm = X if X.same_layout(xtrue) else X.redistribute(
                             block=xtrue.block, src=xtrue.src)
                         ferr = norm(Xm - xtrue, np.inf) / norm(xtrue, np.inf)
-            result.update(sresid=sresid, berr=berr)
+            thresh = args.thresh if args.thresh is not None else \
+                (3.0 if args.method in ("cholesky", "tlr") else 1.0)
+            verdict = "PASS" if sresid <= thresh else "FAIL"
+            result.update(sresid=sresid, check=verdict, check_thresh=thresh)
             say("scaled residual  ||B - A X||_inf / (||A||_inf ||X||_inf eps n) = "
-                f"{sresid:.4g}")
-            say(f"backward error   max_i |B - A X|_i / (|A| |X| + |B|)_i        = {berr:.4g}")
+                f"{sresid:.4g}  {verdict} (threshold {thresh:g})")
+            if berr is not None:
+                result["berr"] = berr
+                say(f"backward error   max_i |B - A X|_i / (|A| |X| + |B|)_i        = "
+                    f"{berr:.4g}")
             if ferr is not None:
                 result["ferr"] = ferr
                 say(f"forward error    ||X - ones||_inf / ||ones||_inf              = "
@@ -530,7 +587,8 @@ def cmd_solve(args, comm) -> int:
     result["phases"] = dict(timings.seconds)
     if args.json and comm.Get_rank() == 0:
         _append_json(args.json, result)
-    if args.thresh is not None and args.check and not (result["sresid"] <= args.thresh):
+    if args.thresh is not None and args.check != "none" and \
+            not (result["sresid"] <= args.thresh):
         raise CommandError(f"scaled residual {result['sresid']:.4g} exceeds --thresh "
                            f"{args.thresh:g}", EXIT_THRESH)
     return 0

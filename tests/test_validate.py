@@ -171,3 +171,55 @@ def test_uncaught_exception_on_one_rank_aborts_the_job(tmp_path):
     assert p.returncode != 0
     assert "[rank 1] RuntimeError: user bug on rank 1" in p.stderr
     assert "all ranks passed the barrier" not in p.stdout
+
+
+# ---- the command line --------------------------------------------------------------------
+def _cli(args, n=2):
+    import shutil
+    from pathlib import Path
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent))
+    if mpiexec is None:
+        pytest.skip("no mpiexec beside the python in use")
+    return subprocess.run([mpiexec, "-n", str(n), sys.executable, "-m", "distla", "solve",
+                           *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_warns_prints_rcond_and_verdict(tmp_path):
+    n = 60
+    g = np.random.default_rng(0).standard_normal((n, n))
+    np.save(tmp_path / "s.npy", g @ np.diag(np.r_[np.ones(n - 1), 1e-20]) @ g.T)
+    p = _cli(["--matrix", tmp_path / "s.npy", "--method", "gepp", "--nb", 16])
+    assert p.returncode == 0, p.stderr
+    assert "distla: warning: --method gepp: ill-conditioned matrix" in p.stderr
+    assert p.stderr.count("ill-conditioned") == 1          # once, from rank 0
+    assert "1 / rcond" in p.stdout and ("PASS" in p.stdout or "FAIL" in p.stdout)
+
+
+def test_cli_refuses_nan_nonsymmetric_and_pivoting_option(tmp_path):
+    n = 30
+    a = np.random.default_rng(1).standard_normal((n, n)) + n * np.eye(n)
+    np.save(tmp_path / "a.npy", a)
+    p = _cli(["--matrix", tmp_path / "a.npy", "--method", "cholesky", "--nb", 8])
+    assert p.returncode == 2 and "not symmetric" in p.stderr, p.stderr
+    a[3, 4] = np.nan
+    np.save(tmp_path / "n.npy", a)
+    p = _cli(["--matrix", tmp_path / "n.npy", "--method", "gepp", "--nb", 8])
+    assert p.returncode == 2 and "non-finite value (nan) at global index (3, 4)" in p.stderr
+    p = _cli(["--matrix", tmp_path / "a.npy", "-O", "pivoting=none"])
+    assert p.returncode == 2 and "chooses the pivoting" in p.stderr
+
+
+def test_cli_complex_rhs_with_real_matrix_is_not_truncated(tmp_path):
+    n = 25
+    r = np.random.default_rng(2)
+    a = r.standard_normal((n, n)) + n * np.eye(n)
+    b = r.standard_normal(n) + 1j * r.standard_normal(n)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    p = _cli(["--matrix", tmp_path / "a.npy", "--rhs", tmp_path / "b.npy", "--method", "gepp",
+              "--nb", 8, "--out", tmp_path / "x.npy"])
+    assert p.returncode == 0, p.stderr
+    x = np.load(tmp_path / "x.npy")
+    np.testing.assert_allclose(a @ x, b, atol=1e-10)
+    p = _cli(["--matrix", tmp_path / "a.npy", "--rhs", tmp_path / "b.npy", "--method", "rbt"])
+    assert p.returncode == 2 and "is complex but the matrix is real" in p.stderr

@@ -546,7 +546,13 @@ class _LU:
                 if z.size:
                     first = min(first, j0 + int(z[0]))
         first = self.g.comm.allreduce(first, op=MPI.MIN)
-        agree(self.g.comm, SingularMatrixError(first) if first < self.kmax else None)
+        err = None
+        if first < self.kmax:
+            err = SingularMatrixError(first) if self.pivoting != "none" else SingularMatrixError(
+                first, f"zero pivot at column {first} (0-based) of the LU factorization "
+                f"without pivoting: the matrix may be nonsingular but needs pivoting (use "
+                f"pivoting='partial' or 'tournament', or method 'gepp', 'calu' or 'rbt')")
+        agree(self.g.comm, err)
 
 
 class _SideStream:
