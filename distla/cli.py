@@ -481,10 +481,17 @@ def cmd_solve(args, comm) -> int:
             raise CommandError(f"--rhs: {binfo.path} has {binfo.shape[0]} rows, but the "
                                f"matrix is {n} x {n}")
     if args.out is not None:
+        if not str(args.out).lower().endswith((".npy", ".mtx", ".mm")):
+            raise CommandError(f"--out: {args.out}: unknown extension; use .npy or .mtx")
         try:
             io.check_writable(args.out, comm)
         except (OSError, ValueError) as e:
             raise CommandError(f"--out: {e}") from None
+    if args.json is not None:
+        try:
+            io.check_writable(args.json, comm)
+        except (OSError, ValueError) as e:
+            raise CommandError(f"--json: {e}") from None
     solver = _solver(args.method)
     dtype = np.dtype(args.dtype) if args.dtype else None
     nb = args.nb or default_nb(n, args.device, grid)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io as _io
 
+import os
+
 import numpy as np
 import pytest
 
@@ -195,10 +197,11 @@ def test_read_npy_every_grid(comm, mpi_tmp_path, fortran):
         for order in ("row", "col"):
             grid = ProcessGrid(p, q, comm=comm, order=order)
             for block, src in (((5, 4), (0, 0)), ((8, 8), (p - 1, q - 1)), ((40, 3), (0, 0))):
-                A = io.read_matrix(path, grid, block, src=src, chunk_rows=3)
-                assert A.shape == (37, 29) and A.block == block and A.src == src
-                np.testing.assert_array_equal(
-                    A.local, a[np.ix_(A.row_indices(), A.col_indices())])
+                for chunk in (3, None):      # memory map; MPI-IO collective read
+                    A = io.read_matrix(path, grid, block, src=src, chunk_rows=chunk)
+                    assert A.shape == (37, 29) and A.block == block and A.src == src
+                    np.testing.assert_array_equal(
+                        A.local, a[np.ix_(A.row_indices(), A.col_indices())])
 
 
 @pytest.mark.mpi
@@ -305,3 +308,84 @@ def test_plot_records(tmp_path):
     assert len(load_records(f, "matmul")) == 8 and load_records(f, "lu") == []
     plot_records(load_records(f), str(tmp_path / "p.png"), "matmul")
     assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+def test_mpiio_roundtrip_dtypes_layouts(comm, mpi_tmp_path, dtype):
+    """write_npy (MPI-IO, Fortran-ordered file) then read_matrix into another layout."""
+    from distla import DistMatrix, ProcessGrid
+    from distla.testing import grid_shapes
+    for i, (p, q) in enumerate(grid_shapes(comm.size)):
+        grid = ProcessGrid(p, q, comm=comm, order=("row", "col")[i % 2])
+        A = DistMatrix.random(grid, (23, 17), (5, 4), seed=9, src=(p - 1, q - 1)).astype(dtype)
+        if np.dtype(dtype).kind == "c":
+            A.local[...] = A.local + 1j * A.local[::-1]
+        ref = A.to_global(root=None)
+        f = mpi_tmp_path / f"r{p}{q}{np.dtype(dtype).char}.npy"
+        io.write_npy(f, A)
+        got = np.load(f)
+        assert got.dtype == dtype and got.flags.f_contiguous
+        np.testing.assert_array_equal(got, ref)
+        for block, src in (((3, 3), (0, 0)), ((7, 2), (p - 1, 0))):
+            B = io.read_matrix(f, grid, block, src=src)
+            assert B.dtype == dtype
+            np.testing.assert_array_equal(B.to_global(root=None), ref)
+        comm.Barrier()
+
+
+@pytest.mark.mpi
+def test_failed_write_leaves_no_file(comm, mpi_tmp_path):
+    from distla import DistMatrix, ProcessGrid
+    grid = ProcessGrid(comm=comm)
+    A = DistMatrix.random(grid, (9, 9), (4, 4), seed=1)
+    target = mpi_tmp_path / "never.npy"
+
+    def fails_on_last_rank(tmp):
+        with open(tmp, "wb") if comm.rank == 0 else open(os.devnull, "wb") as f:
+            f.write(b"partial")
+        comm.Barrier()
+        if comm.rank == comm.size - 1:
+            raise OSError("disk full (simulated)")
+    with pytest.raises(OSError, match="disk full"):
+        io.atomic_output(str(target), comm, fails_on_last_rank)
+    comm.Barrier()
+    assert not target.exists()
+    assert not [p for p in os.listdir(mpi_tmp_path) if p.startswith(".never")]
+    io.write_npy(target, A)
+    np.testing.assert_array_equal(np.load(target), A.to_global(root=None))
+
+
+def test_interrupted_write_leaves_no_file(tmp_path):
+    """SIGTERM during a write: the temporary goes away, nothing under the final name."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    script = tmp_path / "slow.py"
+    script.write_text(
+        "import sys, time\nfrom mpi4py import MPI\nfrom distla import io\n"
+        "def write(tmp):\n    open(tmp, 'wb').write(b'x' * 100)\n"
+        "    print('writing', flush=True)\n    time.sleep(60)\n"
+        "io.atomic_output(sys.argv[1], MPI.COMM_WORLD, write)\n")
+    out = tmp_path / "out.npy"
+    p = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.PIPE,
+                         text=True)
+    assert p.stdout.readline().strip() == "writing"
+    assert [f for f in os.listdir(tmp_path) if f.endswith(".partial")]
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=60)
+    assert p.returncode != 0
+    time.sleep(0.1)
+    assert not out.exists()
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".partial")]
+
+
+def test_npy_size_must_match_header(tmp_path):
+    a = np.arange(12.0).reshape(3, 4)
+    np.save(tmp_path / "a.npy", a)
+    with open(tmp_path / "a.npy", "ab") as f:
+        f.write(b"\0" * 8)
+    with pytest.raises(io.MatrixFileError, match=r"oversized .npy file \(\d+ bytes; its "
+                       r"header announces \d+\)"):
+        io.inspect(tmp_path / "a.npy")

@@ -1,0 +1,85 @@
+"""Read and write rates of distla's .npy I/O beside a sequential read of the same file.
+
+    mpiexec -n R python benchmarks/io_rate.py --n 8192 --dir /tmp --json out.jsonl
+
+Rows (same run, same file, page cache warm after the first touch): ``sequential read``
+(rank 0 reads the whole file into memory with one ``readinto``: the floor), ``read mpiio``
+(``io.read_matrix``: one collective MPI_File_read_all per rank), ``read memmap`` (the
+memory-mapped path, ``DISTLA_IO=memmap``), ``write mpiio`` (``io.write_npy``) and ``np.save``
+on rank 0 of the gathered matrix (a one-process floor for writing). Best of --reps.
+"""
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from distla import DistMatrix, ProcessGrid, io
+
+
+def best(comm, fn, reps):
+    ts = []
+    for _ in range(reps):
+        comm.Barrier()
+        t = time.perf_counter()
+        fn()
+        comm.Barrier()
+        ts.append(time.perf_counter() - t)
+    return min(ts)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=8192)
+    ap.add_argument("--nb", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--dir", default="/tmp")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    comm = MPI.COMM_WORLD
+    g = ProcessGrid(comm=comm)
+    n, nb = a.n, a.nb
+    path = os.path.join(a.dir, f"distla_io_rate_{n}.npy")
+    A = DistMatrix.random(g, (n, n), (nb, nb), seed=3)
+    nbytes = n * n * 8
+    rows = []
+
+    def rec(impl, sec):
+        rows.append({"bench": "io", "impl": impl, "n": n, "nb": nb, "ranks": comm.size,
+                     "device": "cpu", "seconds": sec, "tflops": None,
+                     "gbytes_per_s": nbytes / sec / 1e9})
+
+    rec("write mpiio", best(comm, lambda: io.write_npy(path, A), a.reps))
+    full = A.to_global(root=0)
+    if comm.rank == 0:
+        t = time.perf_counter()
+        np.save(path + ".ref.npy", full)
+        rec("np.save (rank 0)", time.perf_counter() - t)
+        os.unlink(path + ".ref.npy")
+    del full
+    buf = np.empty(os.path.getsize(path), dtype=np.uint8) if comm.rank == 0 else None
+
+    def seq():
+        if comm.rank == 0:
+            with open(path, "rb", buffering=0) as f:
+                f.readinto(buf)
+    rec("sequential read (rank 0)", best(comm, seq, a.reps))
+    del buf
+    rec("read mpiio", best(comm, lambda: io.read_matrix(path, g, (nb, nb)), a.reps))
+    os.environ["DISTLA_IO"] = "memmap"
+    rec("read memmap", best(comm, lambda: io.read_matrix(path, g, (nb, nb)), a.reps))
+    os.environ.pop("DISTLA_IO")
+    if comm.rank == 0:
+        os.unlink(path)
+        for r in rows:
+            print(f"{r['impl']:<26} {r['seconds']:8.4f} s  {r['gbytes_per_s']:6.2f} GB/s")
+        if a.json:
+            with open(a.json, "a") as f:
+                for r in rows:
+                    f.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main()
