@@ -531,8 +531,9 @@ def cmd_solve(args, comm) -> int:
                     B = matmul(A, xtrue)
                     rhs_desc = f"A @ ones ({args.nrhs} column{'s' * (args.nrhs != 1)})"
                 else:
-                    B = DistMatrix.random(grid, (n, args.nrhs), (nb, nb), seed=args.seed,
-                                          dtype=dtype, device=args.device)
+                    B = DistMatrix.random(grid, (n, args.nrhs), (nb, nb),
+                                          seed=rhs_seed(args.seed), dtype=dtype,
+                                          device=args.device)
                     rhs_desc = (f"standard normal, seed {args.seed} ({args.nrhs} "
                                 f"column{'s' * (args.nrhs != 1)})")
         say(f"rhs: {rhs_desc}")
@@ -609,6 +610,17 @@ def _append_json(path, obj) -> None:
 # ---------------------------------------------------------------------------------------
 # generate
 # ---------------------------------------------------------------------------------------
+def kw_entries(kw: dict) -> dict:
+    """make_problem's keywords that also shape problem_entries (dtype goes elsewhere)."""
+    return {k: v for k, v in kw.items() if k != "dtype"}
+
+
+def rhs_seed(seed: int) -> int:
+    """The generator seed of ``solve --rhs-kind random --seed S``: a stream of its own, so a
+    random B never repeats the columns of a ``generate --kind general --seed S'`` matrix."""
+    return int((int(seed) * 0x9E3779B97F4A7C15 + 0x5248535F42) % (2 ** 63 - 25))
+
+
 def cmd_generate(args, comm) -> int:
     import numpy as np
 
@@ -621,23 +633,53 @@ def cmd_generate(args, comm) -> int:
         raise CommandError(f"--n must be positive, not {args.n}")
     if args.nb < 1:
         raise CommandError(f"--nb must be positive, not {args.nb}")
-    try:
-        io.check_writable(args.out, comm)
-        if args.rhs_out:
-            io.check_writable(args.rhs_out, comm)
-    except (OSError, ValueError) as e:
-        raise CommandError(f"--out: {e}") from None
+    for opt, path in (("--out", args.out), ("--rhs-out", args.rhs_out)):
+        if path is None:
+            continue
+        if not str(path).lower().endswith((".npy", ".mtx", ".mm")):
+            raise CommandError(f"{opt}: {path}: unknown extension; use .npy or .mtx")
+        try:
+            io.check_writable(path, comm)
+        except (OSError, ValueError) as e:
+            raise CommandError(f"{opt}: {e}") from None
     grid = make_grid(None, comm)
     nb = max(1, min(args.nb, -(-args.n // max(grid.nprow, grid.npcol))))
     kw = {"seed": args.seed, "dtype": np.dtype(args.dtype)}
     if args.kind == "covariance":
         kw.update(length=args.length, nugget=args.nugget, kernel=args.kernel)
     t = Timings()
+    mtx = args.out.lower().endswith((".mtx", ".mm"))
+    if not mtx:   # generated and written a slab at a time, never whole in memory
+        import time
+
+        from .bench.common import problem_entries
+        fn = problem_entries(args.kind, args.n, **kw_entries(kw))
+        t0, last = time.perf_counter(), [time.perf_counter()]
+
+        def progress(done):
+            now = time.perf_counter()
+            if comm.Get_rank() == 0 and (now - last[0] > 5 or done == args.n) and \
+                    now - t0 > 5:
+                last[0] = now
+                say(f"generate: {100 * done / args.n:5.1f}% of the columns, "
+                    f"{now - t0:.1f} s elapsed")
+        with t.phase("generate + write", None, comm), guarded(comm):
+            b = io.write_npy_generated(args.out, grid, (args.n, args.n), (nb, nb), fn,
+                                       dtype=np.dtype(args.dtype), progress=progress,
+                                       row_sums=bool(args.rhs_out))
+        say(f"wrote {args.kind} matrix {args.n} x {args.n} {args.dtype} to {args.out}")
+        if args.rhs_out:
+            with t.phase("rhs", None, comm), guarded(comm):
+                writer = io.write_matrix if args.rhs_out.lower().endswith((".mtx", ".mm")) \
+                    else io.write_npy
+                writer(args.rhs_out, b, vector=True)
+            say(f"wrote b = A @ ones (length {args.n}) to {args.rhs_out}")
+        say(t.table(), level=2)
+        return 0
     with t.phase("generate", None, comm), guarded(comm):
         A = make_problem(args.kind, grid, args.n, nb, **kw)
-    mtx = args.out.lower().endswith((".mtx", ".mm"))
     with t.phase("write", None, comm), guarded(comm):
-        (io.write_matrix if mtx else io.write_npy)(args.out, A)
+        io.write_matrix(args.out, A)
     say(f"wrote {args.kind} matrix {args.n} x {args.n} {args.dtype} to {args.out}")
     if args.rhs_out:
         from .matrix import DistMatrix

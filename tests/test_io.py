@@ -389,3 +389,37 @@ def test_npy_size_must_match_header(tmp_path):
     with pytest.raises(io.MatrixFileError, match=r"oversized .npy file \(\d+ bytes; its "
                        r"header announces \d+\)"):
         io.inspect(tmp_path / "a.npy")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["spd", "general", "covariance"])
+def test_generated_slabs_equal_the_problem(comm, mpi_tmp_path, kind):
+    """write_npy_generated (a few block columns at a time) writes make_problem's matrix."""
+    from distla import ProcessGrid
+    from distla.testing import grid_shapes
+    n = 45
+    ref = None
+    for p, q in grid_shapes(comm.size):
+        grid = ProcessGrid(p, q, comm=comm)
+        if ref is None:
+            ref = common.make_problem(kind, grid, n, 4, seed=3).to_global(None)
+        f = mpi_tmp_path / f"gen{kind}{p}{q}.npy"
+        seen = []
+        b = io.write_npy_generated(f, grid, (n, n), (4, 4),
+                                   common.problem_entries(kind, n, seed=3),
+                                   slab_bytes=1, progress=seen.append, row_sums=True)
+        assert seen[-1] == n and len(seen) > 1          # several slabs
+        np.testing.assert_allclose(np.load(f), ref, rtol=1e-15, atol=1e-15)
+        np.testing.assert_allclose(b.to_global(None)[:, 0], ref.sum(axis=1), rtol=1e-12)
+        comm.Barrier()
+
+
+def test_random_rhs_never_repeats_a_generated_matrix():
+    from distla.cli import rhs_seed
+    from distla.random import hashed_normal
+    I = np.arange(50).reshape(-1, 1)
+    for s in range(4):
+        b = hashed_normal(rhs_seed(s), I, np.zeros((1, 1), dtype=np.int64))
+        for t in range(8):
+            a0 = hashed_normal(t, I, np.zeros((1, 1), dtype=np.int64))
+            assert not np.allclose(a0, b)

@@ -376,6 +376,31 @@ def covariance_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64
     return cov.covariance_matrix(grid, pts, k, _pair(block), device=device, dtype=dtype)
 
 
+def problem_entries(kind: str, n: int, *, seed: int = 0, length: float = 0.1,
+                    nugget: float = 1e-2, kernel: str = "sqexp", xp=np):
+    """``fn(I, J)`` giving the entries of :func:`make_problem`'s matrix ``kind`` at global
+    index arrays I (column) and J (row), for generating any part of it (not collective)."""
+    from ..random import hashed_normal, hashed_uniform
+    if kind == "spd":
+        def fn(I, J):
+            x = _xp_of(I)
+            lo, hi = x.minimum(I, J), x.maximum(I, J)
+            return x.where(I == J, float(n), hashed_uniform(seed, lo, hi) - 0.5)
+        return fn
+    if kind == "general":
+        return lambda I, J: hashed_normal(seed, I, J)
+    if kind == "covariance":
+        from .. import covariance as cov
+        kinds = {"sqexp": cov.SquaredExponential, "exp": cov.Exponential,
+                 "matern": lambda **k: cov.Matern(nu=1.5, **k)}
+        if kernel not in kinds:
+            raise ValueError(f"kernel must be one of {', '.join(kinds)}, not {kernel!r}")
+        pts = cov.points(n, dim=2, kind="jittered", seed=seed)
+        return cov.entry_function(pts, kinds[kernel](sigma=1.0, beta=length, nugget=nugget),
+                                  xp)
+    raise ValueError(f"problem kind must be one of spd, general, covariance, not {kind!r}")
+
+
 def make_problem(kind: str, grid, n: int, block=64, **kw):
     """Collective: ``spd_matrix``, ``general_matrix`` or ``covariance_matrix`` by name."""
     makers = {"spd": spd_matrix, "general": general_matrix, "covariance": covariance_matrix}
