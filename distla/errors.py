@@ -151,10 +151,10 @@ def install_excepthook(comm=None) -> bool:
     """Make an uncaught exception on one rank end the whole MPI job instead of hanging it.
 
     Installs a ``sys.excepthook`` that prints ``[rank R]`` and the traceback, then calls
-    ``comm.Abort(1)`` (default ``MPI.COMM_WORLD``), as ``python -m mpi4py`` does. Done on
-    ``import distla`` when the job has more than one rank, unless ``DISTLA_EXCEPTHOOK=0`` or
-    another hook is already installed; returns whether the hook is now distla's. Not
-    collective."""
+    ``comm.Abort(1)`` (default ``MPI.COMM_WORLD``), as ``python -m mpi4py`` does. Done by
+    the first :class:`~distla.ProcessGrid` of a job with more than one rank (and by the CLI),
+    unless ``DISTLA_EXCEPTHOOK=0`` or another hook is already installed; returns whether the
+    hook is now distla's. Not collective."""
     from mpi4py import MPI
     comm = MPI.COMM_WORLD if comm is None else comm
     if os.environ.get("DISTLA_EXCEPTHOOK", "1") == "0":

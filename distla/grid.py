@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from .errors import agree
+from .errors import agree, install_excepthook
 
 __all__ = ["ProcessGrid", "squarest_shape"]
 
@@ -40,6 +40,8 @@ class ProcessGrid:
                  order: str = "row"):
         comm = _world() if comm is None else comm
         size, rank = comm.Get_size(), comm.Get_rank()
+        if _world().Get_size() > 1:   # an uncaught exception on one rank ends the job
+            install_excepthook()
         err = None
         try:
             if order not in ("row", "col", "column"):

@@ -163,7 +163,8 @@ def test_uncaught_exception_on_one_rank_aborts_the_job(tmp_path):
     if mpiexec is None:
         pytest.skip("no mpiexec beside the python in use")
     script = tmp_path / "bug.py"
-    script.write_text("import distla\nfrom mpi4py import MPI\nc = MPI.COMM_WORLD\n"
+    script.write_text("import distla\nfrom mpi4py import MPI\ndistla.ProcessGrid()\n"
+                      "c = MPI.COMM_WORLD\n"
                       "if c.rank == 1:\n    raise RuntimeError('user bug on rank 1')\n"
                       "c.Barrier()\nprint('all ranks passed the barrier')\n")
     p = subprocess.run([mpiexec, "-n", "2", sys.executable, str(script)], capture_output=True,
