@@ -601,3 +601,46 @@ def test_mixed_precision_complex_gmres_ir():
         assert info.gmres_iterations and info.reason is None
         x = X.to_global(None)
         assert berr_np(a, x, b) <= max(20 * gepp_berr(a, b), 4 * n * EPS)
+
+
+@pytest.mark.mpi
+def test_singular_matrix_never_returns_silently():
+    """An exactly singular A with a random b: a small normwise residual is reachable, but
+    the condition estimate makes RBT fall back (and GEPP warn) or raise."""
+    import warnings
+
+    from distla import ConvergenceError, LinAlgWarning
+    from distla.linalg import rbt_solve
+    from distla.linalg.rbt import RBTFallbackWarning
+    n = 64
+    r = np.random.default_rng(0)
+    a = r.standard_normal((n, n))
+    a[:, 5] = a[:, 7]
+    b = r.standard_normal((n, 1))
+    for grid in _grids():
+        A, B = _dist(grid, a, 8), _dist(grid, b, 8)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            X, info = rbt_solve(A, B, return_info=True)
+        kinds = {type(x.message) for x in w}
+        assert RBTFallbackWarning in kinds and LinAlgWarning in kinds, kinds
+        assert info.fallback and not info.converged and info.rcond < np.finfo(float).eps
+        with pytest.raises(ConvergenceError, match="numerically singular") as ei:
+            rbt_solve(A, B, fallback=False)
+        _same_everywhere(grid.comm, str(ei.value))
+
+
+@pytest.mark.mpi
+def test_default_seed_gives_identical_answers_on_every_grid():
+    from distla.linalg import rbt_solve
+    n = 50
+    r = np.random.default_rng(3)
+    a, b = r.standard_normal((n, n)), r.standard_normal((n, 2))
+    ref = None
+    for grid in _grids():
+        X, info = rbt_solve(_dist(grid, a, 8), _dist(grid, b, 8), return_info=True)
+        x = X.to_global(None)
+        if ref is None:
+            ref, seed = x, info.seed
+        assert info.seed == seed
+        np.testing.assert_allclose(x, ref, rtol=1e-12, atol=1e-13)

@@ -52,6 +52,7 @@ import scipy.linalg
 from ..errors import ConvergenceError, SingularMatrixError, collective
 from ..matrix import DistMatrix, check_compatible
 from ..validate import check_finite as check_finite_
+from .condition import warn_if_ill_conditioned
 from ._butterfly import Butterfly, pad_matrix, padded_size, random_butterflies, two_sided
 
 __all__ = ["rbt_solve", "rbt_transform", "RBTInfo", "RBTFallbackWarning", "Butterfly"]
@@ -67,7 +68,8 @@ class RBTInfo:
 
     ``iterations``: refinement corrections applied on the path that produced X (>= 1 unless
     ``refine=False`` / ``max_iter=0``; -1 when X came from the fallback).
-    ``converged``: the refinement criterion ``max|r| <= max|x| ||A||_inf eps sqrt(n)`` held.
+    ``converged``: the refinement criterion ``max|r| <= max|x| ||A||_inf eps sqrt(n)`` held
+    and ``rcond`` (the condition estimate of U^T A V, or of A after a fallback) >= eps.
     ``fallback``: X came from the partial-pivoting solve; ``reason`` says why (also set when
     mixed precision had to retry in float64). ``factor_dtype``: dtype of the factorization
     that produced X. On the original system (``return_info=True`` only): ``backward_error``,
@@ -88,6 +90,7 @@ class RBTInfo:
     factor_dtype: str = ""
     iterations: int = 0
     converged: bool = False
+    rcond: float | None = None
     fallback: bool = False
     reason: str | None = None
     backward_error: float = float("nan")
@@ -496,7 +499,9 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: 
         # GMRES needs M^-1 to be one fixed linear operator to working accuracy: the
         # triangular solves run in A's precision with the rounded factors (Carson-Higham)
         from .lu import LUFactor
+        anorm_r = F.anorm
         F = LUFactor(F.lu.astype(wdt), F.piv, F.pivoting, F.max_abs_a, F.tree)
+        F.anorm = anorm_r
     sdt = F.lu.dtype
     t1 = _sync(A)
     t_rhs = [0.0]
@@ -536,6 +541,16 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: 
         if rho <= 1.0 and it >= min(1, max_iter):
             # converged; polish while cheap progress remains (normwise berr down to ~eps)
             if rho <= polish or _stalled(hist, 1) or it >= max_iter:
+                # a small normwise residual does not make x accurate when A is singular:
+                # the condition estimate of U^T A V from its GENP factors decides. Factors
+                # with element growth g are exact for a matrix within ~g eps of U^T A V, so
+                # they cannot tell a condition number beyond 1 / (g eps) from singular
+                rc = F.rcond()
+                limit = np.finfo(wdt).eps * max(1.0, F.growth_factor())
+                if not rc >= limit:
+                    return done(x, it, False, f"{label}: U^T A V is numerically singular "
+                                f"(rcond={rc:.3g} < eps * growth = {limit:.3g})", hist)
+                times["rcond"] = rc
                 return done(x, it, True, None, hist)
         elif (it >= max_iter or _stalled(hist, 1 if gmres else _PATIENCE)
               or not math.isfinite(rho)):
@@ -580,8 +595,11 @@ def _validate(A, B, depth, precision, max_iter, refine, fallback, return_info):
             raise TypeError(f"{name} must be a bool, not {v!r}")
 
 
+DEFAULT_SEED = 1234567   # rbt_solve's butterflies: the same answer on every run and grid
+
+
 def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
-              seed: int | None = None, max_iter: int = 30, fallback: bool = True,
+              seed: int | None = DEFAULT_SEED, max_iter: int = 30, fallback: bool = True,
               precision: str = "double", return_info: bool = False,
               check_finite: bool = True):
     """Collective: solve ``A X = B`` by RBT + GENP + iterative refinement.
@@ -596,8 +614,14 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
 
     Failure (GENP zero pivot, refinement not converged): ``fallback=True`` solves with partial
     pivoting and warns (:class:`RBTFallbackWarning`); ``fallback=False`` raises
-    SingularMatrixError (zero pivot) or ConvergenceError, on every rank. ``check_finite``:
-    NaN/Inf in A or B raise ValueError before any work.
+    SingularMatrixError (zero pivot) or ConvergenceError, on every rank. A converged
+    refinement is accepted only when the condition estimate of ``U^T A V`` (from its GENP
+    factors) is at least eps: a numerically singular matrix takes the failure path (the
+    partial-pivoting fallback then warns with :class:`distla.LinAlgWarning` like
+    :func:`solve_lu`). ``info.rcond`` holds the estimate used. ``check_finite``: NaN/Inf in A
+    or B raise ValueError before any work. ``seed``: the butterflies' seed, fixed by default
+    (``DEFAULT_SEED``) so that a solve gives the same answer on every run and grid shape;
+    ``None`` draws a fresh one (rank 0 draws it).
     """
     from ..pblas import norm
     from .lu import lu_factor, lu_solve
@@ -658,6 +682,7 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
 
     if path.converged:
         info.iterations, info.converged = path.iterations, True
+        info.rcond = times.pop("rcond", None)
         X = path.x
     else:
         del path
@@ -676,6 +701,8 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
         X = lu_solve(F, B, check_finite=False)
         if not X.same_layout(B):
             X = X.redistribute(block=B.block, src=B.src)
+        info.rcond = F.rcond()
+        warn_if_ill_conditioned(info.rcond, A.dtype, "rbt_solve (partial-pivoting fallback)")
         del F
         times["fallback"] = _sync(A) - t0
         info.fallback, info.iterations, info.converged = True, -1, False
