@@ -23,6 +23,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import traceback
 
 from .errors import on_root
@@ -338,6 +339,15 @@ def build_parser() -> ArgumentParser:
     _add_output_flags(g)
 
     sub.add_parser("bench", help="run a benchmark (distla bench NAME --help)", add_help=False)
+
+    w = sub.add_parser("warmup", help="compile every GPU kernel once (persistent cache)",
+                       description="Run each solver, the checks and the file I/O once at a "
+                       "small size so that CuPy's persistent kernel cache (CUPY_CACHE_DIR, "
+                       "default ~/.cupy/kernel_cache) holds every kernel a job needs: later "
+                       "one-shot runs pay no compilation. Run once per machine or image.")
+    w.add_argument("--device", choices=("cpu", "gpu"), default="gpu")
+    w.add_argument("--n", type=int, default=512, help="problem size (default 512)")
+    _add_output_flags(w)
 
     i = sub.add_parser("info", help="ranks, grid, devices, MPI, NCCL, BLAS, versions")
     i.add_argument("--grid", "-g", metavar="PxQ", help="grid to report (default: squarest)")
@@ -812,7 +822,24 @@ def cmd_info(args, comm) -> int:
 # ---------------------------------------------------------------------------------------
 # entry point
 # ---------------------------------------------------------------------------------------
-_COMMANDS = {"solve": cmd_solve, "generate": cmd_generate, "info": cmd_info}
+def cmd_warmup(args, comm) -> int:
+    from .warmup import warmup
+    say = Reporter(comm, _verbosity(args))
+    _check_device(args.device, comm)
+    if args.n < 8:
+        raise CommandError(f"--n must be at least 8, not {args.n}")
+    t = time.perf_counter()
+    with guarded(comm):
+        warmup(comm, device=args.device, n=args.n, nb=max(4, min(128, args.n // 4)),
+               say=lambda text: say(text, level=2))
+    cache = os.environ.get("CUPY_CACHE_DIR", os.path.expanduser("~/.cupy/kernel_cache"))
+    say(f"warmup done in {time.perf_counter() - t:.1f} s"
+        + (f"; kernel cache: {cache}" if args.device == "gpu" else ""))
+    return 0
+
+
+_COMMANDS = {"solve": cmd_solve, "generate": cmd_generate, "info": cmd_info,
+             "warmup": cmd_warmup}
 
 
 def _main(argv) -> int:

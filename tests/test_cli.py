@@ -312,3 +312,13 @@ def test_guarded_aborts_instead_of_hanging(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0
     assert "rank 1 failed alone" in p.stderr and "aborting" in p.stderr
+
+
+def test_warmup_runs_every_path_on_cpu():
+    p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "distla", "warmup",
+                        "--device", "cpu", "--n", "48", "-v"], env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    for kind in ("spd", "general", "covariance"):
+        assert f"warmup: {kind} float64" in p.stdout and f"warmup: {kind} float32" in p.stdout
+    assert "warmup done" in p.stdout
