@@ -68,8 +68,9 @@ class RBTInfo:
 
     ``iterations``: refinement corrections applied on the path that produced X (>= 1 unless
     ``refine=False`` / ``max_iter=0``; -1 when X came from the fallback).
-    ``converged``: the refinement criterion ``max|r| <= max|x| ||A||_inf eps sqrt(n)`` held
-    and ``rcond`` (the condition estimate of U^T A V, or of A after a fallback) >= eps.
+    ``converged``: the refinement criterion ``max|r| <= max|x| ||A||_inf eps sqrt(n)`` held,
+    the componentwise backward error is at working precision and ``rcond`` (the condition
+    estimate of U^T A V, or of A after a fallback) >= eps.
     ``fallback``: X came from the partial-pivoting solve; ``reason`` says why (also set when
     mixed precision had to retry in float64). ``factor_dtype``: dtype of the factorization
     that produced X. On the original system (``return_info=True`` only): ``backward_error``,
@@ -542,14 +543,23 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: 
             # converged; polish while cheap progress remains (normwise berr down to ~eps)
             if rho <= polish or _stalled(hist, 1) or it >= max_iter:
                 # a small normwise residual does not make x accurate when A is singular:
-                # the condition estimate of U^T A V from its GENP factors decides. Factors
-                # with element growth g are exact for a matrix within ~g eps of U^T A V, so
-                # they cannot tell a condition number beyond 1 / (g eps) from singular
+                # the componentwise backward error must be at working precision and the
+                # condition estimate of U^T A V (from its GENP factors) at least eps
+                from ..checks import backward_error
+                from ..pblas import norm
+                eps = np.finfo(wdt).eps
+                # (LAPACK's guard against tiny denominators distorts the componentwise
+                # error of matrices near the underflow threshold: checked above it only)
+                scaled_ok = anorm * norm(x, "max") >= np.finfo(wdt).tiny / eps
+                berr = backward_error(A, x, B) if scaled_ok else 0.0
+                if not berr <= max(10.0, math.sqrt(A.n)) * eps:
+                    return done(x, it, False, f"{label}: componentwise backward error "
+                                f"{berr:.3g} is not at working precision (A is numerically "
+                                f"singular or the GENP factors too inaccurate)", hist)
                 rc = F.rcond()
-                limit = np.finfo(wdt).eps * max(1.0, F.growth_factor())
-                if not rc >= limit:
+                if not rc >= eps:
                     return done(x, it, False, f"{label}: U^T A V is numerically singular "
-                                f"(rcond={rc:.3g} < eps * growth = {limit:.3g})", hist)
+                                f"(rcond={rc:.3g} < eps)", hist)
                 times["rcond"] = rc
                 return done(x, it, True, None, hist)
         elif (it >= max_iter or _stalled(hist, 1 if gmres else _PATIENCE)
@@ -615,7 +625,8 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     Failure (GENP zero pivot, refinement not converged): ``fallback=True`` solves with partial
     pivoting and warns (:class:`RBTFallbackWarning`); ``fallback=False`` raises
     SingularMatrixError (zero pivot) or ConvergenceError, on every rank. A converged
-    refinement is accepted only when the condition estimate of ``U^T A V`` (from its GENP
+    refinement is accepted only when the componentwise backward error is at working precision
+    (``max(10, sqrt(n)) eps``) and the condition estimate of ``U^T A V`` (from its GENP
     factors) is at least eps: a numerically singular matrix takes the failure path (the
     partial-pivoting fallback then warns with :class:`distla.LinAlgWarning` like
     :func:`solve_lu`). ``info.rcond`` holds the estimate used. ``check_finite``: NaN/Inf in A
