@@ -4,7 +4,7 @@
     mpiexec -n 4 python examples/solve_file.py A.mtx b.npy --method gepp --out x.npy
     mpiexec -n 4 python examples/solve_file.py                         # writes a demo matrix
 
-.npy files are memory-mapped: every rank reads only the entries of its own blocks, so a matrix
+.npy files are read with MPI-IO: every rank reads only the entries of its own blocks, so a matrix
 larger than one rank's memory can be read (the file must be visible to every rank). .mtx files
 are text and are parsed on rank 0, then scattered. Without a file, rank 0 first writes a
 small demo matrix (1-D Poisson, SPD) to distla_demo_A.npy in the current directory. The same
