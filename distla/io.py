@@ -250,36 +250,60 @@ def _hints():
     return info
 
 
-def _local_host_buffer(A, dtype, fortran):
-    return np.empty(A.local_shape, dtype=dtype, order="F" if fortran else "C")
+def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int = 1 << 28) -> None:
+    """Collective: fill A from the .npy described by ``info`` with collective MPI-IO reads.
 
+    A Fortran-ordered file is read a slab of block columns at a time (about ``slab_bytes``
+    per rank; a slab is a contiguous byte range of the file and a contiguous range of A's
+    local columns): on CPU ranks straight into A's storage, on GPU ranks through one reused
+    host buffer (no host copy of the whole local matrix). A C-ordered file is read in one call
+    into a host buffer and transposed into place."""
+    from types import SimpleNamespace
 
-def _read_npy_mpiio(info: MatrixInfo, A) -> None:
-    """Collective: fill A from the .npy described by ``info`` with one MPI_File_read_all."""
     from mpi4py import MPI
-    comm = A.grid.comm
+    from .layout import numroc
+    comm, g = A.grid.comm, A.grid
     fdt = np.dtype(info.dtype)
-    direct = not A.backend.is_gpu and fdt == A.dtype and info.fortran_order
-    buf = A.local if direct else _local_host_buffer(A, fdt, info.fortran_order)
+    gpu = A.backend.is_gpu
+    if info.fortran_order:
+        unit = A.nb * g.npcol
+        width = unit * max(1, slab_bytes // max(1, A.local_shape[0] * A.nb * fdt.itemsize))
+    else:
+        width = max(A.n, 1)
+    direct = not gpu and fdt == A.dtype and info.fortran_order
+    host = None
     err = None
     fh = None
-    etype = ftype = None
     try:
         fh = MPI.File.Open(comm, info.path, MPI.MODE_RDONLY, _hints())
-        etype, ftype = _filetype(A, fdt, info.fortran_order)
-        fh.Set_view(info.offset, etype, ftype)
-        fh.Read_all([buf, etype])
+        for c0 in range(0, A.n, width):
+            w = min(width, A.n - c0)
+            S = SimpleNamespace(grid=g, m=A.m, n=w, mb=A.mb, nb=A.nb, rsrc=A.rsrc, csrc=A.csrc)
+            lc0 = numroc(c0, A.nb, g.mycol, A.csrc, g.npcol)
+            lc1 = lc0 + numroc(w, A.nb, (g.mycol - A.csrc) % g.npcol, 0, g.npcol)
+            if direct:
+                buf = A.local[:, lc0:lc1]
+            else:
+                shape = (A.local_shape[0], lc1 - lc0)
+                if host is None or host.shape != shape:
+                    host = np.empty(shape, dtype=fdt, order="F" if info.fortran_order else "C")
+                buf = host
+            etype, ftype = _filetype(S, fdt, info.fortran_order)
+            try:
+                offset = info.offset + (c0 * A.m * fdt.itemsize if info.fortran_order else 0)
+                fh.Set_view(offset, etype, ftype)
+                fh.Read_all([buf, etype])
+            finally:
+                ftype.Free()
+            if not direct and buf.size:
+                piece = buf.astype(A.dtype, copy=False)
+                A.local[:, lc0:lc1] = A.backend.asarray(piece) if gpu else piece
     except MPI.Exception as e:
         err = MatrixFileError(f"{info.path}: cannot read ({e.Get_error_string()})")
     finally:
         if fh is not None:
             fh.Close()
-        if ftype is not None:
-            ftype.Free()
     agree(comm, err)
-    if not direct:
-        A.local[...] = A.backend.asarray(buf.astype(A.dtype, copy=False)) \
-            if A.backend.is_gpu else buf
 
 
 def _npy_header(shape, dtype: np.dtype, fortran: bool) -> bytes:

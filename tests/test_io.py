@@ -423,3 +423,25 @@ def test_random_rhs_never_repeats_a_generated_matrix():
         for t in range(8):
             a0 = hashed_normal(t, I, np.zeros((1, 1), dtype=np.int64))
             assert not np.allclose(a0, b)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("fortran", [True, False])
+def test_mpiio_read_by_slabs(comm, mpi_tmp_path, fortran):
+    """Fortran files are read a few block columns at a time: slabs of one block per process
+    column here; C files in one call."""
+    from distla import DistMatrix, ProcessGrid
+    from distla.testing import grid_shapes
+    a = np.random.default_rng(5).standard_normal((31, 27)).astype(np.float32)
+    path = mpi_tmp_path / f"slab{int(fortran)}.npy"
+    if comm.rank == 0:
+        np.save(path, np.asfortranarray(a) if fortran else a)
+    comm.Barrier()
+    info = io.inspect(path)
+    for p, q in grid_shapes(comm.size):
+        grid = ProcessGrid(p, q, comm=comm, order="col")
+        for block, src, dt in (((4, 3), (p - 1, q - 1), np.float32), ((5, 5), (0, 0), np.float64)):
+            A = DistMatrix.zeros(grid, a.shape, block, dtype=dt, src=src)
+            io._read_npy_mpiio(info, A, slab_bytes=1)
+            np.testing.assert_array_equal(A.local, a[np.ix_(A.row_indices(),
+                                                            A.col_indices())].astype(dt))
