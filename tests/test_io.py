@@ -114,6 +114,8 @@ def test_flops_and_table():
 def test_default_nb():
     assert common.default_nb(1000, "cpu") == 128
     assert common.default_nb(1000, "gpu") == 512
+    assert common.default_nb(32768, "gpu") == 1024      # large local matrices: nb 1024
+    assert common.default_nb(16384, "gpu") == 512
     assert common.default_nb(5, "cpu") == 5
 
 

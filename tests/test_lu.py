@@ -515,8 +515,10 @@ def test_bad_input_raises_everywhere():
     with pytest.raises(TypeError):
         lu_factor(a)
     F = lu_factor(A)
-    with pytest.raises(ValueError, match="rows must be blocked like"):
-        lu_solve(F, DistMatrix.from_global(g, np.ones((12, 1)), block=(3, 3)))
+    Bo = DistMatrix.from_global(g, np.ones((12, 1)), block=(3, 3))   # another row blocking:
+    Xo = lu_solve(F, Bo)                                              # redistributed inside
+    assert Xo.same_layout(Bo)
+    np.testing.assert_allclose(a @ Xo.to_global(None), np.ones((12, 1)), atol=1e-10)
     with pytest.raises(ValueError, match="rows"):
         lu_solve(F, _dist(g, np.ones((11, 1)), 4, src))
     with pytest.raises(TypeError, match="dtype"):

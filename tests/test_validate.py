@@ -224,3 +224,17 @@ def test_cli_complex_rhs_with_real_matrix_is_not_truncated(tmp_path):
     np.testing.assert_allclose(a @ x, b, atol=1e-10)
     p = _cli(["--matrix", tmp_path / "a.npy", "--rhs", tmp_path / "b.npy", "--method", "rbt"])
     assert p.returncode == 2 and "is complex but the matrix is real" in p.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("method", ["cholesky", "gepp", "calu", "genp", "rbt"])
+def test_every_method_accepts_b_in_another_layout(grids, method):
+    n = 21
+    a = _spd(n, 10, seed=6) + n * np.eye(n)
+    b = np.random.default_rng(4).standard_normal((n, 3))
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=4, src=(0, 0))
+        B = DistMatrix.from_global(g, b, block=(5, 2), src=(g.nprow - 1, g.npcol - 1))
+        X = solve(A, B, method=method)
+        assert X.same_layout(B)
+        np.testing.assert_allclose(X.to_global(None), np.linalg.solve(a, b), atol=1e-10)

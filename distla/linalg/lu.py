@@ -634,10 +634,6 @@ def _check_rhs(F, B):
         raise ValueError(f"lu_solve needs a square factorization, got {A.shape}")
     if B.m != A.n:
         raise ValueError(f"B has {B.m} rows, the matrix is {A.n} x {A.n}")
-    if B.mb != A.mb or B.rsrc != A.rsrc:
-        raise ValueError(f"B's rows must be blocked like A's (mb={A.mb}, rsrc={A.rsrc}), got "
-                         f"mb={B.mb}, rsrc={B.rsrc}; use B.redistribute(block=({A.mb}, "
-                         f"{B.nb}), src=({A.rsrc}, {B.csrc}))")
 
 
 def _permute(B, dest, src):
@@ -676,6 +672,9 @@ def lu_solve(F: LUFactor, B: DistMatrix, trans=False, overwrite_b: bool = False,
     if check_finite:
         check_finite_(("B", B), what="lu_solve")
     A = F.lu
+    B0 = B
+    if (B.mb, B.rsrc) != (A.mb, A.rsrc):   # work in A's row blocking, answer in B's layout
+        B, overwrite_b = B.redistribute(block=(A.mb, B.nb), src=(A.rsrc, B.csrc)), True
     X = B if overwrite_b else B.copy()
     conj = t == "C" and A.dtype.kind == "c"
     trans = t != "N"
@@ -693,6 +692,8 @@ def lu_solve(F: LUFactor, B: DistMatrix, trans=False, overwrite_b: bool = False,
         _permute(X, perm[moved], moved)
     if conj:
         X.local[...] = X.xp.conj(X.local)
+    if not X.same_layout(B0):
+        X = X.redistribute(block=B0.block, src=B0.src)
     return X
 
 
@@ -715,9 +716,6 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
             raise ValueError(f"B has {B.m} rows, A is {A.n} x {A.n}")
         if B.dtype != A.dtype or B.device != A.device or B.grid != A.grid:
             raise ValueError("A and B must share grid, device and dtype")
-        if B.mb != A.mb or B.rsrc != A.rsrc:
-            raise ValueError(f"B's rows must be blocked like A's (mb={A.mb}, rsrc={A.rsrc}), "
-                             f"got mb={B.mb}, rsrc={B.rsrc}")
     if check_finite:
         check_finite_(("A", A), ("B", B), what="solve_lu")
     F = lu_factor(A, pivoting=pivoting, overwrite_a=overwrite_a, check_finite=False, **kw)
