@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .device import get_backend
+from .errors import collective
+
 __all__ = ["MpiComm", "NcclComm", "GridComms", "make_grid_comms", "Request"]
 
 
@@ -56,6 +59,9 @@ class MpiComm:
     """Host-array communicator over an mpi4py communicator (CPU ranks)."""
 
     device = "cpu"
+    # MPI moves a large nonblocking message only inside MPI calls: long local work should
+    # call Request.test() now and then while one is in flight
+    needs_progress = True
 
     def __init__(self, mpi_comm):
         self.mpi = mpi_comm
@@ -132,6 +138,7 @@ class NcclComm:
     them, so results are ordered without host synchronization."""
 
     device = "gpu"
+    needs_progress = False   # NCCL progresses on its own stream
 
     def __init__(self, mpi_comm):
         import cupy
@@ -147,10 +154,9 @@ class NcclComm:
         # GIL) while another waits in an MPI call -- a hang seen on 2 GPUs after a few dozen
         # grids. So communicators live until ProcessGrid.free() (collective) or process exit.
         _LIVE_NCCL.append(self.comm)
-        from .device import gpu_stream
         # high priority: messages are on the critical path; their kernels should not wait
         # for a large GEMM's blocks to drain
-        self.stream = gpu_stream("high")
+        self.stream = get_backend("gpu").stream("high").s
 
     def _dt(self, buf):
         k = buf.dtype.char
@@ -251,8 +257,6 @@ def make_grid_comms(grid, device: str) -> GridComms:
     if device == "cpu":
         return GridComms(MpiComm(grid.comm), MpiComm(grid.row_comm), MpiComm(grid.col_comm))
     if device == "gpu":
-        from .errors import collective
-        from .device import get_backend
         with collective(grid.comm):
             get_backend("gpu", grid.comm)  # selects this rank's GPU before NCCL init
         return GridComms(NcclComm(grid.comm), NcclComm(grid.row_comm), NcclComm(grid.col_comm))

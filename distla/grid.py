@@ -9,6 +9,9 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
+from .comm import make_grid_comms
 from .errors import agree, install_excepthook
 
 __all__ = ["ProcessGrid", "squarest_shape"]
@@ -98,7 +101,6 @@ class ProcessGrid:
         """
         c = self._device_comms.get(device)
         if c is None:
-            from .comm import make_grid_comms
             c = self._device_comms[device] = make_grid_comms(self, device)
         return c
 
@@ -111,6 +113,17 @@ class ProcessGrid:
                 if hasattr(sub, "free"):
                     sub.free()
         self._device_comms = {}
+
+    def allreduce(self, value, op: str = "sum"):
+        """Collective over ``comm``: ``op`` ('sum', 'max' or 'min') of one host scalar per
+        rank, the same value on every rank (an int when every rank passed an int). NaN on any
+        rank gives NaN (MPI leaves NaN in MAX/MIN undefined)."""
+        if op not in ("sum", "max", "min"):
+            raise ValueError(f"op must be 'sum', 'max' or 'min', not {op!r}")
+        vals = self.comm.allgather(value)
+        f = {"sum": np.sum, "max": np.max, "min": np.min}[op]
+        out = f(np.asarray(vals))
+        return int(out) if all(isinstance(v, (int, np.integer)) for v in vals) else float(out)
 
     def agree(self, exc: BaseException | None = None) -> None:
         """Collective: raise the same exception on every rank if any rank passed one."""

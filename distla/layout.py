@@ -9,8 +9,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["numroc", "owner", "global_to_local", "local_to_global", "local_indices",
+__all__ = ["num_blocks", "numroc", "owner", "global_to_local", "local_to_global", "local_indices",
            "Descriptor"]
+
+
+def num_blocks(n: int, nb: int) -> int:
+    """Number of blocks of ``nb`` covering ``n`` (the last one may be short): ceil(n / nb)."""
+    return -(-n // nb)
 
 
 def numroc(n: int, nb: int, p: int, src: int, nprocs: int) -> int:

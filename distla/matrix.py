@@ -171,6 +171,44 @@ class DistMatrix:
         """Process column owning global column ``g``."""
         return int(layout.owner(g, self.nb, self.csrc, self.grid.npcol))
 
+    # ---- block-level views (SLATE's mt/nt, tile owners, submatrices) ----------------------
+    mt = property(lambda self: layout.num_blocks(self.m, self.mb),
+                  doc="Number of block rows (the last may be short).")
+    nt = property(lambda self: layout.num_blocks(self.n, self.nb),
+                  doc="Number of block columns (the last may be short).")
+
+    def tile_owner(self, i: int, j: int) -> tuple[int, int]:
+        """(process row, process column) owning block (i, j). Not collective."""
+        return self.row_owner(i * self.mb), self.col_owner(j * self.nb)
+
+    def my_block_cols(self, j0: int = 0):
+        """``[(j, local column start, width)]`` for the block columns ``j >= j0`` stored on this
+        rank, in local order. Not collective."""
+        g, n, nb = self.grid, self.n, self.nb
+        first = (g.mycol - self.csrc) % g.npcol
+        out = []
+        for b, j in enumerate(range(first, self.nt, g.npcol)):
+            if j >= j0:
+                out.append((j, b * nb, min(nb, n - j * nb)))
+        return out
+
+    def sub(self, i0: int, i1: int, j0: int, j1: int) -> "DistMatrix":
+        """The block-aligned submatrix of block rows ``i0:i1`` and block columns ``j0:j1`` (like
+        SLATE's ``A.sub`` and ScaLAPACK's IA/JA offsets at block boundaries), sharing this
+        matrix's storage: its ``local`` is a view whose leading dimension is the parent's.
+        Not collective."""
+        if not (0 <= i0 <= i1 <= self.mt and 0 <= j0 <= j1 <= self.nt):
+            raise IndexError(f"sub({i0}, {i1}, {j0}, {j1}) is outside the {self.mt} x "
+                             f"{self.nt} blocks of this matrix")
+        r0, r1 = i0 * self.mb, min(i1 * self.mb, self.m)
+        c0, c1 = j0 * self.nb, min(j1 * self.nb, self.n)
+        g = self.grid
+        local = self.local[self.local_row_start(r0):self.local_row_start(r1),
+                           self.local_col_start(c0):self.local_col_start(c1)]
+        return DistMatrix(g, (r1 - r0, c1 - c0), self.block, dtype=self.dtype,
+                          device=self.device, local=local,
+                          src=((self.rsrc + i0) % g.nprow, (self.csrc + j0) % g.npcol))
+
     def same_layout(self, other: "DistMatrix") -> bool:
         return (isinstance(other, DistMatrix) and other.grid == self.grid
                 and other.shape == self.shape and other.block == self.block

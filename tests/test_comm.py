@@ -12,7 +12,7 @@ import scipy.linalg as sla
 
 from distla import ProcessGrid
 from distla.comm import MpiComm, NcclComm, Request
-from distla.device import Backend, get_backend, gpu_available, node_local_rank
+from distla.device import CpuBackend, get_backend, gpu_available, node_local_rank
 from distla.testing import grid_shapes
 
 HAVE_GPU = gpu_available()
@@ -212,7 +212,7 @@ def test_get_backend_cpu_and_bad_device():
 
 
 def test_cpu_storage_helpers():
-    be = Backend("cpu")
+    be = CpuBackend()
     for f in (be.empty, be.zeros):
         a = f((3, 4), np.float32)
         assert a.flags.f_contiguous and a.dtype == np.float32 and a.shape == (3, 4)

@@ -182,21 +182,25 @@ def test_ipiv_to_perm_matches_scipy():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
 def test_laswp_and_genp_local_kernels(dtype):
     from distla.device import get_backend
-    from distla.linalg._pivoting import apply_swaps, genp, laswp
+    from distla.device.base import Backend
+    from distla.linalg._pivoting import apply_swaps
     be = get_backend("cpu")
     r = _rng(6)
     a = np.asfortranarray(r.standard_normal((20, 9)).astype(dtype))
     piv = np.array([3, 7, 5, 19, 4], dtype=np.int64)
     ref = a[_brute_swaps(piv, 2, 20)]
     b = a.copy(order="F")
-    laswp(b[:, 1:8], piv, 2)  # a strided column-major view
+    be.laswp(b[:, 1:8], piv, 2)  # a strided column-major view (LAPACK laswp)
     assert np.array_equal(b[:, 1:8], ref[:, 1:8])
     assert np.array_equal(b[:, [0, 8]], a[:, [0, 8]])
+    c = a.copy(order="F")
+    Backend.laswp(be, c[:, 1:8], piv, 2)  # the generic composed-permutation path (GPU's)
+    assert np.array_equal(c, b)
     assert np.array_equal(apply_swaps([2, 1, 2], 3), [2, 1, 0])
     n = 37  # diagonally dominant: GENP is stable; several recursion levels and leaves
     d = (r.standard_normal((n, n)) + 4 * n * np.eye(n)).astype(dtype)
     f = np.asfortranarray(d)
-    genp(f, be, leaf=4)
+    be._getrf_nopiv(f, leaf=4)
     L = np.tril(f, -1) + np.eye(n)
     U = np.triu(f)
     assert np.linalg.norm(L @ U - d, np.inf) <= 50 * n * _eps(dtype) * np.linalg.norm(d, np.inf)
@@ -207,20 +211,20 @@ def test_take_and_put_rows_on_column_major_views(device):
     """take_rows/put_rows == fancy row indexing, on strided column-major views (the swaps'
     gathers and scatters; on GPU they walk columns)."""
     from distla.device import get_backend, gpu_available
-    from distla.linalg._pivoting import put_rows, take_rows
     if device == "gpu" and not gpu_available():
         pytest.skip("no GPU")
-    xp = get_backend(device).xp
+    be = get_backend(device)
+    xp = be.xp
     r = _rng(8)
     a = np.asfortranarray(r.standard_normal((23, 11)))
     idx = np.array([17, 2, 9, 19, 0, 5], dtype=np.int64)
     A = xp.asfortranarray(xp.asarray(a))
     view = A[3:, 2:9]  # strided: ld 23
     out = xp.zeros((40, 7), order="F")[5:11]  # a strided output view
-    take_rows(view, xp.asarray(idx), out, xp)
+    be.take_rows(view, xp.asarray(idx), out)
     assert np.array_equal(get_backend(device).to_host(out), a[3:, 2:9][idx])
     vals = r.standard_normal((len(idx), 7))
-    put_rows(view, xp.asarray(idx), xp.asfortranarray(xp.asarray(vals)), xp)
+    be.put_rows(view, xp.asarray(idx), xp.asfortranarray(xp.asarray(vals)))
     ref = a.copy()
     ref[3:, 2:9][idx] = vals
     assert np.array_equal(get_backend(device).to_host(A), ref)
@@ -476,17 +480,19 @@ def test_edge_sizes():
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_overwrite_flags_and_profile():
-    from distla.linalg import LUProfile, lu_factor, lu_solve
+    from distla.linalg import lu_factor, lu_solve
+    from distla.trace import Tracer
     n, nb = 26, 4
     a = _random(n, key=70)
     b = _rng(71).standard_normal((n, 2))
     g, src = _grids()[-1]
     A = _dist(g, a, nb, src)
     B = _dist(g, b, nb, src)
-    prof = LUProfile()
-    F = lu_factor(A, overwrite_a=True, profile=prof)
+    with Tracer() as tr:
+        F = lu_factor(A, overwrite_a=True)
     assert F.lu is A
-    assert {"panel", "update", "bcast", "trsm"} <= set(prof.times)
+    assert {"panel", "update", "bcast", "trsm", "swap"} <= set(tr.counts())
+    assert tr.counts()["panel"] == -(-n // nb)
     X = lu_solve(F, B, overwrite_b=True)
     ref = sl.lu_solve(sl.lu_factor(a), b)
     assert np.allclose(X.to_global(root=None), ref, rtol=1e-9, atol=1e-12)

@@ -47,7 +47,7 @@ def run(args) -> list[dict]:
     every rank)."""
     from mpi4py import MPI
 
-    from ..linalg.cholesky import CholeskyProfile, cho_solve, cholesky
+    from ..linalg.cholesky import cho_solve, cholesky
     comm = MPI.COMM_WORLD
     device = args.device or common.default_device()
     dtype = np.dtype(args.dtype)
@@ -85,18 +85,9 @@ def run(args) -> list[dict]:
             rec["sresid"] = solve_residual(A, X, B)
         del L, W
         if args.profile:
-            prof = CholeskyProfile()
             W = A.copy()
-            common.sync(device)
-            comm.Barrier()
-            t0 = time.perf_counter()
-            cholesky(W, overwrite_a=True, lookahead=args.lookahead, profile=prof)
-            common.sync(device)
-            total = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-            sec = prof.finalize()
-            rec["t_profiled"] = total
-            for phase in ("panel", "bcast", "wait", "update"):
-                rec[f"t_{phase}"] = comm.allreduce(sec.get(phase, 0.0), op=MPI.MAX)
+            rec.update(common.profiled(
+                lambda: cholesky(W, overwrite_a=True, lookahead=args.lookahead), device, comm))
             del W
         rows.append(rec)
         if getattr(args, "reference", True):

@@ -157,6 +157,28 @@ def timed_result(fn, device="cpu", comm=None, reps: int = 1, warmup: int = 0):
     return best, result
 
 
+def profiled(fn, device="cpu", comm=None) -> dict:
+    """Collective: run ``fn()`` once under a :class:`distla.trace.Tracer` and return
+    ``{"t_profiled": wall seconds, "t_<phase>": seconds, ...}``, each the maximum over ranks
+    (phases any rank saw; device seconds on GPU ranks)."""
+    from mpi4py import MPI
+
+    from ..trace import Tracer
+    comm = MPI.COMM_WORLD if comm is None else comm
+    sync(device)
+    comm.Barrier()
+    t0 = time.perf_counter()
+    with Tracer(device=device) as tr:
+        fn()
+        sync(device)
+    out = {"t_profiled": comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)}
+    sec = tr.seconds()
+    names = sorted({ph for names in comm.allgather(sorted(sec)) for ph in names})
+    for ph in names:
+        out[f"t_{ph}"] = comm.allreduce(sec.get(ph, 0.0), op=MPI.MAX)
+    return out
+
+
 def timed(fn, device="cpu", comm=None, reps: int = 1, warmup: int = 0) -> float:
     """Collective: best-of-``reps`` seconds of ``fn()`` (see :func:`timed_result`)."""
     return timed_result(fn, device, comm, reps, warmup)[0]

@@ -25,7 +25,6 @@ import numpy as np
 from . import common
 
 NAME = "lu"
-_PHASES = ("panel", "swap", "bcast", "trsm", "update")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +56,7 @@ def run(args) -> list[dict]:
     """Collective over COMM_WORLD: run the benchmark; returns the result rows."""
     from mpi4py import MPI
 
-    from ..linalg.lu import LUProfile, lu_factor, lu_solve
+    from ..linalg.lu import lu_factor, lu_solve
     comm = MPI.COMM_WORLD
     device = args.device or common.default_device()
     dtype = np.dtype(args.dtype)
@@ -110,19 +109,10 @@ def run(args) -> list[dict]:
                 rec["sresid"] = solve_residual(A, lu_solve(F, B), B)
             del F, W
             if args.profile:
-                prof = LUProfile(A.backend if device == "gpu" else None)
                 W = A.copy()
-                common.sync(device)
-                comm.Barrier()
-                t0 = time.perf_counter()
-                lu_factor(W, pivoting=piv, overwrite_a=True, tree=args.tree,
-                          lookahead=args.lookahead, profile=prof, gemm=args.gemm)
-                common.sync(device)
-                rec["t_profiled"] = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-                names = {ph for names in comm.allgather(list(prof.times)) for ph in names}
-                subs = sorted(ph for ph in names if ph.startswith("p_"))  # panel's parts
-                for ph in (*_PHASES, *subs):
-                    rec[f"t_{ph}"] = comm.allreduce(prof.times.get(ph, 0.0), op=MPI.MAX)
+                rec.update(common.profiled(
+                    lambda: lu_factor(W, pivoting=piv, overwrite_a=True, tree=args.tree,
+                                      lookahead=args.lookahead, gemm=args.gemm), device, comm))
                 del W
             rows.append(rec)
         if getattr(args, "reference", True):

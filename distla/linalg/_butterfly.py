@@ -35,6 +35,7 @@ import functools
 import numpy as np
 
 from .. import layout
+from ..device import get_backend
 from ..matrix import DistMatrix
 
 __all__ = ["Butterfly", "random_butterflies", "mix", "two_sided", "padded_size"]
@@ -94,41 +95,11 @@ class _Copy:
             out[:, self.dst] = inp[:, self.src]
 
 
-_FUSED = {}
-
-
-def _colmajor_order(*args):
-    """The kernel arguments transposed when all are 2-D (or scalars): CuPy elementwise
-    kernels walk their index space in C order, so on column-major views (strided quarters of
-    a local matrix) the transposed views make neighbouring threads touch neighbouring
-    addresses (coalesced) instead of addresses a leading dimension apart."""
-    if all(getattr(v, "ndim", 0) in (0, 2) for v in args):
-        return tuple(v.T if getattr(v, "ndim", 0) == 2 else v for v in args)
-    return args
-
-
-def _axpby(x, p, a, b, xp) -> None:
-    """In place ``x = a x + b p`` (a, b broadcast against x). One fused kernel on GPU."""
-    if xp is np:
-        p *= b
-        x *= a
-        x += p
-        return
-    k = _FUSED.get("k")
-    if k is None:
-        # output parameters are references: reading x in the body is the in-place update
-        # pattern of Chainer's optimizers ('T grad, T lr', 'T param', 'param -= lr * grad')
-        k = _FUSED["k"] = xp.ElementwiseKernel("T a, T b, T p", "T x", "x = a * x + b * p",
-                                               "distla_rbt_axpby")
-    k(*_colmajor_order(a, b, p, x))
-
-
 @functools.lru_cache(maxsize=64)
 def _plan(n, nb, src, P, me, N, device, max_runs):
     """The moves of one mixing level on process ``me`` of P (cached: refinement applies the
     same butterflies to every residual): ``(my global indices, local copy, [(peer, count,
     pack, unpack)])``."""
-    from ..device import get_backend
     xp = get_backend(device).xp
     g = layout.local_indices(n, nb, me, src, P)
     if g.size == 0:
@@ -198,7 +169,7 @@ def mix(X: DistMatrix, axis: int, N: int, a: np.ndarray, b: np.ndarray) -> None:
         for (q, k, _, unpack), (_, buf) in zip(plan, recvs):
             unpack(Pm, buf, axis)
         del sends, recvs
-        _axpby(Xc, Pm, av, bv, xp)
+        X.backend.axpby(Xc, Pm, av, bv)
         del Pm
 
 
@@ -290,47 +261,6 @@ def _aligned(X: DistMatrix, depth: int) -> bool:
     return X.m == X.n and h % (X.mb * g.nprow) == 0 and h % (X.nb * g.npcol) == 0
 
 
-# CPU: elements per quarter-chunk of the local two-sided update (keeps the temporaries in cache)
-_CHUNK_ELEMS = 1 << 13
-
-
-def _quad(a00, a01, a10, a11, ut, ub, vl, vr, xp) -> None:
-    """In place, ALGORITHMS.md's elementary product on four quarters (rows top/bottom, columns
-    left/right): b1 = a00 + a01, b2 = a10 + a11, b3 = a00 - a01, b4 = a10 - a11;
-    a00 = ut vl (b1 + b2), a01 = ut vr (b3 + b4), a10 = ub vl (b1 - b2), a11 = ub vr (b3 - b4).
-    ut, ub: (h, 1) row factors; vl, vr: (1, w) column factors."""
-    if xp is not np:
-        k = _FUSED.get("quad")
-        if k is None:
-            k = _FUSED["quad"] = xp.ElementwiseKernel(
-                "T ut, T ub, T vl, T vr", "T a00, T a01, T a10, T a11",
-                "T b1 = a00 + a01; T b2 = a10 + a11; T b3 = a00 - a01; T b4 = a10 - a11; "
-                "a00 = ut * vl * (b1 + b2); a01 = ut * vr * (b3 + b4); "
-                "a10 = ub * vl * (b1 - b2); a11 = ub * vr * (b3 - b4);", "distla_rbt_quad")
-        k(*_colmajor_order(ut, ub, vl, vr, a00, a01, a10, a11))
-        return
-    h, w = a00.shape
-    step = max(1, _CHUNK_ELEMS // max(1, h))
-    for j0 in range(0, w, step):
-        j1 = min(w, j0 + step)
-        q00, q01, q10, q11 = (q[:, j0:j1] for q in (a00, a01, a10, a11))
-        l, r = vl[:, j0:j1], vr[:, j0:j1]
-        b1, b3 = q00 + q01, q00 - q01
-        b2, b4 = q10 + q11, q10 - q11
-        np.add(b1, b2, out=q00)
-        np.subtract(b1, b2, out=q10)
-        np.add(b3, b4, out=q01)
-        np.subtract(b3, b4, out=q11)
-        q00 *= ut
-        q00 *= l
-        q01 *= ut
-        q01 *= r
-        q10 *= ub
-        q10 *= l
-        q11 *= ub
-        q11 *= r
-
-
 def two_sided(X: DistMatrix, U: "Butterfly", V: "Butterfly") -> None:
     """In place ``X := U^T X V`` (X square n_pad x n_pad). Collective over the grid.
 
@@ -343,7 +273,7 @@ def two_sided(X: DistMatrix, U: "Butterfly", V: "Butterfly") -> None:
         U.rows_transpose(X)
         V.cols(X)
         return
-    xp, g, L = X.xp, X.grid, X.local
+    xp, g, L, be = X.xp, X.grid, X.local, X.backend
     rows, cols = X.row_indices(), X.col_indices()
     dt = X.dtype
     for k in reversed(range(U.depth)):
@@ -357,9 +287,10 @@ def two_sided(X: DistMatrix, U: "Butterfly", V: "Butterfly") -> None:
             for bj in range(1 << k):
                 c0 = 2 * hc * bj
                 vl, vr = vk[:, c0:c0 + hc], vk[:, c0 + hc:c0 + 2 * hc]
-                _quad(L[r0:r0 + hr, c0:c0 + hc], L[r0:r0 + hr, c0 + hc:c0 + 2 * hc],
-                      L[r0 + hr:r0 + 2 * hr, c0:c0 + hc],
-                      L[r0 + hr:r0 + 2 * hr, c0 + hc:c0 + 2 * hc], ut, ub, vl, vr, xp)
+                be.butterfly_quad(
+                    L[r0:r0 + hr, c0:c0 + hc], L[r0:r0 + hr, c0 + hc:c0 + 2 * hc],
+                    L[r0 + hr:r0 + 2 * hr, c0:c0 + hc],
+                    L[r0 + hr:r0 + 2 * hr, c0 + hc:c0 + 2 * hc], ut, ub, vl, vr)
 
 
 def random_butterflies(n: int, depth: int, seed: int, count: int = 2):

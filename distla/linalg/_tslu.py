@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..trace import trace
 from ._pivoting import apply_swaps
 
 __all__ = ["tournament"]
@@ -31,16 +32,11 @@ def _gepp_select(stack, kb, backend):
     return order[:min(c, kb)], w, info
 
 
-def _info(backend, info) -> int:
-    """LAPACK info as a host int (GPU infos are device scalars until read)."""
-    return int(info) if isinstance(info, (int, np.integer)) else int(backend.info_value(info))
-
-
 def _take(xp, vals, sel):
     return vals[xp.asarray(sel)]
 
 
-def tournament(panel, grows, kb: int, *, comm, root: int, tree: str, backend, profile):
+def tournament(panel, grows, kb: int, *, comm, root: int, tree: str, backend):
     """Select the ``kb`` pivot rows of a panel by tournament.
 
     Collective over the process column: ``panel`` is this rank's local rows of the panel that
@@ -55,13 +51,12 @@ def tournament(panel, grows, kb: int, *, comm, root: int, tree: str, backend, pr
     diagonal, U11 on and above) of those rows in that order, ``info`` LAPACK's info of that
     factorization (> 0: U11[info-1, info-1] is exactly zero). On GPU the local GEPPs run on the
     device and the candidate blocks travel through NCCL; pivots come to the host per GEPP.
-    ``profile``: the caller's phase timer (``section(name)`` context manager, as
-    ``lu.LUProfile`` or its no-op stand-in), timing ``p_leaf`` and ``p_tree``.
+    Traced as phases ``p_leaf`` and ``p_tree``.
     """
-    with profile.section("p_leaf"):
+    with trace("p_leaf"):
         vals, idx, w, info = _leaf(panel, grows, kb, backend)
     f11 = w[:kb] if w is not None and len(idx) == kb else None
-    with profile.section("p_tree"):
+    with trace("p_tree"):
         return _reduce(vals, idx, f11, info, kb, comm=comm, root=root, tree=tree,
                        backend=backend)
 
@@ -134,7 +129,7 @@ def _reduce(vals, idx, f11, info, kb, *, comm, root, tree, backend):
             s *= 2
         out = np.empty(kb + 1, dtype=np.int64)
         if me == root:
-            out[0] = _info(backend, info)
+            out[0] = backend.info_value(info)
             out[1:] = idx
             f11 = xp.asfortranarray(f11)
         else:
@@ -146,4 +141,4 @@ def _reduce(vals, idx, f11, info, kb, *, comm, root, tree, backend):
         winners, info = out[1:], int(out[0])
     if f11 is None:  # pragma: no cover - P == 1 always has kb local rows
         raise RuntimeError("tournament: fewer active rows than the panel width")
-    return np.asarray(winners, dtype=np.int64), xp.asfortranarray(f11), _info(backend, info)
+    return np.asarray(winners, dtype=np.int64), xp.asfortranarray(f11), backend.info_value(info)

@@ -36,79 +36,26 @@ with row ``piv[i]`` (``piv[i] >= i``), applied in order ``i = 0, 1, ..., min(m, 
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
-import time
 
 import numpy as np
 
-from .. import layout
-from .. import progress
-from ..errors import SingularMatrixError, agree, collective
+from ..errors import collective
 from ..matrix import DistMatrix, check_compatible
 from ..pblas import norm, triangular_solve
 from ..validate import check_finite as check_finite_
 from ..validate import check_finite_result, signature
 from .condition import rcond_estimate, warn_if_ill_conditioned
-from ._pivoting import (genp, ipiv_to_perm, permute_rows, suffix_moves, swap_rows,
-                        put_rows, take_rows, winners_to_ipiv)
-from ._tslu import tournament
+from ..trace import trace
+from ._lu_loop import LULoop
+from ._pivoting import ipiv_to_perm, permute_rows
 
-__all__ = ["LUFactor", "LUProfile", "lu_factor", "lu_solve", "solve_lu", "PIVOTING"]
+__all__ = ["LUFactor", "lu_factor", "lu_solve", "solve_lu", "PIVOTING"]
 
 PIVOTING = ("partial", "tournament", "none")
 _ALIASES = {"gepp": "partial", "calu": "tournament", "tslu": "tournament", "genp": "none",
             None: "none"}
-
-
-# --------------------------------------------------------------------------------------------
-class LUProfile:
-    """Optional timer for :func:`lu_factor`: seconds per phase (``times``) and call counts.
-
-    Phases: ``panel`` (gather + pivot search + panel factorization), ``swap`` (row
-    interchanges), ``bcast`` (waiting for the panel and U12 broadcasts), ``trsm`` (U12),
-    ``update`` (trailing GEMMs), ``check`` (zero-pivot agreement); inside ``panel`` (counted
-    there too): ``p_gather``, ``p_getrf`` (GEPP), ``p_leaf`` and ``p_tree`` (tournament),
-    ``p_swap``, ``p_trsm`` (L21). On GPU ranks each phase
-    synchronizes the device at its ends, which removes some overlap: profile separately from
-    timing. Not collective.
-    """
-
-    def __init__(self, backend=None):
-        self.backend = backend
-        self.times: dict[str, float] = {}
-        self.counts: dict[str, int] = {}
-
-    def _sync(self):
-        if self.backend is not None and self.backend.is_gpu:  # all streams (side included)
-            self.backend.xp.cuda.runtime.deviceSynchronize()
-
-    @contextlib.contextmanager
-    def section(self, name: str):
-        self._sync()
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._sync()
-            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t
-            self.counts[name] = self.counts.get(name, 0) + 1
-
-    def merge(self, other: "LUProfile") -> None:
-        for k, v in other.times.items():
-            self.times[k] = self.times.get(k, 0.0) + v
-            self.counts[k] = self.counts.get(k, 0) + other.counts.get(k, 0)
-
-
-class _NoProfile:
-    @contextlib.contextmanager
-    def section(self, name):
-        yield
-
-
-_NOPROF = _NoProfile()
-_POLL_CHUNK = 512  # CPU update: columns per GEMM between MPI progress polls
 
 
 # --------------------------------------------------------------------------------------------
@@ -166,8 +113,7 @@ class LUFactor:
         loc = 0.0
         if U.local.size:
             loc = float(xp.max(xp.where(I <= J, xp.abs(U.local), 0)))
-        from mpi4py import MPI
-        mu = U.grid.comm.allreduce(loc, op=MPI.MAX)
+        mu = U.grid.allreduce(loc, "max")
         return mu / self.max_abs_a if self.max_abs_a > 0 else math.inf
 
     def solve(self, B: DistMatrix, trans: bool = False, overwrite_b: bool = False):
@@ -201,22 +147,20 @@ def _norm_pivoting(pivoting):
 
 def _max_abs(A) -> float:
     """Collective: max |a_ij| over the whole matrix."""
-    from mpi4py import MPI
     loc = float(A.xp.max(A.xp.abs(A.local))) if A.local.size else 0.0
-    return A.grid.comm.allreduce(loc, op=MPI.MAX)
+    return A.grid.allreduce(loc, "max")
 
 
 def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = False,
-              tree: str = "binary", lookahead: int = 1, profile: LUProfile | None = None,
-              gemm: str = "native", check_finite: bool = True) -> LUFactor:
+              tree: str = "binary", lookahead: int = 1, gemm: str = "native",
+              check_finite: bool = True) -> LUFactor:
     """LU factorization ``P A = L U`` of the ``m x n`` DistMatrix A (square blocks). Collective
     over A's grid.
 
     ``pivoting``: 'partial' (GEPP, pdgetrf), 'tournament' (CALU; ``tree`` 'binary' or 'flat'
     shapes the reduction over each process column) or 'none' (GENP). ``overwrite_a``: factor in
-    A's storage. ``lookahead``: 0 or 1 (values > 1 act as 1: the loop is synchronous, one panel
-    ahead is what hides the panel). ``profile``: an :class:`LUProfile` to accumulate phase
-    times into. ``gemm``: 'native' (trailing updates in A's precision) or 'tf32x3' (float32
+    A's storage. ``lookahead``: 0 or 1 (values > 1 act as 1: one panel ahead is what hides the
+    panel). Phases are timed by an active :class:`distla.trace.Tracer`. ``gemm``: 'native' (trailing updates in A's precision) or 'tf32x3' (float32
     only: on GPU ranks each update is one TF32 tensor-core GEMM of split operands, three
     products of 10-bit-mantissa halves, about float32's accuracy (~2^-21 relative) at several
     times float32's rate; CPU ranks compute it in float32 as usual).
@@ -248,380 +192,16 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     anorm = norm(A, 1)
     F = A if overwrite_a else A.copy()
     max_a = _max_abs(F)
-    drv = _LU(F, pivoting, tree, int(lookahead), profile,
-              tf32x3=gemm == "tf32x3" and A.backend.is_gpu)
+    drv = LULoop(F, pivoting, tree, int(lookahead),
+                 tf32x3=gemm == "tf32x3" and A.backend.is_gpu)
     piv = drv.run()
-    with drv.prof.section("check"):
+    with trace("check"):
         drv.agree_singular()
         if check_finite:   # finite input: non-finite factors mean overflow
             check_finite_result(F, "lu_factor")
     out = LUFactor(F, piv, pivoting, max_a, tree if pivoting == "tournament" else None)
     out.anorm = anorm
     return out
-
-
-class _Panel:
-    """Panel k as every rank sees it after the row broadcast: ``lbuf`` = this process row's
-    active rows (global >= j0) of the factored panel (mrem x kb, contiguous), ``piv`` global
-    pivots (host) or None for GENP."""
-
-    def __init__(self, k, j0, kb, lbuf, piv, reqs):
-        self.k, self.j0, self.kb, self.lbuf, self.piv, self._reqs = k, j0, kb, lbuf, piv, reqs
-
-    def wait(self):
-        for r in self._reqs:
-            r.wait()
-        self._reqs = []
-        if self.piv is not None and not isinstance(self.piv, np.ndarray):
-            self.piv = self.piv.get()  # GPU pivots: one small device->host read
-
-    def poll(self):
-        """Let MPI progress the broadcasts (host requests only; cheap, non-blocking)."""
-        for r in self._reqs:
-            r.poll()
-
-
-class _LU:
-    """The blocked right-looking loop (one object per factorization, every rank)."""
-
-    def __init__(self, A, pivoting, tree, lookahead, profile, tf32x3=False):
-        self.A, self.pivoting, self.tree, self.lookahead = A, pivoting, tree, lookahead
-        self.tf32x3 = tf32x3
-        self.prof = profile if profile is not None else _NOPROF
-        g = self.g = A.grid
-        self.be, self.xp = A.backend, A.xp
-        self.comms = g.comms(A.device)
-        self.m, self.n = A.shape
-        self.nb = A.nb
-        self.kmax = min(self.m, self.n)
-        self.nsteps = -(-self.kmax // self.nb) if self.kmax else 0
-        self.piv = np.arange(self.kmax, dtype=np.int64)
-        self.rows = A.row_indices()  # my global rows, local order (host)
-        self._rows_dev = {}
-        self.zero_checks = []  # (j0, 'info' | 'diag', value) for panels this rank factored
-        self.side = _SideStream(self.be)
-
-    # ---- helpers --------------------------------------------------------------------------
-    def width(self, k):
-        return min(self.nb, self.kmax - k * self.nb)
-
-    def rows_of(self, pr):
-        """Global rows of process row ``pr`` in local order, on the device (cached)."""
-        r = self._rows_dev.get(pr)
-        if r is None:
-            A = self.A
-            r = self._rows_dev[pr] = self.xp.asarray(
-                layout.local_indices(self.m, A.mb, pr, A.rsrc, self.g.nprow))
-        return r
-
-    def swap(self, local, piv, j0, segs):
-        """Apply panel swaps ``piv`` (global, from row j0) to columns ``segs`` of ``local``;
-        collective over my process column."""
-        A, g = self.A, self.g
-        swap_rows(local, piv, j0, mb=A.mb, rsrc=A.rsrc, nprow=g.nprow, myrow=g.myrow,
-                  comm=self.comms.col, segs=segs, xp=self.xp)
-
-    # ---- panel factorization (ranks of process column pcol(k) only) ------------------------
-    def factor_panel(self, k):
-        """Factor panel k in place on the ranks of its process column; returns the global pivots
-        of the panel (host), None for GENP. Collective over that process column."""
-        A, g, be, xp = self.A, self.g, self.be, self.xp
-        j0, kb = k * self.nb, self.width(k)
-        lc0, lr0 = A.local_col_start(j0), A.local_row_start(j0)
-        pk = A.row_owner(j0)
-        view = A.local[lr0:, lc0:lc0 + kb]
-        # One process row: TSLU's tree has a single leaf, whose GEPP IS the panel factorization
-        # (same pivots), so tournament pivoting takes the partial-pivoting path.
-        if self.pivoting == "partial" or (self.pivoting == "tournament" and g.nprow == 1):
-            prof = self.prof
-            if g.nprow == 1:  # all active rows are mine, in order: factor in place
-                with prof.section("p_getrf"):
-                    piv, info = be.getrf(view)
-            else:
-                with prof.section("p_gather"):
-                    T = self._gather_panel(j0, kb, view)
-                with prof.section("p_getrf"):
-                    piv, info = be.getrf(T)
-                    take_rows(T, self.rows_of(g.myrow)[lr0:] - j0, view, xp)
-            self.zero_checks.append((j0, "info", info))
-            return j0 + np.asarray(be.to_host(piv), dtype=np.int64)
-        if self.pivoting == "tournament":
-            winners, f11, info = tournament(
-                view, self.rows[lr0:], kb, comm=self.comms.col, root=pk, tree=self.tree,
-                backend=be, profile=self.prof)
-            if g.myrow == pk:
-                self.zero_checks.append((j0, "info", info))
-            piv = winners_to_ipiv(winners, j0)
-            with self.prof.section("p_swap"):
-                self.swap(A.local, piv, j0, [slice(lc0, lc0 + kb)])
-        else:  # GENP: factor the diagonal block, broadcast it down the process column
-            if g.myrow == pk:
-                f11 = xp.array(A.local[lr0:lr0 + kb, lc0:lc0 + kb], order="F", copy=True)
-                genp(f11, be)
-                self.zero_checks.append((j0, "diag", xp.diagonal(f11).copy()))
-            else:
-                f11 = be.empty((kb, kb), A.dtype)
-            self.comms.col.bcast(f11, pk)
-            piv = None
-        if g.myrow == pk:
-            A.local[lr0:lr0 + kb, lc0:lc0 + kb] = f11
-        lrb = A.local_row_start(j0 + kb)
-        with self.prof.section("p_trsm"):
-            be.trsm("R", "U", "N", "N", 1.0, f11, A.local[lrb:, lc0:lc0 + kb])
-        return piv
-
-    def _gather_panel(self, j0, kb, view):
-        """Allgather the active panel rows of the process column into one tall (m - j0) x kb
-        array in global row order (every rank of the column gets the same)."""
-        A, g, be, xp = self.A, self.g, self.be, self.xp
-        P = g.nprow
-        starts = [A.local_row_start(j0, pr) for pr in range(P)]
-        mrem = [layout.numroc(self.m, A.mb, pr, A.rsrc, P) - starts[pr] for pr in range(P)]
-        mx = max(mrem)
-        send = be.zeros((mx, kb), A.dtype)
-        send[:view.shape[0]] = view
-        recv = be.empty((P * mx * kb,), A.dtype)
-        self.comms.col.allgather(send, recv)
-        R = recv.reshape(P, kb, mx)  # [process row, column, row]
-        T = be.empty((self.m - j0, kb), A.dtype)
-        for pr in range(P):
-            if mrem[pr]:
-                put_rows(T, self.rows_of(pr)[starts[pr]:] - j0, R[pr, :, :mrem[pr]].T, xp)
-        return T
-
-    def post_panel(self, k, piv):
-        """Start the broadcast of panel k (and its pivots) along process rows. Every rank."""
-        A, g, be = self.A, self.g, self.be
-        j0, kb = k * self.nb, self.width(k)
-        pc = A.col_owner(j0)
-        lr0 = A.local_row_start(j0)
-        lbuf = be.empty((A.local.shape[0] - lr0, kb), A.dtype)
-        if g.mycol == pc:
-            lc0 = A.local_col_start(j0)
-            lbuf[...] = A.local[lr0:, lc0:lc0 + kb]
-        reqs = [self.comms.row.ibcast(lbuf, pc)]
-        pbuf = None
-        if self.pivoting != "none" and be.is_gpu:
-            # GPU ranks: the pivots travel with the panel through NCCL. A host MPI Ibcast
-            # here deadlocks: its root may block on a stream sync (waiting for NCCL work of
-            # a receiver) before MPI progresses the Ibcast the receiver is waiting for.
-            pbuf = self.xp.asarray(piv) if g.mycol == pc else \
-                self.xp.empty(kb, dtype=np.int64)
-            reqs.append(self.comms.row.ibcast(pbuf, pc))
-        elif self.pivoting != "none":
-            pbuf = np.empty(kb, dtype=np.int64)
-            if g.mycol == pc:
-                pbuf[:] = piv
-            if g.npcol > 1:
-                from mpi4py import MPI
-                r = g.row_comm.Ibcast([pbuf, MPI.INT64_T], root=pc)
-                reqs.append(r)
-        return _Panel(k, j0, kb, lbuf, pbuf, [_Wait(r) for r in reqs])
-
-    # ---- the loop -------------------------------------------------------------------------
-    def next_panel(self, k):
-        with self.prof.section("panel"):
-            piv = self.factor_panel(k) if self.g.mycol == self.A.col_owner(k * self.nb) \
-                else None
-        return self.post_panel(k, piv)
-
-    def run(self) -> np.ndarray:
-        if self.nsteps == 0:
-            return self.piv
-        with self.side.critical():
-            panel = self.next_panel(0)
-            for k in range(self.nsteps):
-                panel = self.step(panel)
-                progress.update_columns(self.kmax, (k + 1) * self.nb, 2.0 / 3.0)
-            self.side.join()
-            if self.pivoting != "none":
-                with self.prof.section("swap"):
-                    self.swap_left()
-        return self.piv
-
-    def swap_left(self):
-        """Apply to each factored block column of L the interchanges of all later steps, at
-        once (deferred from the loop: L columns are not read again, and one composed
-        permutation per block column touches each row once, with cache-friendly locality).
-        Collective over each process column (its ranks own the same block columns)."""
-        A, g = self.A, self.g
-        mine = [k for k in range(self.nsteps - 1) if A.col_owner(k * self.nb) == g.mycol]
-        if not mine:
-            return
-
-        def cols(k):
-            return [slice(A.local_col_start(k * self.nb),
-                          A.local_col_start(min(self.n, (k + 1) * self.nb)))]
-        if g.nprow == 1 and not self.be.is_gpu:  # laswp with the raw suffix of pivots
-            for k in mine:
-                start = (k + 1) * self.nb
-                self.swap(A.local, self.piv[start:], start, cols(k))
-            return
-        mine = set(mine)
-        for k, dest, src in suffix_moves(self.piv, self.nb, self.m):
-            if k in mine:
-                permute_rows(A.local, dest, src, mb=A.mb, rsrc=A.rsrc, nprow=g.nprow,
-                             myrow=g.myrow, comm=self.comms.col, segs=cols(k), xp=self.xp)
-    def step(self, pan: _Panel):
-        """Step k: swaps, U12, trailing update (with lookahead: next panel in between).
-        Returns the next panel (or None)."""
-        A, g, be, prof = self.A, self.g, self.be, self.prof
-        k, j0, kb = pan.k, pan.j0, pan.kb
-        loc = A.local
-        nloc = loc.shape[1]
-        with prof.section("bcast"):
-            pan.wait()
-        self.side.join()  # GPU: the previous step's trailing update (side stream) is done
-        pr = A.row_owner(j0)
-        lr0 = A.local_row_start(j0)
-        lr1 = A.local_row_start(j0 + kb)
-        lc1 = A.local_col_start(j0 + kb)
-        if pan.piv is not None:  # interchanges on the trailing columns (left ones: at the end)
-            self.piv[j0:j0 + kb] = pan.piv
-            with prof.section("swap"):
-                self.swap(loc, pan.piv, j0, [slice(lc1, nloc)])
-        u = be.empty((kb, nloc - lc1), A.dtype)
-        with prof.section("trsm"):
-            if g.myrow == pr and u.size:
-                a12 = loc[lr0:lr0 + kb, lc1:]
-                be.trsm("L", "L", "N", "U", 1.0, pan.lbuf[:kb], a12)
-                u[...] = a12
-        with prof.section("bcast"):
-            self.comms.col.bcast(u, pr)
-        l21 = pan.lbuf[lr1 - lr0:]
-        a22 = loc[lr1:, lc1:]
-        tf = self.tf32x3 and l21.size > 0 and u.size > 0
-        if tf:  # a22 -= l21 u as one TF32 GEMM of split operands (inner dimension 3 kb)
-            with prof.section("update"):
-                l21, u = be.split_tf32x3(l21, u)
-        nxt = None
-        if k + 1 < self.nsteps:
-            if self.lookahead:
-                # local width of block column k+1 (0 unless my process column owns it)
-                w = A.local_col_start(min(self.n, j0 + kb + self.nb)) - lc1
-                with prof.section("update"):
-                    be.gemm("N", "N", -1.0, l21, u[:, :w], 1.0, a22[:, :w], tf32=tf)
-                if self.side.gpu:  # rest of the update on the side stream, panel on main
-                    with prof.section("update"), self.side.run(keep=(pan.lbuf, l21, u)):
-                        be.gemm("N", "N", -1.0, l21, u[:, w:], 1.0, a22[:, w:], tf32=tf)
-                    nxt = self.next_panel(k + 1)
-                else:  # CPU: panel first, then the update (polling MPI for its broadcast)
-                    nxt = self.next_panel(k + 1)
-                    with prof.section("update"):
-                        self.update(l21, u[:, w:], a22[:, w:], nxt)
-            else:
-                with prof.section("update"):
-                    be.gemm("N", "N", -1.0, l21, u, 1.0, a22, tf32=tf)
-                nxt = self.next_panel(k + 1)
-        else:
-            with prof.section("update"):
-                be.gemm("N", "N", -1.0, l21, u, 1.0, a22, tf32=tf)
-        return nxt
-
-    def update(self, l21, u, a22, pending=None):
-        """``a22 -= l21 u`` (one GEMM). On CPU ranks with a broadcast in flight, the GEMM is cut
-        into a few column chunks and MPI is polled between them, so the next panel's
-        broadcast progresses while the update runs (MPI has no progress thread)."""
-        be = self.be
-        nc = a22.shape[1]
-        if pending is None or be.is_gpu or self.g.npcol == 1 or nc < 2 * _POLL_CHUNK:
-            be.gemm("N", "N", -1.0, l21, u, 1.0, a22)
-            return
-        for c in range(0, nc, _POLL_CHUNK):
-            be.gemm("N", "N", -1.0, l21, u[:, c:c + _POLL_CHUNK], 1.0,
-                    a22[:, c:c + _POLL_CHUNK])
-            pending.poll()
-
-    def agree_singular(self):
-        """Collective: raise SingularMatrixError(first zero pivot column) on every rank."""
-        from mpi4py import MPI
-        first = self.kmax
-        for j0, kind, val in self.zero_checks:
-            if kind == "info":
-                info = self.be.info_value(val) if not isinstance(val, int) else val
-                if info > 0:
-                    first = min(first, j0 + info - 1)
-            else:
-                z = np.flatnonzero(np.asarray(self.be.to_host(val)) == 0)
-                if z.size:
-                    first = min(first, j0 + int(z[0]))
-        first = self.g.comm.allreduce(first, op=MPI.MIN)
-        err = None
-        if first < self.kmax:
-            err = SingularMatrixError(first) if self.pivoting != "none" else SingularMatrixError(
-                first, f"zero pivot at column {first} (0-based) of the LU factorization "
-                f"without pivoting: the matrix may be nonsingular but needs pivoting (use "
-                f"pivoting='partial' or 'tournament', or method 'gepp', 'calu' or 'rbt')")
-        agree(self.g.comm, err)
-
-
-class _SideStream:
-    """GPU only: a second CUDA stream for the trailing GEMM, so the next panel (on the main
-    stream) overlaps it. ``critical()`` runs the loop on a high-priority main stream (ordered
-    after the caller's stream, which waits for it at the end): the panel's many small kernels
-    then get SMs as the GEMM's blocks retire instead of queuing behind them. ``run(keep)``
-    enqueues the block on the side stream after the work already queued on the main stream,
-    keeping ``keep`` (the buffers the GEMM reads) alive; ``join()`` makes the main stream wait
-    for it and releases them. On CPU all are no-ops. GPU-specific (the memory pool may hand
-    freed buffers to the main stream only after the join, which orders them after the side
-    stream's use)."""
-
-    def __init__(self, backend):
-        self.gpu = backend.is_gpu
-        self._ev, self._keep = None, None
-        if self.gpu:  # pragma: no cover - needs a GPU
-            from ..device import gpu_stream
-            self._cp = backend.xp
-            self._stream = gpu_stream("default")
-            self._main = gpu_stream("high")
-
-    @contextlib.contextmanager
-    def critical(self):
-        if not self.gpu:
-            yield
-            return
-        cp = self._cp  # pragma: no cover - needs a GPU
-        caller = cp.cuda.get_current_stream()
-        self._main.wait_event(caller.record())
-        try:
-            with self._main:
-                yield
-        finally:
-            caller.wait_event(self._main.record())
-
-    @contextlib.contextmanager
-    def run(self, keep=()):
-        if not self.gpu:
-            yield
-            return
-        cp = self._cp  # pragma: no cover - needs a GPU
-        main = cp.cuda.get_current_stream()
-        self._stream.wait_event(main.record())
-        with self._stream:
-            yield
-        self._ev, self._keep = self._stream.record(), keep
-
-    def join(self):
-        if self._ev is not None:  # pragma: no cover - needs a GPU
-            self._cp.cuda.get_current_stream().wait_event(self._ev)
-            self._ev, self._keep = None, None
-
-
-class _Wait:
-    """Uniform ``wait()`` over distla Requests and mpi4py Requests."""
-
-    def __init__(self, r):
-        self.r = r
-
-    def wait(self):
-        if self.r is not None:
-            r, self.r = self.r, None
-            (getattr(r, "Wait", None) or r.wait)()
-
-    def poll(self):
-        if self.r is not None and hasattr(self.r, "Test"):
-            if self.r.Test():
-                self.r = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -642,7 +222,7 @@ def _permute(B, dest, src):
     g = B.grid
     permute_rows(B.local, np.asarray(dest)[o], np.asarray(src)[o], mb=B.mb, rsrc=B.rsrc,
                  nprow=g.nprow, myrow=g.myrow, comm=g.comms(B.device).col,
-                 segs=[slice(0, B.local.shape[1])], xp=B.xp)
+                 segs=[slice(0, B.local.shape[1])], backend=B.backend)
 
 
 def _norm_trans(trans) -> str:

@@ -122,3 +122,15 @@ def getrf(a):
         _fn(_prefix(a.dtype) + "getrf")(_i(m), _i(n), _ptr(a), _i(ld(a)),
                                         ipiv.ctypes.data_as(_P), ctypes.byref(info))
     return ipiv[:min(m, n)].astype(np.int64) - 1, info.value
+
+
+def laswp(a, piv, start: int) -> None:
+    """LAPACK ``?laswp`` in place on the column-major NumPy view ``a``: row ``start + i`` is
+    interchanged with row ``piv[i]`` (0-based rows of ``a``) for i = 0, 1, ...."""
+    n, k = a.shape[1], len(piv)
+    if n == 0 or k == 0:
+        return
+    ip = np.empty(start + k, dtype=np.int32)
+    ip[start:] = np.asarray(piv, dtype=np.int64) + 1
+    _fn(_prefix(a.dtype) + "laswp")(_i(n), _ptr(a), _i(ld(a)), _i(start + 1), _i(start + k),
+                                    ip.ctypes.data_as(_P), _i(1))

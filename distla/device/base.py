@@ -1,0 +1,163 @@
+"""The interface both backends implement (:class:`Backend`), with the argument handling they
+share. Kernels work in place on 2-D column-major views (a sub-block of a rank's local matrix,
+with its leading dimension), BLAS-style; a non-column-major output goes through a copy.
+Nothing here communicates; nothing is collective."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _lapack
+from .streams import HostStream
+
+
+class Backend:
+    """Local storage, kernels and streams for one device kind. ``xp`` is numpy or cupy;
+    ``name`` 'cpu' or 'gpu'. Subclasses implement the ``_kernel`` methods."""
+
+    name = "?"
+    is_gpu = False
+    xp = np
+
+    # ---- storage -------------------------------------------------------------------------
+    def empty(self, shape, dtype=np.float64):
+        return self.xp.empty(shape, dtype=dtype, order="F")
+
+    def zeros(self, shape, dtype=np.float64):
+        return self.xp.zeros(shape, dtype=dtype, order="F")
+
+    def asarray(self, a, dtype=None):
+        """``a`` (NumPy, CuPy or a list) on this device, column-major."""
+        raise NotImplementedError
+
+    def to_host(self, a) -> np.ndarray:
+        """``a`` as a NumPy array (a copy from the GPU; ``a`` itself on the CPU)."""
+        raise NotImplementedError
+
+    def owns(self, a) -> bool:
+        """True when ``a`` is an array of this device's namespace."""
+        return isinstance(a, self.xp.ndarray)
+
+    def synchronize(self) -> None:
+        """Wait for all work queued on the current stream."""
+
+    def info_value(self, info) -> int:
+        """A LAPACK info (host int or device scalar) as a host int."""
+        return int(info)
+
+    def infos_to_host(self, infos) -> np.ndarray:
+        """Many infos (a list of host ints or device scalars) in one device read."""
+        return np.array([int(i) for i in infos], dtype=np.int64)
+
+    # ---- streams (in-order queues; host queues on the CPU) --------------------------------
+    def stream(self, priority: str = "default"):
+        """A new stream: 'high' priority lets its kernels (panels, messages) start before a
+        big GEMM's queued blocks on another stream. See :mod:`distla.device.streams`."""
+        return HostStream()
+
+    def current_stream(self):
+        """The stream work is queued on now."""
+        return HostStream.CURRENT
+
+    # ---- BLAS/LAPACK-style kernels (in place on column-major views) ------------------------
+    def gemm(self, transa, transb, alpha, a, b, beta, c, tf32: bool = False) -> None:
+        """``c = alpha op(a) op(b) + beta c``. ``tf32=True``: float32 through TF32 tensor
+        cores where the device has them (pair with :meth:`split_tf32x3`); ignored elsewhere."""
+        if c.size == 0:
+            return
+        k = a.shape[1] if transa == "N" else a.shape[0]
+        if k == 0:
+            if beta == 0:
+                c[...] = 0  # BLAS: beta = 0 means C is not read (NaN/Inf in C are dropped)
+            else:
+                c *= beta
+            return
+        self._call(self._gemm, c, transa, transb, alpha, a, b, beta, tf32)
+
+    def syrk(self, uplo, trans, alpha, a, beta, c) -> None:
+        """``c = alpha a a^T + beta c`` (trans 'N') on the ``uplo`` triangle."""
+        if c.size:
+            self._call(self._syrk, c, uplo, trans, alpha, a, beta)
+
+    def trsm(self, side, uplo, transa, diag, alpha, a, b) -> None:
+        """``b = alpha op(a)^-1 b`` (side 'L') or ``alpha b op(a)^-1`` (side 'R')."""
+        if b.size:
+            self._call(self._trsm, b, side, uplo, transa, diag, alpha, a)
+
+    def potrf(self, uplo, a):
+        """Cholesky of the square view ``a`` in place. Returns LAPACK's info: an int on CPU, a
+        device int32 scalar on GPU (read later with :meth:`info_value`, no sync now)."""
+        return self._call(self._potrf, a, uplo)
+
+    def getrf(self, a):
+        """LU with partial pivoting of the view ``a`` in place. Returns (pivots, info):
+        pivots 0-based int64 (row i was swapped with pivots[i]), on the device."""
+        return self._call(self._getrf, a)
+
+    def getrf_nopiv(self, a) -> None:
+        """LU without pivoting of the ``m x n`` (m >= n) view ``a`` in place (unit L below the
+        diagonal, U on and above). A zero pivot is not reported: it shows as an exact zero on
+        U's diagonal (later entries may be inf/NaN)."""
+        if a.size:
+            self._call(self._getrf_nopiv, a)
+
+    def laswp(self, a, piv, start: int) -> None:
+        """LAPACK laswp in place on the column-major view ``a``: row ``start + i`` is
+        interchanged with row ``piv[i]`` (0-based rows of ``a``, host ints), i = 0, 1, ...."""
+        if a.size == 0 or len(piv) == 0:
+            return
+        idx = np.arange(max(start + len(piv), int(np.max(piv)) + 1), dtype=np.int64)
+        for i, p in enumerate(np.asarray(piv, dtype=np.int64)):
+            idx[start + i], idx[p] = idx[p], idx[start + i]
+        moved = np.flatnonzero(idx != np.arange(idx.size))
+        if moved.size:
+            vals = self.empty((moved.size, a.shape[1]), a.dtype)
+            self.take_rows(a, self.xp.asarray(idx[moved]), vals)
+            self.put_rows(a, self.xp.asarray(moved), vals)
+
+    def split_tf32x3(self, a, b):
+        """Operands of a TF32 tensor-core product at ~float32 accuracy (GPU float32 only)."""
+        raise TypeError("split_tf32x3 needs float32 arrays on a GPU backend")
+
+    # ---- row movement and elementwise kernels ---------------------------------------------
+    def take_rows(self, a, idx, out) -> None:
+        """``out[...] = a[idx]`` for column-major 2-D ``a`` and ``out`` (``idx`` an int64 index
+        array on this device), walking down the selected rows of each column."""
+        raise NotImplementedError
+
+    def put_rows(self, a, idx, vals) -> None:
+        """``a[idx] = vals`` (distinct ``idx``) for column-major 2-D arrays."""
+        raise NotImplementedError
+
+    def take(self, a, idx, out) -> None:
+        """``out[...] = a[idx]`` along axis 0 of a C-ordered (row-contiguous) ``a``; ``idx``
+        in range (not checked)."""
+        raise NotImplementedError
+
+    def axpby(self, x, p, a, b) -> None:
+        """In place ``x = a x + b p`` (a, b broadcast against x)."""
+        raise NotImplementedError
+
+    def butterfly_quad(self, a00, a01, a10, a11, ut, ub, vl, vr) -> None:
+        """In place, the two-sided butterfly on four quarters (docs/rbt.md): with
+        b1 = a00 + a01, b2 = a10 + a11, b3 = a00 - a01, b4 = a10 - a11:
+        a00 = ut vl (b1 + b2), a01 = ut vr (b3 + b4), a10 = ub vl (b1 - b2),
+        a11 = ub vr (b3 - b4). ut, ub: (h, 1) row factors; vl, vr: (1, w) column factors."""
+        raise NotImplementedError
+
+    # ---- helpers -----------------------------------------------------------------------------
+    def _call(self, fn, out, *args):
+        """Run ``fn(*args, out)`` in place; strided non-column-major ``out`` goes via a copy."""
+        for x in args:  # BLAS reads raw memory: a mixed dtype is garbage or an overrun
+            if getattr(x, "ndim", 0) == 2 and x.dtype != out.dtype:
+                raise TypeError(f"kernel operands must share one dtype, got {x.dtype} "
+                                f"and {out.dtype}")
+        args = tuple(self._colmajor(x) if getattr(x, "ndim", 0) == 2 else x for x in args)
+        if _lapack.is_colmajor(out):
+            return fn(*args, out)
+        tmp = self.xp.asfortranarray(out)
+        r = fn(*args, tmp)
+        out[...] = tmp
+        return r
+
+    def _colmajor(self, a):
+        return a if _lapack.is_colmajor(a) else self.xp.asfortranarray(a)

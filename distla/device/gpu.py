@@ -1,0 +1,229 @@
+"""GPU ranks: CuPy storage, cuBLAS/cuSOLVER on the current stream, and a few fused CUDA
+kernels (row gathers, butterflies, the TF32 split). Not collective."""
+from __future__ import annotations  # pragma: no cover - needs a GPU
+
+import functools
+
+import numpy as np
+
+from . import _lapack
+from .base import Backend
+from .streams import GpuStream
+
+_CUBLAS_TF32_TENSOR_OP_MATH = 3   # cublasMath_t: single precision through TF32 tensor cores
+
+
+class GpuBackend(Backend):  # pragma: no cover - needs a GPU
+    name = "gpu"
+    is_gpu = True
+
+    def __init__(self):
+        import cupy
+        from cupy_backends.cuda.libs import cublas, cusolver
+        self.xp, self._cublas, self._cusolver = cupy, cublas, cusolver
+
+    # ---- storage and streams -----------------------------------------------------------------
+    def asarray(self, a, dtype=None):
+        return self.xp.asfortranarray(self.xp.asarray(a, dtype=dtype))
+
+    def to_host(self, a) -> np.ndarray:
+        return a.get(order="F") if isinstance(a, self.xp.ndarray) else np.asarray(a)
+
+    def synchronize(self) -> None:
+        self.xp.cuda.get_current_stream().synchronize()
+
+    def info_value(self, info) -> int:
+        return int(info) if isinstance(info, (int, np.integer)) else int(info.get())
+
+    def infos_to_host(self, infos) -> np.ndarray:
+        if not infos:
+            return np.zeros(0, dtype=np.int64)
+        return self.xp.stack([self.xp.asarray(i).reshape(()) for i in infos]).get() \
+            .astype(np.int64)
+
+    def stream(self, priority: str = "default"):
+        cp = self.xp
+        if priority == "high":
+            try:  # CUDA clamps a priority beyond the device's range to its greatest
+                return GpuStream(cp.cuda.Stream(non_blocking=True, priority=-1000))
+            except TypeError:  # a CuPy without stream priorities
+                pass
+        return GpuStream(cp.cuda.Stream(non_blocking=True))
+
+    def current_stream(self):
+        return GpuStream(self.xp.cuda.get_current_stream())
+
+    # ---- cuBLAS / cuSOLVER --------------------------------------------------------------------
+    def _blas(self):
+        h = self.xp.cuda.device.get_cublas_handle()
+        self._cublas.setStream(h, self.xp.cuda.get_current_stream().ptr)
+        return h
+
+    def _solver(self):
+        h = self.xp.cuda.device.get_cusolver_handle()
+        self._cusolver.setStream(h, self.xp.cuda.get_current_stream().ptr)
+        return h
+
+    def _op(self, t):
+        return self._cublas.CUBLAS_OP_N if t == "N" else self._cublas.CUBLAS_OP_T
+
+    def _fill(self, uplo):
+        return self._cublas.CUBLAS_FILL_MODE_LOWER if uplo == "L" else \
+            self._cublas.CUBLAS_FILL_MODE_UPPER
+
+    def _gemm(self, transa, transb, alpha, a, b, beta, tf32, c):
+        m, n = c.shape
+        k = a.shape[1] if transa == "N" else a.shape[0]
+        al = np.array(alpha, c.dtype)
+        be = np.array(beta, c.dtype)
+        f = {"d": self._cublas.dgemm, "f": self._cublas.sgemm}[c.dtype.char]
+        h = self._blas()
+        tf32 = tf32 and c.dtype == np.float32
+        if tf32:  # the handle's math mode is read when the call is queued
+            old = self._cublas.getMathMode(h)
+            self._cublas.setMathMode(h, _CUBLAS_TF32_TENSOR_OP_MATH)
+        try:
+            f(h, self._op(transa), self._op(transb), m, n, k, al.ctypes.data, a.data.ptr,
+              _lapack.ld(a), b.data.ptr, _lapack.ld(b), be.ctypes.data, c.data.ptr,
+              _lapack.ld(c))
+        finally:
+            if tf32:
+                self._cublas.setMathMode(h, old)
+
+    def _syrk(self, uplo, trans, alpha, a, beta, c):
+        n = c.shape[0]
+        k = a.shape[1] if trans == "N" else a.shape[0]
+        al = np.array(alpha, c.dtype)
+        be = np.array(beta, c.dtype)
+        f = {"d": self._cublas.dsyrk, "f": self._cublas.ssyrk}[c.dtype.char]
+        f(self._blas(), self._fill(uplo), self._op(trans), n, k, al.ctypes.data, a.data.ptr,
+          _lapack.ld(a), be.ctypes.data, c.data.ptr, _lapack.ld(c))
+
+    def _trsm(self, side, uplo, transa, diag, alpha, a, b):
+        m, n = b.shape
+        al = np.array(alpha, b.dtype)
+        cb = self._cublas
+        f = {"d": cb.dtrsm, "f": cb.strsm}[b.dtype.char]
+        f(self._blas(), cb.CUBLAS_SIDE_LEFT if side == "L" else cb.CUBLAS_SIDE_RIGHT,
+          self._fill(uplo), self._op(transa),
+          cb.CUBLAS_DIAG_UNIT if diag == "U" else cb.CUBLAS_DIAG_NON_UNIT,
+          m, n, al.ctypes.data, a.data.ptr, _lapack.ld(a), b.data.ptr, _lapack.ld(b))
+
+    def _potrf(self, uplo, a):
+        n = a.shape[0]
+        cs, xp = self._cusolver, self.xp
+        info = xp.zeros((), dtype=np.int32)
+        if n == 0:
+            return info
+        bs = {"d": cs.dpotrf_bufferSize, "f": cs.spotrf_bufferSize}[a.dtype.char]
+        f = {"d": cs.dpotrf, "f": cs.spotrf}[a.dtype.char]
+        h = self._solver()
+        lda = _lapack.ld(a)
+        lwork = bs(h, self._fill(uplo), n, a.data.ptr, lda)
+        work = xp.empty(max(1, lwork), dtype=a.dtype)
+        f(h, self._fill(uplo), n, a.data.ptr, lda, work.data.ptr, lwork, info.data.ptr)
+        return info
+
+    def _getrf(self, a, pivoting: bool = True):
+        """cuSOLVER getrf; ``pivoting=False`` passes a null pivot array (its documented
+        no-pivoting mode)."""
+        m, n = a.shape
+        cs, xp = self._cusolver, self.xp
+        info = xp.zeros((), dtype=np.int32)
+        ipiv = xp.zeros(max(1, min(m, n)), dtype=np.int32)
+        if m and n:
+            bs = {"d": cs.dgetrf_bufferSize, "f": cs.sgetrf_bufferSize}[a.dtype.char]
+            f = {"d": cs.dgetrf, "f": cs.sgetrf}[a.dtype.char]
+            h = self._solver()
+            lda = _lapack.ld(a)
+            lwork = bs(h, m, n, a.data.ptr, lda)
+            work = xp.empty(max(1, lwork), dtype=a.dtype)
+            f(h, m, n, a.data.ptr, lda, work.data.ptr, ipiv.data.ptr if pivoting else 0,
+              info.data.ptr)
+        return ipiv[:min(m, n)].astype(np.int64) - 1, info
+
+    def _getrf_nopiv(self, a):
+        self._getrf(a, pivoting=False)
+
+    def split_tf32x3(self, a, b):
+        """For float32 ``a (m x k)``, ``b (k x n)`` returns column-major ``A3 = [ah, ah, al]``
+        (m x 3k) and ``B3 = [bh; bl; bh]`` (3k x n), ``xh`` = x rounded to TF32 and
+        ``xl = x - xh``, so that ``A3 B3 = ah bh + ah bl + al bh = a b`` up to ~2^-22 |a||b|.
+        Use with ``gemm(..., tf32=True)``."""
+        if not (a.dtype == np.float32 and b.dtype == np.float32):
+            raise TypeError("split_tf32x3 needs float32 arrays on a GPU backend")
+        xp = self.xp
+        m, k = a.shape
+        n = b.shape[1]
+        A3 = xp.empty((m, 3 * k), np.float32, order="F")
+        B3 = xp.empty((3 * k, n), np.float32, order="F")
+        split = _kernels()["tf32"]
+        # elementwise kernels walk arrays in C order: pass transposes of column-major views
+        split(self._colmajor(a).T, A3[:, :k].T, A3[:, k:2 * k].T, A3[:, 2 * k:].T)
+        split(self._colmajor(b).T, B3[:k].T, B3[2 * k:].T, B3[k:2 * k].T)
+        return A3, B3
+
+    # ---- row movement and elementwise --------------------------------------------------------
+    def take_rows(self, a, idx, out) -> None:
+        if out.size:
+            flat, ld = _flat(a)
+            _kernels()["gather"](flat, idx.astype(np.int64, copy=False), ld, len(idx), out.T)
+
+    def put_rows(self, a, idx, vals) -> None:
+        if vals.size:
+            flat, ld = _flat(a)
+            _kernels()["scatter"](vals.T, idx.astype(np.int64, copy=False), ld, len(idx), flat)
+
+    def take(self, a, idx, out) -> None:
+        self.xp.take(a, idx, axis=0, out=out)
+
+    def axpby(self, x, p, a, b) -> None:
+        _kernels()["axpby"](*_colmajor_order(a, b, p, x))
+
+    def butterfly_quad(self, a00, a01, a10, a11, ut, ub, vl, vr) -> None:
+        _kernels()["quad"](*_colmajor_order(ut, ub, vl, vr, a00, a01, a10, a11))
+
+
+def _flat(a):  # pragma: no cover - needs a GPU
+    """A column-major CuPy view as a 1-D array over its memory (from a[0, 0] to its last
+    element) and its leading dimension: element (i, j) is ``flat[i + j ld]``."""
+    import cupy
+    isz = a.itemsize
+    if a.shape[0] > 1 and a.strides[0] != isz:
+        raise ValueError("take_rows/put_rows need a column-major view")
+    ld = a.strides[1] // isz if a.shape[1] > 1 else a.shape[0]
+    size = (a.shape[1] - 1) * ld + a.shape[0]
+    return cupy.ndarray((size,), dtype=a.dtype, memptr=a.data), ld
+
+
+def _colmajor_order(*args):
+    """Kernel arguments transposed when all are 2-D (or scalars): CuPy elementwise kernels walk
+    their index space in C order, so on column-major views the transposes make neighbouring
+    threads touch neighbouring addresses."""
+    if all(getattr(v, "ndim", 0) in (0, 2) for v in args):
+        return tuple(v.T if getattr(v, "ndim", 0) == 2 else v for v in args)
+    return args
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels():  # pragma: no cover - needs a GPU
+    """The fused CuPy kernels (compiled on first use; ``distla warmup`` compiles them)."""
+    import cupy
+    pre = "const ptrdiff_t r = i % nr, c = i / nr; const ptrdiff_t k = idx[r] + c * ld;"
+    ek = cupy.ElementwiseKernel
+    return {
+        # (columns, selected rows) in C order: consecutive threads move consecutive rows
+        "gather": ek("raw T a, raw int64 idx, int64 ld, int64 nr", "T out",
+                     pre + " out = a[k];", "distla_gather_rows"),
+        "scatter": ek("T v, raw int64 idx, int64 ld, int64 nr", "raw T a",
+                      pre + " a[k] = v;", "distla_scatter_rows"),
+        # output parameters are references: reading x in the body updates it in place
+        "axpby": ek("T a, T b, T p", "T x", "x = a * x + b * p", "distla_rbt_axpby"),
+        "quad": ek("T ut, T ub, T vl, T vr", "T a00, T a01, T a10, T a11",
+                   "T b1 = a00 + a01; T b2 = a10 + a11; T b3 = a00 - a01; T b4 = a10 - a11; "
+                   "a00 = ut * vl * (b1 + b2); a01 = ut * vr * (b3 + b4); "
+                   "a10 = ub * vl * (b1 - b2); a11 = ub * vr * (b3 - b4);", "distla_rbt_quad"),
+        "tf32": ek("float32 x", "float32 hi, float32 hi2, float32 lo",
+                   "const float h = __uint_as_float((__float_as_uint(x) + 0x1000u) & "
+                   "0xffffe000u); hi = h; hi2 = h; lo = x - h;", "distla_split_tf32"),
+    }
