@@ -1,6 +1,13 @@
 """distla: distributed dense linear algebra (ScaLAPACK's model) on CPU and GPU ranks."""
-from .errors import (ConvergenceError, DistlaError, LinAlgWarning, NotPositiveDefiniteError,
-                     SingularMatrixError, install_excepthook)
+from . import pblas as _pblas  # noqa: F401,E402 - installs ``A @ B`` (SUMMA) on DistMatrix
+from .errors import (
+                     ConvergenceError,
+                     DistlaError,
+                     LinAlgWarning,
+                     NotPositiveDefiniteError,
+                     SingularMatrixError,
+                     install_excepthook,
+)
 from .grid import ProcessGrid
 from .layout import Descriptor
 from .matrix import DistMatrix

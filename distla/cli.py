@@ -16,219 +16,38 @@ Errors: one line ``distla: error: ...`` on rank 0 and the same nonzero exit code
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
 import json
 import os
 import socket
 import sys
-import threading
 import time
-import traceback
 
+from .bench.common import flops
+from .defaults import default_nb, make_grid
 from .errors import on_root
+from .problems import make_problem, problem_entries
+from .runtime import (  # noqa: F401
+    EXIT_NUMERIC,
+    EXIT_THRESH,
+    EXIT_USAGE,
+    ArgumentParser,
+    CommandError,
+    UsageError,
+    _world,
+    apply_runtime_defaults,
+    guarded,
+    run_main,
+)
 
 __all__ = ["main", "run_main", "ArgumentParser", "CommandError", "UsageError", "guarded",
            "on_root", "METHODS"]
 
 METHODS = ("cholesky", "gepp", "calu", "genp", "rbt", "tlr")  # = distla.linalg.solve.METHODS
-EXIT_USAGE, EXIT_NUMERIC, EXIT_THRESH = 2, 1, 3
 
 
 # ---------------------------------------------------------------------------------------
 # errors that end a command
 # ---------------------------------------------------------------------------------------
-class CommandError(Exception):
-    """A user-facing error: printed as one line on rank 0, exit code ``code`` on all ranks.
-    Raise it identically on every rank (it is not agreed on)."""
-
-    def __init__(self, message: str, code: int = EXIT_USAGE):
-        super().__init__(message)
-        self.code = code
-
-    def __reduce__(self):
-        return (type(self), (str(self), self.code))
-
-
-class UsageError(CommandError):
-    """Bad command-line syntax (raised by :class:`ArgumentParser` instead of exiting)."""
-
-    def __init__(self, message: str, usage: str = ""):
-        super().__init__(message, EXIT_USAGE)
-        self.usage = usage
-
-    def __reduce__(self):
-        return (type(self), (str(self), self.usage))
-
-
-def env_rank() -> int:
-    """This process's rank according to the launcher's environment (0 without a launcher);
-    needs no MPI initialization. Not collective."""
-    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
-                "SLURM_PROCID"):
-        v = os.environ.get(var, "")
-        if v.isdigit():
-            return int(v)
-    return 0
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse that raises :class:`UsageError` instead of exiting, and prints help only on
-    rank 0 (parsing is deterministic, so every rank reaches the same outcome)."""
-
-    def error(self, message):
-        raise UsageError(message, self.format_usage())
-
-    def _print_message(self, message, file=None):
-        if env_rank() == 0:
-            super()._print_message(message, file)
-
-
-def _local_ranks_env() -> int:
-    for var in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_SIZE"):
-        v = os.environ.get(var, "")
-        if v.isdigit() and int(v) > 0:
-            return int(v)
-    return 1
-
-
-def apply_runtime_defaults() -> None:
-    """Process defaults for command-line runs, before MPI starts (not collective; library code
-    never calls this). With several ranks on a node and none of OPENBLAS_NUM_THREADS /
-    OMP_NUM_THREADS / MKL_NUM_THREADS set, each rank's BLAS gets cores / ranks-on-node threads
-    (not all the cores each); with more ranks than cores, MPICH's waiting ranks yield the CPU
-    (MPIR_CVAR_POLLS_BEFORE_YIELD=1, unless set)."""
-    ranks = _local_ranks_env()
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    if ranks > cores:
-        os.environ.setdefault("MPIR_CVAR_POLLS_BEFORE_YIELD", "1")
-    if ranks > 1 and not any(v in os.environ for v in
-                             ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")):
-        k = max(1, cores // ranks)
-        os.environ["OMP_NUM_THREADS"] = str(k)  # for libraries loaded from now on
-        try:
-            from .bench.common import _openblas_libs
-            import scipy.linalg  # noqa: F401 - load SciPy's OpenBLAS too
-            for setf, _ in _openblas_libs():
-                setf(k)
-        except Exception:  # noqa: BLE001 - best effort: a tuning, not a requirement
-            pass
-
-
-def _world():
-    from mpi4py import MPI
-    return MPI.COMM_WORLD
-
-
-def _abort_timeout() -> float:
-    try:
-        return float(os.environ.get("DISTLA_ABORT_TIMEOUT", "300"))
-    except ValueError:
-        return 300.0
-
-
-@contextlib.contextmanager
-def guarded(comm=None, timeout: float | None = None):
-    """Collective: run a block on every rank and agree on its outcome
-    (:func:`distla.errors.agree`): an exception on any rank is raised on every rank.
-
-    Last resort against hangs: a rank that failed while the others are stuck elsewhere (a bug:
-    library code must agree on failures itself) prints its error and calls
-    ``MPI.COMM_WORLD.Abort(2)`` after ``timeout`` seconds (default $DISTLA_ABORT_TIMEOUT or
-    300)."""
-    from .errors import agree
-    comm = _world() if comm is None else comm
-    try:
-        yield
-    except Exception as e:  # noqa: BLE001 - agreed below
-        if isinstance(e, CommandError):  # raised identically everywhere by contract
-            raise
-        with _watchdog(comm, e, _abort_timeout() if timeout is None else timeout):
-            agree(comm, e)
-        raise  # pragma: no cover - agree always raises here
-    agree(comm, None)
-
-
-@contextlib.contextmanager
-def _watchdog(comm, exc, timeout):
-    done = threading.Event()
-
-    def fire():
-        if done.wait(timeout):
-            return
-        rank = comm.Get_rank()
-        sys.stderr.write(f"distla: error: [rank {rank}] {_describe(exc)} (the other ranks did "
-                         f"not respond within {timeout:g}s; aborting the job)\n")
-        sys.stderr.flush()
-        _world().Abort(EXIT_USAGE)
-
-    t = threading.Thread(target=fire, daemon=True)
-    t.start()
-    try:
-        yield
-    finally:
-        done.set()
-
-
-def _describe(exc: BaseException) -> str:
-    import numpy as np
-    msg = str(exc) or type(exc).__name__
-    if msg.startswith("[rank 0] "):  # agreed errors name the lowest failing rank; 0 is implied
-        msg = msg[len("[rank 0] "):]
-    if isinstance(exc, (CommandError, ValueError, TypeError, OSError, np.linalg.LinAlgError,
-                        RuntimeError, MemoryError, ImportError)):
-        if isinstance(exc, MemoryError):
-            return f"out of memory ({msg})"
-        if isinstance(exc, ImportError) and not isinstance(exc, ModuleNotFoundError):
-            return msg
-        if isinstance(exc, ModuleNotFoundError):
-            return f"{msg} (is the optional dependency installed?)"
-        return msg
-    return f"{type(exc).__name__}: {msg}"
-
-
-def _exit_code(exc: BaseException) -> int:
-    import numpy as np
-    if isinstance(exc, CommandError):
-        return exc.code
-    if isinstance(exc, np.linalg.LinAlgError):
-        return EXIT_NUMERIC
-    return EXIT_USAGE
-
-
-def run_main(fn, argv, prog: str = "distla", verbose_flag: str = "--verbose") -> int:
-    """Run ``fn(argv)`` (a command body, collective) and turn any exception into one line
-    ``PROG: error: ...`` on rank 0 and an exit code; returns that code (0 on success). With
-    ``--verbose`` in ``argv``, rank 0 also prints the traceback."""
-    try:
-        rc = fn(argv)
-        return int(rc or 0)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as e:  # noqa: BLE001
-        if isinstance(e, SystemExit):
-            raise
-        rank = _safe_rank()
-        if rank == 0:
-            sys.stdout.flush()
-            if isinstance(e, UsageError) and e.usage:
-                sys.stderr.write(e.usage)
-            if verbose_flag in (argv or []) and not isinstance(e, UsageError):
-                traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
-            sys.stderr.write(f"{prog}: error: {_describe(e)}\n")
-            sys.stderr.flush()
-        return _exit_code(e)
-
-
-def _safe_rank() -> int:
-    if "mpi4py.MPI" in sys.modules:
-        from mpi4py import MPI
-        if MPI.Is_initialized() and not MPI.Is_finalized():
-            return MPI.COMM_WORLD.Get_rank()
-    return env_rank()
 
 
 class Reporter:
@@ -388,7 +207,6 @@ def _parse_options(items) -> dict:
 def _grid(spec, comm):
     """Collective: the grid named by ``--grid`` (deterministic checks, same error on every
     rank)."""
-    from .bench.common import make_grid
     try:
         return make_grid(spec, comm)
     except ValueError as e:
@@ -462,7 +280,6 @@ def cmd_solve(args, comm) -> int:
     import numpy as np
 
     from . import io
-    from .bench.common import default_nb, flops
     from .matrix import DistMatrix
     from .progress import Progress, Timings, format_rate
 
@@ -635,7 +452,6 @@ def cmd_generate(args, comm) -> int:
     import numpy as np
 
     from . import io
-    from .bench.common import make_grid, make_problem
     from .progress import Timings
 
     say = Reporter(comm, _verbosity(args))
@@ -662,7 +478,6 @@ def cmd_generate(args, comm) -> int:
     if not mtx:   # generated and written a slab at a time, never whole in memory
         import time
 
-        from .bench.common import problem_entries
         fn = problem_entries(args.kind, args.n, **kw_entries(kw))
         t0, last = time.perf_counter(), [time.perf_counter()]
 

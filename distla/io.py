@@ -261,6 +261,7 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int = 1 << 28) -> None:
     from types import SimpleNamespace
 
     from mpi4py import MPI
+
     from .layout import numroc
     comm, g = A.grid.comm, A.grid
     fdt = np.dtype(info.dtype)

@@ -485,9 +485,13 @@ class DistMatrix:
     def __neg__(self):
         return self._like(local=-self.local)
 
+    _matmul = None   # distla.pblas.matmul, installed by distla.pblas (a higher layer)
+
     def __matmul__(self, other):
-        from .pblas import matmul
-        return matmul(self, other)
+        """Collective: ``distla.pblas.matmul(self, other)`` (SUMMA)."""
+        if DistMatrix._matmul is None:
+            raise RuntimeError("import distla (or distla.pblas) to multiply DistMatrix objects")
+        return DistMatrix._matmul(self, other)
 
     def add(self, other: "DistMatrix", alpha=1.0, beta=1.0) -> "DistMatrix":
         """``alpha * self + beta * other`` (pdgeadd; same layout; local)."""
@@ -496,6 +500,20 @@ class DistMatrix:
 
     def norm(self, ord="fro"):
         """Collective: 'fro', 1, inf (np.inf or 'inf') or 'max' norm, as a Python float on
-        every rank."""
-        from .pblas import norm
-        return norm(self, ord)
+        every rank (NaN anywhere gives NaN on every rank)."""
+        grid, xp, be = self.grid, self.xp, self.backend
+        if ord in ("inf", "Inf"):
+            ord = np.inf
+        if ord not in ("fro", 1, np.inf, "max"):
+            raise ValueError(f"norm: ord must be 'fro', 1, inf or 'max', not {ord!r}")
+        absA = xp.abs(self.local)
+        if ord == "fro":
+            sq = absA.real ** 2 + absA.imag ** 2 if self.dtype.kind == "c" else absA ** 2
+            return float(np.sqrt(grid.allreduce(float(be.to_host(xp.sum(sq))), "sum")))
+        if ord == "max":
+            return grid.allreduce(float(be.to_host(absA.max())) if absA.size else 0.0, "max")
+        from mpi4py import MPI
+        axis, sub = (0, grid.col_comm) if ord == 1 else (1, grid.row_comm)
+        sums = np.ascontiguousarray(be.to_host(absA.sum(axis=axis)).astype(np.float64))
+        sub.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
+        return grid.allreduce(float(sums.max()) if sums.size else 0.0, "max")

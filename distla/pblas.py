@@ -291,31 +291,11 @@ def _trsm_left_trans(A, X, lower, diag):
 # norms
 # ---------------------------------------------------------------------------------------
 def norm(A: DistMatrix, ord="fro") -> float:
-    """Collective: the 'fro', 1, inf ('inf' or np.inf) or 'max' norm of A, on every rank."""
-    from mpi4py import MPI
-    grid, xp, be = A.grid, A.xp, A.backend
-    if ord in ("inf", "Inf"):
-        ord = np.inf
-    if ord not in ("fro", 1, np.inf, "max"):
-        raise ValueError(f"norm: ord must be 'fro', 1, inf or 'max', not {ord!r}")
-    absA = xp.abs(A.local)
-    if ord == "fro":
-        loc = np.array(float(be.to_host(xp.sum(absA.real ** 2 + absA.imag ** 2
-                                               if A.dtype.kind == "c" else absA ** 2))))
-        grid.comm.Allreduce(MPI.IN_PLACE, loc, op=MPI.SUM)
-        return float(np.sqrt(loc))
-    if ord == "max":
-        local = float(be.to_host(absA.max())) if absA.size else 0.0
-        return _allmax(grid.comm, local)
-    axis, sub = (0, grid.col_comm) if ord == 1 else (1, grid.row_comm)
-    sums = np.ascontiguousarray(be.to_host(absA.sum(axis=axis)).astype(np.float64))
-    sub.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
-    return _allmax(grid.comm, float(sums.max()) if sums.size else 0.0)
+    """Collective: the 'fro', 1, inf ('inf' or np.inf) or 'max' norm of A, the same float on
+    every rank (:meth:`DistMatrix.norm`)."""
+    return A.norm(ord)
 
 
-def _allmax(comm, value: float) -> float:
-    """Max over ranks that propagates NaN (MPI's MAX may drop it, so ranks could disagree)."""
-    from mpi4py import MPI
-    buf = np.array([-np.inf if np.isnan(value) else value, float(np.isnan(value))])
-    comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
-    return float("nan") if buf[1] else float(buf[0])
+# ``A @ B`` on DistMatrix is this module's SUMMA; the matrix layer sits below the PBLAS, so
+# the PBLAS plug their product into it rather than the matrix importing them.
+DistMatrix._matmul = staticmethod(matmul)

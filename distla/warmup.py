@@ -19,6 +19,13 @@ import time
 
 import numpy as np
 
+from . import checks, io
+from .grid import ProcessGrid
+from .linalg import lu_factor, rcond, solve
+from .matrix import DistMatrix
+from .pblas import matmul, norm
+from .problems import make_problem
+
 __all__ = ["warmup"]
 
 _METHODS = ("cholesky", "gepp", "calu", "genp", "rbt", "tlr")
@@ -27,12 +34,6 @@ _METHODS = ("cholesky", "gepp", "calu", "genp", "rbt", "tlr")
 def warmup(comm, device: str = "gpu", n: int = 512, nb: int = 128, say=print) -> dict:
     """Collective: run every solver path once at size ``n`` on ``device``; returns seconds per
     step. Raises the solvers' own exceptions (the same on every rank)."""
-    from . import checks, io
-    from .bench.common import make_problem
-    from .grid import ProcessGrid
-    from .linalg import lu_factor, rcond, solve
-    from .matrix import DistMatrix
-    from .pblas import matmul, norm
     grid = ProcessGrid(comm=comm)
     times = {}
     tmpdir = comm.bcast(tempfile.mkdtemp(prefix="distla-warmup-") if comm.Get_rank() == 0

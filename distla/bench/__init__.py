@@ -23,6 +23,16 @@ from __future__ import annotations
 import importlib
 import json
 
+from ..runtime import (
+    ArgumentParser,
+    CommandError,
+    UsageError,
+    apply_runtime_defaults,
+    guarded,
+    on_root,
+    run_main,
+)
+
 __all__ = ["BENCHMARKS", "main", "main_argv", "run_benchmark", "plot_records",
            "load_records"]
 
@@ -37,7 +47,6 @@ _HELP = {
 
 
 def _load(name: str):
-    from ..cli import CommandError
     if name not in BENCHMARKS:
         raise CommandError(f"unknown benchmark {name!r} (choose from "
                            f"{', '.join(BENCHMARKS)})")
@@ -67,7 +76,6 @@ def _add_common(p) -> None:
 def build_parser(prog: str = "python -m distla.bench", name: str | None = None):
     """The argument parser; only benchmark ``name``'s module is imported (the others get
     stub sub-parsers, so ``--help`` stays cheap). Not collective."""
-    from ..cli import ArgumentParser
     p = ArgumentParser(prog=prog, description="Run a distla benchmark under MPI, e.g. "
                        f"'mpiexec -n 4 {prog} matmul --n 2048'. "
                        f"'{prog} NAME --help' lists a benchmark's options.")
@@ -115,7 +123,6 @@ def load_records(path, bench: str | None = None) -> list[dict]:
 
 
 def _check_matplotlib():
-    from ..cli import CommandError
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -134,7 +141,6 @@ def plot_records(records: list[dict], path: str, title: str = "") -> None:
     """Write a PNG: rate vs n for every (impl, ranks) series, and, when the records span more
     than one rank count, rate vs ranks for every (impl, n). Not collective (call on one
     rank). Needs matplotlib."""
-    from ..cli import CommandError
     _check_matplotlib()
     import matplotlib
     matplotlib.use("Agg")
@@ -201,7 +207,6 @@ def plot_records(records: list[dict], path: str, title: str = "") -> None:
 
 
 def _body(argv, prog) -> int:
-    from ..cli import CommandError, UsageError, guarded, on_root
     name = _first_positional(argv)
     parser = build_parser(prog, name if name in BENCHMARKS else None)
     args = parser.parse_args(argv)
@@ -266,7 +271,6 @@ def _jsonable(v):
 def main_argv(argv, prog: str = "python -m distla.bench") -> int:
     """Run the framework on ``argv``; returns the exit code (errors -> one line on rank 0).
     Collective over COMM_WORLD."""
-    from ..cli import run_main
     return run_main(lambda a: _body(a, prog), list(argv), prog=prog)
 
 
@@ -274,7 +278,6 @@ def main(argv=None) -> None:
     """``python -m distla.bench``: exit with the framework's code on every rank."""
     import sys
 
-    from ..cli import apply_runtime_defaults
     apply_runtime_defaults()
     code = main_argv(sys.argv[1:] if argv is None else argv)
     sys.stdout.flush()
@@ -288,7 +291,6 @@ def run_benchmark(name: str, argv=()) -> list[dict]:
     exceptions (the same on every rank)."""
     from mpi4py import MPI
 
-    from ..cli import guarded
     parser = build_parser(name=name)
     args = parser.parse_args([name, *map(str, argv)])
     mod = _load(name)

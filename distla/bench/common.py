@@ -21,60 +21,34 @@ import argparse
 import contextlib
 import math
 import os
-import re
 import time
 
 import numpy as np
+
+# the grid, device and block-size defaults and the test problems live in the library; the
+# benchmarks re-export them under their historical names
+from ..defaults import default_device, default_nb, make_grid, parse_grid
+from ..problems import (
+    PROBLEM_KINDS,
+    covariance_matrix,
+    general_matrix,
+    global_normal,
+    make_problem,
+    problem_entries,
+    spd_matrix,
+)
+from ..runtime import _openblas_libs  # noqa: F401 - used by the CLI's info
 
 __all__ = ["parse_grid", "make_grid", "parse_sizes", "default_device", "sync", "timed",
            "timed_result", "reference_rank0", "flops", "tflops", "record", "spd_matrix",
            "general_matrix", "covariance_matrix", "make_problem", "PROBLEM_KINDS",
            "add_problem_arguments", "format_table", "default_nb", "ranks_on_node",
-           "blas_threads"]
+           "blas_threads", "global_normal", "problem_entries"]
 
 
 # ---------------------------------------------------------------------------------------
 # grids and sizes
 # ---------------------------------------------------------------------------------------
-_GRID_RE = re.compile(r"^\s*(\d+)\s*[xX*,]\s*(\d+)\s*$")
-
-
-def parse_grid(spec) -> tuple[int, int] | None:
-    """``"2x3"`` -> ``(2, 3)``; ``None``/``""``/``"auto"`` -> ``None`` (the squarest shape).
-    Raises ValueError for anything else. Not collective."""
-    if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("", "auto")):
-        return None
-    if isinstance(spec, (tuple, list)) and len(spec) == 2:
-        p, q = int(spec[0]), int(spec[1])
-    else:
-        m = _GRID_RE.match(str(spec))
-        if not m:
-            raise ValueError(f"grid must look like PxQ (e.g. 2x2), not {spec!r}")
-        p, q = int(m.group(1)), int(m.group(2))
-    if p < 1 or q < 1:
-        raise ValueError(f"grid dimensions must be positive, not {p}x{q}")
-    return p, q
-
-
-def make_grid(spec=None, comm=None, order: str = "row"):
-    """Collective: the ProcessGrid named by ``spec`` ("PxQ", a pair, or None for the squarest
-    shape) over ``comm`` (default COMM_WORLD). A shape that does not match the rank count
-    raises ValueError on every rank with a message saying how many ranks to start."""
-    from mpi4py import MPI
-
-    from ..grid import ProcessGrid, squarest_shape
-    comm = MPI.COMM_WORLD if comm is None else comm
-    size = comm.Get_size()
-    shape = parse_grid(spec)  # deterministic: same outcome on every rank
-    if shape is None:
-        shape = squarest_shape(size)
-    p, q = shape
-    if p * q != size:
-        raise ValueError(
-            f"grid {p}x{q} needs {p * q} MPI ranks, but {size} "
-            f"{'was' if size == 1 else 'were'} started: run with mpiexec -n {p * q}, or "
-            f"pick a grid with P*Q = {size} (e.g. --grid {'x'.join(map(str, squarest_shape(size)))})")
-    return ProcessGrid(p, q, comm=comm, order=order)
 
 
 def parse_sizes(values) -> list[int]:
@@ -101,25 +75,6 @@ def parse_sizes(values) -> list[int]:
     if not out:
         raise ValueError("no sizes given")
     return out
-
-
-def default_device() -> str:
-    """'gpu' when CuPy sees a GPU, else 'cpu'. Not collective."""
-    from ..device import gpu_available
-    return "gpu" if gpu_available() else "cpu"
-
-
-def default_nb(n: int, device: str, grid=None) -> int:
-    """The default block size (the one table of it; README "Command line"), from one-H200 and
-    2-core CPU measurements: 128 on CPU; on GPU 512, or 1024 once the local dimension
-    ``n / max(P, Q)`` reaches 24576 (Cholesky n=32768 on one H200: 40.9 TFLOP/s at nb 1024;
-    nb 512 wins below 16384, nb 256 loses everywhere). Shrunk so every process row and column
-    gets at least one block of an ``n x n`` matrix. Not collective."""
-    local = n / max(1, max(grid.nprow, grid.npcol)) if grid is not None else n
-    nb = (1024 if local >= 24576 else 512) if device == "gpu" else 128
-    if grid is not None:
-        nb = min(nb, max(1, -(-n // max(grid.nprow, grid.npcol))))
-    return max(1, min(nb, n))
 
 
 # ---------------------------------------------------------------------------------------
@@ -219,38 +174,6 @@ def ranks_on_node(comm=None) -> int:
     return k
 
 
-def _openblas_libs():
-    """(set, get) function pairs of the OpenBLAS libraries loaded in this process (NumPy's
-    and SciPy's wheels each bundle one). Not collective."""
-    import ctypes
-    try:
-        with open("/proc/self/maps") as f:
-            paths = sorted({p for p in (ln.split()[-1] for ln in f if " /" in ln)
-                            if "openblas" in p.lower() and (p.endswith(".so") or ".so." in p)})
-    except OSError:
-        return []
-    out = []
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for suffix in ("", "64_"):
-            for prefix in ("scipy_openblas_", "openblas_"):
-                try:
-                    setf = getattr(lib, f"{prefix}set_num_threads{suffix}")
-                    getf = getattr(lib, f"{prefix}get_num_threads{suffix}")
-                except AttributeError:
-                    continue
-                setf.argtypes, getf.restype = [ctypes.c_int], ctypes.c_int
-                out.append((setf, getf))
-                break
-            else:
-                continue
-            break
-    return out
-
-
 @contextlib.contextmanager
 def blas_threads(k: int | None):
     """Context: NumPy's and SciPy's BLAS use ``k`` threads inside the block (threadpoolctl
@@ -343,107 +266,6 @@ def record(bench: str, impl: str, *, n: int, seconds: float, nflops: float | Non
 # ---------------------------------------------------------------------------------------
 # problems (generated from global indices; the global matrix is never formed)
 # ---------------------------------------------------------------------------------------
-PROBLEM_KINDS = ("spd", "general", "covariance")
-
-
-def spd_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64, device="cpu"):
-    """Collective: a symmetric, strictly diagonally dominant (hence SPD) ``n x n`` matrix:
-    ``a_ij = u(min(i,j), max(i,j)) - 0.5`` off the diagonal (u uniform in [0, 1) hashed from
-    the seed and the indices) and ``a_ii = n``. Well conditioned (cond < 3)."""
-    from ..matrix import DistMatrix
-    from ..random import hashed_uniform
-
-    def fn(I, J):
-        xp = _xp_of(I)
-        lo, hi = xp.minimum(I, J), xp.maximum(I, J)
-        a = hashed_uniform(seed, lo, hi) - 0.5
-        return xp.where(I == J, float(n), a)
-    return DistMatrix.from_function(grid, (n, n), _pair(block), fn, dtype=dtype, device=device)
-
-
-def general_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64, device="cpu",
-                   m: int | None = None):
-    """Collective: an ``m x n`` (default square) matrix of independent standard normal entries
-    (nonsingular with probability one; condition number grows like n)."""
-    from ..matrix import DistMatrix
-    return DistMatrix.random(grid, (n if m is None else m, n), _pair(block), seed=seed,
-                             dtype=dtype, device=device)
-
-
-def global_normal(m: int, n: int, seed: int, xp, dtype=np.float64):
-    """The entries of :func:`general_matrix` (same seed) formed on one device as an ``m x n``
-    column-major array, in column chunks so that the hashing temporaries stay ~16M entries
-    (single-device references; not collective)."""
-    from ..random import hashed_normal
-    out = xp.empty((m, n), dtype=dtype, order="F")
-    I = xp.arange(m, dtype=xp.int64).reshape(-1, 1)
-    step = max(1, (1 << 24) // max(1, m))
-    for j0 in range(0, n, step):
-        J = xp.arange(j0, min(n, j0 + step), dtype=xp.int64).reshape(1, -1)
-        out[:, j0:j0 + J.shape[1]] = hashed_normal(seed, I, J)
-    return out
-
-
-def covariance_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64,
-                      device="cpu", length: float = 0.1, nugget: float = 1e-2,
-                      kernel: str = "sqexp"):
-    """Collective: the covariance matrix of ``n`` jittered-grid points in the unit square
-    (Morton-ordered, :func:`distla.covariance.points`) under the ``kernel`` 'sqexp'
-    (squared exponential, the HiCMA/STARS-H "st-2D-sqexp" problem), 'exp' (exponential) or
-    'matern' (nu = 3/2), with length scale ``length`` and ``nugget`` on the diagonal: SPD and
-    data-sparse (low-rank off-diagonal tiles), as in a Gaussian-process likelihood."""
-    from .. import covariance as cov
-    kinds = {"sqexp": cov.SquaredExponential, "exp": cov.Exponential,
-             "matern": lambda **k: cov.Matern(nu=1.5, **k)}
-    if kernel not in kinds:
-        raise ValueError(f"kernel must be one of {', '.join(kinds)}, not {kernel!r}")
-    pts = cov.points(n, dim=2, kind="jittered", seed=seed)
-    k = kinds[kernel](sigma=1.0, beta=length, nugget=nugget)
-    return cov.covariance_matrix(grid, pts, k, _pair(block), device=device, dtype=dtype)
-
-
-def problem_entries(kind: str, n: int, *, seed: int = 0, length: float = 0.1,
-                    nugget: float = 1e-2, kernel: str = "sqexp", xp=np):
-    """``fn(I, J)`` giving the entries of :func:`make_problem`'s matrix ``kind`` at global
-    index arrays I (column) and J (row), for generating any part of it (not collective)."""
-    from ..random import hashed_normal, hashed_uniform
-    if kind == "spd":
-        def fn(I, J):
-            x = _xp_of(I)
-            lo, hi = x.minimum(I, J), x.maximum(I, J)
-            return x.where(I == J, float(n), hashed_uniform(seed, lo, hi) - 0.5)
-        return fn
-    if kind == "general":
-        return lambda I, J: hashed_normal(seed, I, J)
-    if kind == "covariance":
-        from .. import covariance as cov
-        kinds = {"sqexp": cov.SquaredExponential, "exp": cov.Exponential,
-                 "matern": lambda **k: cov.Matern(nu=1.5, **k)}
-        if kernel not in kinds:
-            raise ValueError(f"kernel must be one of {', '.join(kinds)}, not {kernel!r}")
-        pts = cov.points(n, dim=2, kind="jittered", seed=seed)
-        return cov.entry_function(pts, kinds[kernel](sigma=1.0, beta=length, nugget=nugget),
-                                  xp)
-    raise ValueError(f"problem kind must be one of spd, general, covariance, not {kind!r}")
-
-
-def make_problem(kind: str, grid, n: int, block=64, **kw):
-    """Collective: ``spd_matrix``, ``general_matrix`` or ``covariance_matrix`` by name."""
-    makers = {"spd": spd_matrix, "general": general_matrix, "covariance": covariance_matrix}
-    if kind not in makers:
-        raise ValueError(f"problem kind must be one of {', '.join(makers)}, not {kind!r}")
-    return makers[kind](grid, n, block, **kw)
-
-
-def _pair(block):
-    return (block, block) if isinstance(block, (int, np.integer)) else tuple(block)
-
-
-def _xp_of(a):
-    if isinstance(a, np.ndarray):
-        return np
-    import cupy
-    return cupy
 
 
 # ---------------------------------------------------------------------------------------

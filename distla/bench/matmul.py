@@ -15,9 +15,20 @@ import gc
 
 import numpy as np
 
-from .common import (add_problem_arguments, blas_threads, default_device, default_nb, flops,
-                     make_grid, parse_sizes, ranks_on_node, record, reference_rank0, sync,
-                     timed)
+from .common import (
+    add_problem_arguments,
+    blas_threads,
+    default_device,
+    default_nb,
+    flops,
+    make_grid,
+    parse_sizes,
+    ranks_on_node,
+    record,
+    reference_rank0,
+    sync,
+    timed,
+)
 
 
 def add_arguments(parser) -> None:

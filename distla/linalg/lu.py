@@ -44,12 +44,12 @@ import numpy as np
 from ..errors import collective
 from ..matrix import DistMatrix, check_compatible
 from ..pblas import norm, triangular_solve
+from ..trace import trace
 from ..validate import check_finite as check_finite_
 from ..validate import check_finite_result, signature
-from .condition import rcond_estimate, warn_if_ill_conditioned
-from ..trace import trace
 from ._lu_loop import LULoop
 from ._pivoting import ipiv_to_perm, permute_rows
+from .condition import rcond_estimate, warn_if_ill_conditioned
 
 __all__ = ["LUFactor", "lu_factor", "lu_solve", "solve_lu", "PIVOTING"]
 
@@ -227,7 +227,7 @@ def _permute(B, dest, src):
 
 def _norm_trans(trans) -> str:
     """'N', 'T' or 'C' from the accepted spellings (SciPy's 0 / 1 / 2, booleans, letters)."""
-    t = {False: "N", True: "T", 0: "N", 1: "T", 2: "C"}.get(trans) \
+    t = {0: "N", 1: "T", 2: "C"}.get(int(trans)) \
         if isinstance(trans, (bool, int, np.integer)) else \
         (trans.upper() if isinstance(trans, str) and trans.upper() in ("N", "T", "C") else None)
     if t is None:

@@ -52,8 +52,14 @@ import scipy.linalg
 from ..errors import ConvergenceError, SingularMatrixError, collective
 from ..matrix import DistMatrix, check_compatible
 from ..validate import check_finite as check_finite_
+from ._butterfly import (
+    Butterfly,
+    pad_matrix,
+    padded_size,
+    random_butterflies,
+    two_sided,
+)
 from .condition import warn_if_ill_conditioned
-from ._butterfly import Butterfly, pad_matrix, padded_size, random_butterflies, two_sided
 
 __all__ = ["rbt_solve", "rbt_transform", "RBTInfo", "RBTFallbackWarning", "Butterfly"]
 

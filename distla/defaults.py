@@ -1,0 +1,69 @@
+"""Defaults chosen from measurements, in one place: the process grid named by "PxQ" (or the
+squarest), the device, the block size per device and size (the README's table). Used by the
+CLI, the benchmarks and the examples. Collective-ness is stated per function.
+"""
+from __future__ import annotations
+
+import re
+
+from .device import gpu_available
+from .grid import ProcessGrid, squarest_shape
+
+__all__ = ["parse_grid", "make_grid", "default_device", "default_nb"]
+
+
+_GRID_RE = re.compile(r"^\s*(\d+)\s*[xX*,]\s*(\d+)\s*$")
+
+
+def parse_grid(spec) -> tuple[int, int] | None:
+    """``"2x3"`` -> ``(2, 3)``; ``None``/``""``/``"auto"`` -> ``None`` (the squarest shape).
+    Raises ValueError for anything else. Not collective."""
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("", "auto")):
+        return None
+    if isinstance(spec, (tuple, list)) and len(spec) == 2:
+        p, q = int(spec[0]), int(spec[1])
+    else:
+        m = _GRID_RE.match(str(spec))
+        if not m:
+            raise ValueError(f"grid must look like PxQ (e.g. 2x2), not {spec!r}")
+        p, q = int(m.group(1)), int(m.group(2))
+    if p < 1 or q < 1:
+        raise ValueError(f"grid dimensions must be positive, not {p}x{q}")
+    return p, q
+
+
+def make_grid(spec=None, comm=None, order: str = "row"):
+    """Collective: the ProcessGrid named by ``spec`` ("PxQ", a pair, or None for the squarest
+    shape) over ``comm`` (default COMM_WORLD). A shape that does not match the rank count
+    raises ValueError on every rank with a message saying how many ranks to start."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD if comm is None else comm
+    size = comm.Get_size()
+    shape = parse_grid(spec)  # deterministic: same outcome on every rank
+    if shape is None:
+        shape = squarest_shape(size)
+    p, q = shape
+    if p * q != size:
+        raise ValueError(
+            f"grid {p}x{q} needs {p * q} MPI ranks, but {size} "
+            f"{'was' if size == 1 else 'were'} started: run with mpiexec -n {p * q}, or "
+            f"pick a grid with P*Q = {size} (e.g. --grid {'x'.join(map(str, squarest_shape(size)))})")
+    return ProcessGrid(p, q, comm=comm, order=order)
+
+
+def default_device() -> str:
+    """'gpu' when CuPy sees a GPU, else 'cpu'. Not collective."""
+    return "gpu" if gpu_available() else "cpu"
+
+
+def default_nb(n: int, device: str, grid=None) -> int:
+    """The default block size (the one table of it; README "Command line"), from one-H200 and
+    2-core CPU measurements: 128 on CPU; on GPU 512, or 1024 once the local dimension
+    ``n / max(P, Q)`` reaches 24576 (Cholesky n=32768 on one H200: 40.9 TFLOP/s at nb 1024;
+    nb 512 wins below 16384, nb 256 loses everywhere). Shrunk so every process row and column
+    gets at least one block of an ``n x n`` matrix. Not collective."""
+    local = n / max(1, max(grid.nprow, grid.npcol)) if grid is not None else n
+    nb = (1024 if local >= 24576 else 512) if device == "gpu" else 128
+    if grid is not None:
+        nb = min(nb, max(1, -(-n // max(grid.nprow, grid.npcol))))
+    return max(1, min(nb, n))

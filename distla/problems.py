@@ -1,0 +1,117 @@
+"""Test problems, generated block by block from global indices (never formed on one rank; the
+same matrix whatever the grid, block size or device): shared by the CLI (``distla generate``,
+``distla solve --matrix spd:N``), the benchmarks and the tests.
+
+* :func:`spd_matrix` -- symmetric, strictly diagonally dominant (cond < 3);
+* :func:`general_matrix` -- independent standard normal entries;
+* :func:`covariance_matrix` -- a Gaussian-process covariance (st-2D-sqexp and relatives);
+* :func:`make_problem` / :func:`problem_entries` -- by name, as a DistMatrix or as an entry
+  function for any part of it.
+
+Collective-ness is stated per function.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import covariance as cov
+from .matrix import DistMatrix
+from .random import hashed_normal, hashed_uniform
+
+__all__ = ["PROBLEM_KINDS", "spd_matrix", "general_matrix", "global_normal",
+           "covariance_matrix", "problem_entries", "make_problem"]
+
+
+PROBLEM_KINDS = ("spd", "general", "covariance")
+
+
+def spd_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64, device="cpu"):
+    """Collective: a symmetric, strictly diagonally dominant (hence SPD) ``n x n`` matrix:
+    ``a_ij = u(min(i,j), max(i,j)) - 0.5`` off the diagonal (u uniform in [0, 1) hashed from
+    the seed and the indices) and ``a_ii = n``. Well conditioned (cond < 3)."""
+
+    def fn(I, J):
+        xp = _xp_of(I)
+        lo, hi = xp.minimum(I, J), xp.maximum(I, J)
+        a = hashed_uniform(seed, lo, hi) - 0.5
+        return xp.where(I == J, float(n), a)
+    return DistMatrix.from_function(grid, (n, n), _pair(block), fn, dtype=dtype, device=device)
+
+
+def general_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64, device="cpu",
+                   m: int | None = None):
+    """Collective: an ``m x n`` (default square) matrix of independent standard normal entries
+    (nonsingular with probability one; condition number grows like n)."""
+    return DistMatrix.random(grid, (n if m is None else m, n), _pair(block), seed=seed,
+                             dtype=dtype, device=device)
+
+
+def global_normal(m: int, n: int, seed: int, xp, dtype=np.float64):
+    """The entries of :func:`general_matrix` (same seed) formed on one device as an ``m x n``
+    column-major array, in column chunks so that the hashing temporaries stay ~16M entries
+    (single-device references; not collective)."""
+    out = xp.empty((m, n), dtype=dtype, order="F")
+    I = xp.arange(m, dtype=xp.int64).reshape(-1, 1)
+    step = max(1, (1 << 24) // max(1, m))
+    for j0 in range(0, n, step):
+        J = xp.arange(j0, min(n, j0 + step), dtype=xp.int64).reshape(1, -1)
+        out[:, j0:j0 + J.shape[1]] = hashed_normal(seed, I, J)
+    return out
+
+
+def covariance_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64,
+                      device="cpu", length: float = 0.1, nugget: float = 1e-2,
+                      kernel: str = "sqexp"):
+    """Collective: the covariance matrix of ``n`` jittered-grid points in the unit square
+    (Morton-ordered, :func:`distla.covariance.points`) under the ``kernel`` 'sqexp'
+    (squared exponential, the HiCMA/STARS-H "st-2D-sqexp" problem), 'exp' (exponential) or
+    'matern' (nu = 3/2), with length scale ``length`` and ``nugget`` on the diagonal: SPD and
+    data-sparse (low-rank off-diagonal tiles), as in a Gaussian-process likelihood."""
+    pts = cov.points(n, dim=2, kind="jittered", seed=seed)
+    return cov.covariance_matrix(grid, pts, _kernel(kernel, length, nugget), _pair(block),
+                                 device=device, dtype=dtype)
+
+
+def _kernel(name: str, length: float, nugget: float):
+    kinds = {"sqexp": cov.SquaredExponential, "exp": cov.Exponential,
+             "matern": lambda **k: cov.Matern(nu=1.5, **k)}
+    if name not in kinds:
+        raise ValueError(f"kernel must be one of {', '.join(kinds)}, not {name!r}")
+    return kinds[name](sigma=1.0, beta=length, nugget=nugget)
+
+
+def problem_entries(kind: str, n: int, *, seed: int = 0, length: float = 0.1,
+                    nugget: float = 1e-2, kernel: str = "sqexp", xp=np):
+    """``fn(I, J)`` giving the entries of :func:`make_problem`'s matrix ``kind`` at global
+    index arrays I (column) and J (row), for generating any part of it (not collective)."""
+    if kind == "spd":
+        def fn(I, J):
+            x = _xp_of(I)
+            lo, hi = x.minimum(I, J), x.maximum(I, J)
+            return x.where(I == J, float(n), hashed_uniform(seed, lo, hi) - 0.5)
+        return fn
+    if kind == "general":
+        return lambda I, J: hashed_normal(seed, I, J)
+    if kind == "covariance":
+        pts = cov.points(n, dim=2, kind="jittered", seed=seed)
+        return cov.entry_function(pts, _kernel(kernel, length, nugget), xp)
+    raise ValueError(f"problem kind must be one of spd, general, covariance, not {kind!r}")
+
+
+def make_problem(kind: str, grid, n: int, block=64, **kw):
+    """Collective: ``spd_matrix``, ``general_matrix`` or ``covariance_matrix`` by name."""
+    makers = {"spd": spd_matrix, "general": general_matrix, "covariance": covariance_matrix}
+    if kind not in makers:
+        raise ValueError(f"problem kind must be one of {', '.join(makers)}, not {kind!r}")
+    return makers[kind](grid, n, block, **kw)
+
+
+def _pair(block):
+    return (block, block) if isinstance(block, (int, np.integer)) else tuple(block)
+
+
+def _xp_of(a):
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+    return cupy
