@@ -22,6 +22,7 @@ import socket
 import sys
 import time
 
+from . import layout
 from .bench.common import flops
 from .defaults import default_nb, make_grid
 from .errors import on_root
@@ -469,7 +470,7 @@ def cmd_generate(args, comm) -> int:
         except (OSError, ValueError) as e:
             raise CommandError(f"{opt}: {e}") from None
     grid = make_grid(None, comm)
-    nb = max(1, min(args.nb, -(-args.n // max(grid.nprow, grid.npcol))))
+    nb = max(1, min(args.nb, layout.num_blocks(args.n, max(grid.nprow, grid.npcol))))
     kw = {"seed": args.seed, "dtype": np.dtype(args.dtype)}
     if args.kind == "covariance":
         kw.update(length=args.length, nugget=args.nugget, kernel=args.kernel)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from . import layout
 from .device import gpu_available
 from .grid import ProcessGrid, squarest_shape
 
@@ -65,5 +66,5 @@ def default_nb(n: int, device: str, grid=None) -> int:
     local = n / max(1, max(grid.nprow, grid.npcol)) if grid is not None else n
     nb = (1024 if local >= 24576 else 512) if device == "gpu" else 128
     if grid is not None:
-        nb = min(nb, max(1, -(-n // max(grid.nprow, grid.npcol))))
+        nb = min(nb, max(1, layout.num_blocks(n, max(grid.nprow, grid.npcol))))
     return max(1, min(nb, n))

@@ -13,7 +13,7 @@ import numbers
 import numpy as np
 
 from . import layout
-from .device import array_device, get_backend
+from .device import _lapack, array_device, get_backend
 from .errors import agree, collective
 from .grid import ProcessGrid
 
@@ -338,13 +338,16 @@ class DistMatrix:
     @classmethod
     def from_local(cls, grid, local, shape, block, src=(0, 0)):
         """Collective: wrap this rank's existing local array (e.g. from a ScaLAPACK code, with
-        the layout of its descriptor). The device is the array's."""
+        the layout of its descriptor). The device is the array's. A column-major array (or a
+        column-major view with a leading dimension larger than its row count, as ScaLAPACK's
+        LLD) is used in place, without a copy; other arrays are copied to column-major."""
         err = None
         try:
             device = array_device(local)
             _check_layout(grid, shape, block, src)
-            A = cls(grid, shape, block, dtype=local.dtype, device=device, src=src,
-                    local=get_backend(device).asarray(local))
+            if not _lapack.is_colmajor(local) and not (local.ndim == 2 and 0 in local.shape):
+                local = get_backend(device).asarray(local)
+            A = cls(grid, shape, block, dtype=local.dtype, device=device, src=src, local=local)
         except Exception as e:  # noqa: BLE001
             err = e
         agree(grid.comm, err)
@@ -353,7 +356,8 @@ class DistMatrix:
     @classmethod
     def from_descriptor(cls, grid, local, desc):
         """Collective: wrap a local array described by a ScaLAPACK DESC (9 ints) or
-        :class:`~distla.layout.Descriptor` (``lld`` must equal the local row count)."""
+        :class:`~distla.layout.Descriptor`. ``local`` may have ``lld >= mloc`` rows (ScaLAPACK's
+        local leading dimension): the matrix then uses its first ``mloc`` rows in place."""
         d, err = None, None
         try:
             d = desc if isinstance(desc, layout.Descriptor) else \
@@ -361,6 +365,10 @@ class DistMatrix:
         except Exception as e:  # noqa: BLE001 - a bad DESC on one rank must not hang the rest
             err = e
         agree(grid.comm, err)
+        if d is not None and getattr(local, "ndim", 0) == 2:
+            mloc = layout.numroc(d.m, d.mb, grid.myrow, d.rsrc, grid.nprow)
+            if local.shape[0] != mloc and local.shape[0] == max(d.lld, 1) >= mloc:
+                local = local[:mloc]
         return cls.from_local(grid, local, (d.m, d.n), (d.mb, d.nb), (d.rsrc, d.csrc))
 
     # ---- conversions --------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import layout
 from .errors import collective
 from .matrix import DistMatrix, check_compatible
 
@@ -64,7 +65,7 @@ def _summa(A, B, C, alpha):
     grid, be = A.grid, A.backend
     comms = grid.comms(A.device)
     k, kb = A.n, A.nb
-    nsteps = -(-k // kb)
+    nsteps = layout.num_blocks(k, kb)
     if nsteps == 0:
         return
     ma, nbl = A.local_shape[0], B.local_shape[1]
@@ -150,7 +151,7 @@ def _trsm_left(A, X, lower, diag):
     grid, be = A.grid, A.backend
     comms = grid.comms(A.device)
     n, nb = A.n, A.nb
-    nblk = -(-n // nb)
+    nblk = layout.num_blocks(n, nb)
     nrhs_loc = X.local_shape[1]
     order = range(nblk) if lower else range(nblk - 1, -1, -1)
     for kb in order:
@@ -212,7 +213,7 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
     ta = "T" if trans else "N"
     # op(A) lower  <=>  (lower and not trans) or (upper and trans): forward sweep
     forward = lower != trans
-    nblk = -(-n // nb)
+    nblk = layout.num_blocks(n, nb)
     for kb in (range(nblk) if forward else range(nblk - 1, -1, -1)):
         g0, w = kb * nb, min(nb, n - kb * nb)
         pr, pc = A.row_owner(g0), A.col_owner(g0)
@@ -257,7 +258,7 @@ def _trsm_left_trans(A, X, lower, diag):
     grid, be = A.grid, A.backend
     comms = grid.comms(A.device)
     n, nb = A.n, A.nb
-    nblk = -(-n // nb)
+    nblk = layout.num_blocks(n, nb)
     nrhs_loc = X.local_shape[1]
     order = range(nblk - 1, -1, -1) if lower else range(nblk)
     for kb in order:

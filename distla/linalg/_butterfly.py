@@ -47,7 +47,7 @@ _PANEL_ELEMS = 1 << 27
 def padded_size(n: int, depth: int) -> int:
     """The smallest multiple of 2^depth that is >= n (not collective)."""
     q = 1 << depth
-    return -(-n // q) * q
+    return layout.num_blocks(n, q) * q
 
 
 def _partners(g: np.ndarray, N: int):
@@ -148,7 +148,7 @@ def mix(X: DistMatrix, axis: int, N: int, a: np.ndarray, b: np.ndarray) -> None:
     L = X.local
     other = L.shape[1 - axis]
     # the panel width must be the same on every rank of the group: bound by the largest extent
-    most = -(-n // (nb * P)) * nb
+    most = layout.num_blocks(n, nb * P) * nb
     width = max(1, min(other, _PANEL_ELEMS // max(1, most)))
     for c0 in range(0, other, width):
         c1 = min(other, c0 + width)

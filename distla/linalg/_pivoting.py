@@ -54,7 +54,7 @@ def suffix_moves(piv, nb: int, m: int):
     on ``m`` rows, as :func:`swaps_to_moves` would give them. Each step costs O(nb) to fold in
     plus O(m) NumPy work, instead of replaying O(m) swaps in Python per step."""
     piv = np.asarray(piv, dtype=np.int64)
-    nsteps = -(-len(piv) // nb)
+    nsteps = layout.num_blocks(len(piv), nb)
     R = np.arange(m, dtype=np.int64)     # R[i]: original row now at position i
     Rinv = np.arange(m, dtype=np.int64)  # Rinv[r]: position of original row r
     ident = np.arange(m, dtype=np.int64)
