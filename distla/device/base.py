@@ -102,17 +102,21 @@ class Backend:
 
     def laswp(self, a, piv, start: int) -> None:
         """LAPACK laswp in place on the column-major view ``a``: row ``start + i`` is
-        interchanged with row ``piv[i]`` (0-based rows of ``a``, host ints), i = 0, 1, ...."""
+        interchanged with row ``piv[i]`` (0-based rows of ``a``, host ints), i = 0, 1, ....
+        Here: the net moves (at most ``2 len(piv)`` rows) gathered and scattered once."""
         if a.size == 0 or len(piv) == 0:
             return
-        idx = np.arange(max(start + len(piv), int(np.max(piv)) + 1), dtype=np.int64)
-        for i, p in enumerate(np.asarray(piv, dtype=np.int64)):
-            idx[start + i], idx[p] = idx[p], idx[start + i]
-        moved = np.flatnonzero(idx != np.arange(idx.size))
-        if moved.size:
-            vals = self.empty((moved.size, a.shape[1]), a.dtype)
-            self.take_rows(a, self.xp.asarray(idx[moved]), vals)
-            self.put_rows(a, self.xp.asarray(moved), vals)
+        at = {}   # position -> original row now there (moved positions only)
+        for i, p in enumerate(np.asarray(piv).tolist()):
+            r = start + i
+            if p != r:
+                at[r], at[p] = at.get(p, p), at.get(r, r)
+        dest = np.array([g for g, r in at.items() if g != r], dtype=np.int64)
+        if dest.size:
+            src = np.array([at[g] for g in dest.tolist()], dtype=np.int64)
+            vals = self.empty((dest.size, a.shape[1]), a.dtype)
+            self.take_rows(a, self.xp.asarray(src), vals)
+            self.put_rows(a, self.xp.asarray(dest), vals)
 
     def split_tf32x3(self, a, b):
         """Operands of a TF32 tensor-core product at ~float32 accuracy (GPU float32 only)."""

@@ -181,11 +181,6 @@ class LULoop:
                           A.local_col_start(min(self.n, (k + 1) * self.nb)))]
         if not mine:
             return
-        if g.nprow == 1:  # laswp with the raw suffix of pivots
-            for k in mine:
-                start = (k + 1) * self.nb
-                self.swap(A.local, self.piv[start:], start, cols(k))
-            return
         mine = set(mine)
         for k, dest, src in suffix_moves(self.piv, self.nb, self.m):
             if k in mine:
