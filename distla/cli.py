@@ -26,6 +26,7 @@ from . import layout
 from .bench.common import flops
 from .defaults import default_nb, make_grid
 from .errors import on_root
+from .linalg.methods import LU_PIVOTING, METHODS
 from .problems import make_problem, problem_entries
 from .runtime import (  # noqa: F401
     EXIT_NUMERIC,
@@ -43,7 +44,6 @@ from .runtime import (  # noqa: F401
 __all__ = ["main", "run_main", "ArgumentParser", "CommandError", "UsageError", "guarded",
            "on_root", "METHODS"]
 
-METHODS = ("cholesky", "gepp", "calu", "genp", "rbt", "tlr")  # = distla.linalg.solve.METHODS
 
 
 # ---------------------------------------------------------------------------------------
@@ -239,7 +239,6 @@ def _inspect(path, comm, what):
         raise CommandError(f"{what}: {e}") from None
 
 
-_LU_PIVOTING = {"gepp": "partial", "calu": "tournament", "genp": "none"}
 
 
 def _solver(method: str):
@@ -258,8 +257,8 @@ def _solver(method: str):
         if "pivoting" in kw:
             raise CommandError("-O pivoting=...: the method chooses the pivoting; use "
                                "--method gepp (partial), calu (tournament) or genp (none)")
-        if method in _LU_PIVOTING:
-            F = linalg.lu_factor(A, pivoting=_LU_PIVOTING[method], **kw)
+        if method in LU_PIVOTING:
+            F = linalg.lu_factor(A, pivoting=LU_PIVOTING[method], **kw)
             X = linalg.lu_solve(F, B, check_finite=True)
             rc = F.rcond()
         elif method == "cholesky":
@@ -337,7 +336,7 @@ def cmd_solve(args, comm) -> int:
         dtype = A.dtype
         xtrue = None
         if binfo is not None and binfo.dtype.kind == "c" and dtype.kind != "c":
-            if args.method not in _LU_PIVOTING or args.device != "cpu":
+            if args.method not in LU_PIVOTING or args.device != "cpu":
                 raise CommandError(
                     f"--rhs: {binfo.path} is complex but the matrix is real; --method "
                     f"{args.method} on {args.device} ranks solves real systems only (solve "

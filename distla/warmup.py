@@ -28,7 +28,6 @@ from .problems import make_problem
 
 __all__ = ["warmup"]
 
-_METHODS = ("cholesky", "gepp", "calu", "genp", "rbt", "tlr")
 
 
 def warmup(comm, device: str = "gpu", n: int = 512, nb: int = 128, say=print) -> dict:

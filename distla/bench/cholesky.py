@@ -15,8 +15,6 @@ is the maximum over ranks. Rate: n^3/3 + n^2/2 flops. ``--profile`` adds the tim
 from __future__ import annotations
 
 import argparse
-import math
-import time
 
 import numpy as np
 
@@ -58,19 +56,11 @@ def run(args) -> list[dict]:
         nb = args.nb or common.default_nb(n, device, grid)
         A = _spd(grid, n, nb, args.seed, dtype, device)
         nfl = common.flops("cholesky", n)
-        best, L = math.inf, None
         for _ in range(max(0, getattr(args, "warmup", 1))):
             cholesky(A.copy(), overwrite_a=True, lookahead=args.lookahead)
-        for _ in range(max(1, args.reps)):
-            W = A.copy()
-            common.sync(device)
-            comm.Barrier()
-            t0 = time.perf_counter()
-            L = cholesky(W, lower=True, overwrite_a=True, lookahead=args.lookahead)
-            common.sync(device)
-            dt = time.perf_counter() - t0
-            comm.Barrier()
-            best = min(best, comm.allreduce(dt, op=MPI.MAX))
+        best, L = common.timed_result(
+            lambda W: cholesky(W, lower=True, overwrite_a=True, lookahead=args.lookahead),
+            device, comm, reps=args.reps, setup=A.copy)
         rec = common.record(NAME, "distla", n=n, seconds=best, nflops=nfl, nb=nb, grid=gname,
                             ranks=comm.size, device=device, dtype=dtype.name,
                             lookahead=args.lookahead)
@@ -83,7 +73,7 @@ def run(args) -> list[dict]:
                                   device=device)
             X = cho_solve((L, True), B)
             rec["sresid"] = solve_residual(A, X, B)
-        del L, W
+        del L
         if args.profile:
             W = A.copy()
             rec.update(common.profiled(
@@ -152,26 +142,16 @@ def _reference(n, seed, dtype, device, reps, threads):
         return None
     if device == "gpu":
         import cupy
-        A = _global_spd(n, seed, cupy, dtype)
-        best = math.inf
-        cupy.linalg.cholesky(A)   # warm-up (handles, workspace)
-        for _ in range(max(1, reps)):
-            cupy.cuda.runtime.deviceSynchronize()
-            t0 = time.perf_counter()
-            L = cupy.linalg.cholesky(A)
-            cupy.cuda.runtime.deviceSynchronize()
-            best = min(best, time.perf_counter() - t0)
-            del L
-        return "cupy(cusolver)", best, None
+        A = _global_spd(n, seed, cupy, dtype)   # warm-up: handles, workspace
+        return "cupy(cusolver)", common.best_local(lambda: cupy.linalg.cholesky(A), device,
+                                                   reps, warmup=1), None
     import scipy.linalg
     A = _global_spd(n, seed, np, dtype)
-    best = math.inf
     with common.blas_threads(threads) as got:
-        for _ in range(max(1, reps)):
-            W = np.array(A, order="F")
-            t0 = time.perf_counter()
-            scipy.linalg.cholesky(W, lower=True, overwrite_a=True, check_finite=False)
-            best = min(best, time.perf_counter() - t0)
+        best = common.best_local(
+            lambda W: scipy.linalg.cholesky(W, lower=True, overwrite_a=True,
+                                            check_finite=False),
+            "cpu", reps, setup=lambda: np.array(A, order="F"))
     return "scipy", best, got
 
 

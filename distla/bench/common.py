@@ -89,27 +89,46 @@ def sync(device) -> None:
         cupy.cuda.runtime.deviceSynchronize()
 
 
-def timed_result(fn, device="cpu", comm=None, reps: int = 1, warmup: int = 0):
-    """Collective over ``comm`` (default COMM_WORLD): run ``fn()`` ``warmup + reps`` times,
-    each time synchronizing the device and barriering before and after. Returns
-    ``(best_seconds, last_result)``; the time of a repetition is the maximum over ranks, so
-    every rank returns the same number."""
+def timed_result(fn, device="cpu", comm=None, reps: int = 1, warmup: int = 0, setup=None):
+    """Collective over ``comm`` (default COMM_WORLD): run ``fn()`` (or ``fn(setup())``, the
+    setup untimed, e.g. a fresh copy of the input) ``warmup + reps`` times, each time
+    synchronizing the device and barriering before and after. Returns ``(best_seconds,
+    last_result)``; the time of a repetition is the maximum over ranks, so every rank returns
+    the same number. The one timer of every distributed benchmark."""
     from mpi4py import MPI
     comm = MPI.COMM_WORLD if comm is None else comm
     best = math.inf
     result = None
     for i in range(int(warmup) + max(1, int(reps))):
+        arg = setup() if setup is not None else None
         sync(device)
         comm.Barrier()
         t0 = time.perf_counter()
-        result = fn()
+        result = fn(arg) if setup is not None else fn()
         sync(device)
         dt = time.perf_counter() - t0
         comm.Barrier()
         dt = comm.allreduce(dt, op=MPI.MAX)
         if i >= warmup:
             best = min(best, dt)
+        del arg
     return best, result
+
+
+def best_local(fn, device="cpu", reps: int = 1, warmup: int = 0, setup=None) -> float:
+    """Not collective (one process, e.g. a single-device reference on rank 0): the best of
+    ``reps`` timings of ``fn()`` (or ``fn(setup())``, setup untimed), device synchronized."""
+    best = math.inf
+    for i in range(int(warmup) + max(1, int(reps))):
+        arg = setup() if setup is not None else None
+        sync(device)
+        t0 = time.perf_counter()
+        fn(arg) if setup is not None else fn()
+        sync(device)
+        if i >= warmup:
+            best = min(best, time.perf_counter() - t0)
+        del arg
+    return best
 
 
 def profiled(fn, device="cpu", comm=None) -> dict:

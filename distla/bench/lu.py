@@ -17,8 +17,6 @@ the timed run). Checks: SRESID of one solve and the growth factor max|U|/max|A|.
 from __future__ import annotations
 
 import argparse
-import math
-import time
 
 import numpy as np
 
@@ -75,19 +73,10 @@ def run(args) -> list[dict]:
             lu_factor(common.general_matrix(grid, nw, nb, seed=args.seed, dtype=dtype,
                                             device=device), pivoting=piv, overwrite_a=True,
                       tree=args.tree, lookahead=args.lookahead, gemm=args.gemm)
-            best, F = math.inf, None
-            for _ in range(max(1, args.reps)):
-                F = None
-                W = A.copy()
-                common.sync(device)
-                comm.Barrier()
-                t0 = time.perf_counter()
-                F = lu_factor(W, pivoting=piv, overwrite_a=True, tree=args.tree,
-                              lookahead=args.lookahead, gemm=args.gemm)
-                common.sync(device)
-                dt = time.perf_counter() - t0
-                comm.Barrier()
-                best = min(best, comm.allreduce(dt, op=MPI.MAX))
+            best, F = common.timed_result(
+                lambda W: lu_factor(W, pivoting=piv, overwrite_a=True, tree=args.tree,
+                                    lookahead=args.lookahead, gemm=args.gemm),
+                device, comm, reps=args.reps, setup=A.copy)
             rec = common.record(NAME, "distla", n=n, seconds=best, nflops=nfl, nb=nb,
                                 grid=gname, ranks=comm.size, device=device, dtype=dtype.name,
                                 pivoting=piv, lookahead=args.lookahead)
@@ -107,7 +96,7 @@ def run(args) -> list[dict]:
                 B = DistMatrix.random(grid, (n, 1), (nb, nb), seed=args.seed + 1, dtype=dtype,
                                       device=device)
                 rec["sresid"] = solve_residual(A, lu_solve(F, B), B)
-            del F, W
+            del F
             if args.profile:
                 W = A.copy()
                 rec.update(common.profiled(
@@ -146,25 +135,15 @@ def _reference(n, seed, dtype, device, reps, threads):
         import cupy
         from cupyx.scipy.linalg import lu_factor as cu_lu_factor
         A = common.global_normal(n, n, seed, cupy, dtype)
-        best = math.inf
-        for _ in range(max(1, reps)):
-            W = A.copy(order="F")
-            cupy.cuda.runtime.deviceSynchronize()
-            t0 = time.perf_counter()
-            cu_lu_factor(W, overwrite_a=True, check_finite=False)
-            cupy.cuda.runtime.deviceSynchronize()
-            best = min(best, time.perf_counter() - t0)
-            del W
+        best = common.best_local(lambda W: cu_lu_factor(W, overwrite_a=True, check_finite=False),
+                                 device, reps, setup=lambda: A.copy(order="F"))
         return "cupy(cusolver)", best, None
     import scipy.linalg
     A = common.global_normal(n, n, seed, np, dtype)
-    best = math.inf
     with common.blas_threads(threads) as got:
-        for _ in range(max(1, reps)):
-            W = np.array(A, order="F")
-            t0 = time.perf_counter()
-            scipy.linalg.lu_factor(W, overwrite_a=True, check_finite=False)
-            best = min(best, time.perf_counter() - t0)
+        best = common.best_local(
+            lambda W: scipy.linalg.lu_factor(W, overwrite_a=True, check_finite=False), "cpu",
+            reps, setup=lambda: np.array(A, order="F"))
     return "scipy", best, got
 
 

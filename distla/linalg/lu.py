@@ -50,12 +50,9 @@ from ..validate import check_finite_result, signature
 from ._lu_loop import LULoop
 from ._pivoting import ipiv_to_perm, permute_rows
 from .condition import rcond_estimate, warn_if_ill_conditioned
+from .methods import PIVOTING, pivoting_name
 
 __all__ = ["LUFactor", "lu_factor", "lu_solve", "solve_lu", "PIVOTING"]
-
-PIVOTING = ("partial", "tournament", "none")
-_ALIASES = {"gepp": "partial", "calu": "tournament", "tslu": "tournament", "genp": "none",
-            None: "none"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -137,14 +134,6 @@ def _check_matrix(A, name="A"):
         raise TypeError("complex LU is only available on CPU ranks")
 
 
-def _norm_pivoting(pivoting):
-    p = _ALIASES.get(pivoting, pivoting) if not isinstance(pivoting, str) else \
-        _ALIASES.get(pivoting.lower(), pivoting.lower())
-    if p not in PIVOTING:
-        raise ValueError(f"pivoting must be one of {PIVOTING}, not {pivoting!r}")
-    return p
-
-
 def _max_abs(A) -> float:
     """Collective: max |a_ij| over the whole matrix."""
     loc = float(A.xp.max(A.xp.abs(A.local))) if A.local.size else 0.0
@@ -178,7 +167,7 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
                     signature("lu_factor", A, pivoting=pivoting, tree=tree,
                               lookahead=lookahead, gemm=gemm)):
         _check_matrix(A)
-        pivoting = _norm_pivoting(pivoting)
+        pivoting = pivoting_name(pivoting)
         if tree not in ("binary", "flat"):
             raise ValueError(f"tree must be 'binary' or 'flat', not {tree!r}")
         if not isinstance(lookahead, numbers.Integral) or lookahead < 0:

@@ -22,15 +22,10 @@ from ..pblas import norm
 from ..validate import signature
 from .cholesky import cho_rcond, solve_cholesky
 from .lu import LUFactor, lu_factor, solve_lu
+from .methods import LU_PIVOTING, METHODS, method_name
 
 __all__ = ["solve", "rcond", "METHODS"]
 
-_ALIASES = {"cholesky": "cholesky", "chol": "cholesky", "posv": "cholesky",
-            "gepp": "gepp", "lu": "gepp", "partial": "gepp",
-            "calu": "calu", "tournament": "calu",
-            "genp": "genp", "none": "genp",
-            "rbt": "rbt", "tlr": "tlr"}
-METHODS = ("cholesky", "gepp", "calu", "genp", "rbt", "tlr")
 
 
 def solve(A, B, method: str = "gepp", **kw):
@@ -40,9 +35,7 @@ def solve(A, B, method: str = "gepp", **kw):
     """
     with collective(getattr(getattr(A, "grid", None), "comm", None),
                     signature("solve", A, B, method=method, **kw)):
-        m = _ALIASES.get(str(method).lower())
-        if m is None:
-            raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        m = method_name(method)
         if "pivoting" in kw:
             raise ValueError(f"solve: the method chooses the pivoting; pass method='gepp' "
                              f"(partial), 'calu' (tournament) or 'genp' (none) instead of "
@@ -55,8 +48,7 @@ def solve(A, B, method: str = "gepp", **kw):
     if m == "cholesky":
         return solve_cholesky(A, B, **kw)
     if m in ("gepp", "calu", "genp"):
-        piv = {"gepp": "partial", "calu": "tournament", "genp": "none"}[m]
-        return solve_lu(A, B, pivoting=piv, **kw)
+        return solve_lu(A, B, pivoting=LU_PIVOTING[m], **kw)
     if m == "rbt":
         from .rbt import rbt_solve
         return rbt_solve(A, B, **kw)
