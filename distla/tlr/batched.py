@@ -21,41 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Profile", "host", "get_xp", "truncation_ranks", "recompress", "compress_tiles",
+from ..trace import trace
+
+__all__ = ["host", "get_xp", "truncation_ranks", "recompress", "compress_tiles",
            "stacked_qr", "stacked_r", "stacked_svd"]
-
-
-class Profile:
-    """Seconds per named phase, with the device synchronized at each phase boundary (use only
-    for diagnosis: the synchronizations cost time on GPU). ``None`` everywhere means off."""
-
-    def __init__(self, backend):
-        self.backend = backend
-        self.times: dict = {}
-        self.counts: dict = {}
-
-    def section(self, name):
-        import contextlib
-        import time
-
-        @contextlib.contextmanager
-        def cm():
-            self.backend.synchronize()
-            t0 = time.perf_counter()
-            try:
-                yield
-            finally:
-                self.backend.synchronize()
-                self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
-                self.counts[name] = self.counts.get(name, 0) + 1
-        return cm()
-
-
-def _sec(prof, name):
-    if prof is None:
-        import contextlib
-        return contextlib.nullcontext()
-    return prof.section(name)
 
 
 def get_xp(a):
@@ -163,8 +132,7 @@ def stacked_svd(M):
     return xp.linalg.svd(M, full_matrices=False)
 
 
-def recompress(Cu, Cv, delta: float, max_rank: int | None = None, *, u_orthonormal=False,
-               prof=None):
+def recompress(Cu, Cv, delta: float, max_rank: int | None = None, *, u_orthonormal=False):
     """Truncate the stacked low-rank products ``C_t = Cu_t Cv_t^T`` to accuracy ``delta``.
 
     ``Cu``: ``(t, m, w)``, ``Cv``: ``(t, n, w)`` (any ranks, zero-padded columns allowed).
@@ -182,17 +150,17 @@ def recompress(Cu, Cv, delta: float, max_rank: int | None = None, *, u_orthonorm
     if t == 0 or w == 0:
         z = np.zeros(t, dtype=np.int64)
         return (xp.zeros((t, m, 0), Cu.dtype), xp.zeros((t, n, 0), Cu.dtype), z, 0)
-    with _sec(prof, "qr"):
+    with trace("qr"):
         if u_orthonormal:     # only R of Cv is needed, see below
             Qu, Ru, Qv, Rv = Cu, None, None, stacked_r(Cv)
         else:
             Qu, Ru = stacked_qr(Cu)
             Qv, Rv = stacked_qr(Cv)
-    with _sec(prof, "svd"):
+    with trace("svd"):
         M = _T(Rv) if Ru is None else xp.matmul(Ru, _T(Rv))
         X, s, Yt = stacked_svd(M)
         k, kh, capped, kmax = _ranks_to_host(s, delta, max_rank)
-    with _sec(prof, "assemble"):
+    with trace("assemble"):
         if u_orthonormal:
             # M = Rv^T = X S Y^T, so Qv Y S = Qv Rv X = Cv X: V without forming Qv
             mask = (xp.arange(kmax)[None, :] < k[:, None]).astype(Cu.dtype)[:, None, :]
@@ -219,7 +187,7 @@ def _svd_compress(A, delta, max_rank):
     return xp.ascontiguousarray(U), xp.ascontiguousarray(V), kh, capped
 
 
-def _rsvd_compress(A, delta, max_rank, rng, r0=16, prof=None):
+def _rsvd_compress(A, delta, max_rank, rng, r0=16):
     """Adaptive randomized range finder: sample ``r`` columns (``r0`` first: pass the
     expected rank plus a margin to save rounds), check the true residual
     ``||A - Q Q^T A||_F <= delta / 2`` per tile, double ``r`` for the tiles that fail; then
@@ -234,11 +202,11 @@ def _rsvd_compress(A, delta, max_rank, rng, r0=16, prof=None):
     capped = 0
     while todo.size:
         At = A if todo.size == t else A[xp.asarray(todo)]
-        with _sec(prof, "range"):
+        with trace("range"):
             Om = rng.standard_normal((n, r)).astype(A.dtype)   # one test matrix for the stack
             Q, _ = stacked_qr(xp.matmul(At, Om))
             B = xp.matmul(_T(Q), At)
-        with _sec(prof, "residual"):
+        with trace("residual"):
             resh = host(_diff_norms(xp.matmul(Q, B), At))
         done = (resh <= 0.5 * delta) | (r >= cap)
         if done.any():
@@ -249,7 +217,7 @@ def _rsvd_compress(A, delta, max_rank, rng, r0=16, prof=None):
                 d = xp.asarray(np.flatnonzero(done))
                 Qd, Bd = Q[d], B[d]
             U, V, k, c = recompress(Qd, xp.ascontiguousarray(_T(Bd)), budget, max_rank,
-                                    u_orthonormal=True, prof=prof)
+                                    u_orthonormal=True)
             parts.append((todo[done], U, V, k))
             capped += c
         todo = todo[~done]
@@ -360,7 +328,7 @@ def _aca_dense(A, delta, max_rank):
 METHODS = ("svd", "rsvd", "aca")
 
 
-def compress_tiles(A, delta, max_rank=None, method="svd", rng=None, r0=16, prof=None):
+def compress_tiles(A, delta, max_rank=None, method="svd", rng=None, r0=16):
     """Compress a stack of dense tiles ``A (t, m, n)`` to canonical low-rank form.
 
     ``method``: 'svd' (truncated SVD, optimal), 'rsvd' (adaptive randomized range finder
@@ -372,8 +340,7 @@ def compress_tiles(A, delta, max_rank=None, method="svd", rng=None, r0=16, prof=
         return _svd_compress(A, delta, max_rank)
     if method == "rsvd":
         return _rsvd_compress(A, delta, max_rank,
-                              rng if rng is not None else get_xp(A).random.RandomState(0), r0,
-                              prof)
+                              rng if rng is not None else get_xp(A).random.RandomState(0), r0)
     if method == "aca":
         return _aca_dense(A, delta, max_rank)
     raise ValueError(f"method must be one of {METHODS}, not {method!r}")

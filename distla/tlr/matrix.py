@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..device import get_backend
-from ..errors import agree, collective
+from ..errors import DistlaError, agree, collective
 from ..grid import ProcessGrid
-from . import batched
+from . import _memory, batched
 from .batched import host
 
 __all__ = ["TLRMatrix", "RankSummary", "compress", "from_function", "from_kernel"]
@@ -150,6 +150,12 @@ class TLRMatrix:
         newK = max(int(k), int(math.ceil(1.25 * K)))
         newK = -(-newK // 4) * 4
         xp = self.xp
+        grow = 2 * _memory.stack_bytes(self.U.shape[0], self.nb, newK, self.dtype.itemsize)
+        free = _memory.available(self.device)
+        if grow > free:   # local: callers agree on it (the factorization's next header)
+            raise DistlaError(_memory.fit_message(
+                f"storage growing to rank {newK}", grow, free, self.n,
+                int(self.n * (free / grow) ** 0.5)))
         for name in ("U", "V"):
             old = getattr(self, name)
             new = xp.zeros((old.shape[0], self.nb, newK), self.dtype)
