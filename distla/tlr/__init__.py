@@ -14,7 +14,8 @@ All functions here are collective over the matrix's grid.
 """
 from .cholesky import cholesky
 from .factor import TLRCholesky
-from .matrix import RankSummary, TLRMatrix, compress, from_function, from_kernel
+from .build import compress, from_function, from_kernel
+from .matrix import RankSummary, TLRMatrix
 from .solve import cho_solve, solve
 
 __all__ = ["TLRMatrix", "TLRCholesky", "RankSummary", "compress", "from_function",

@@ -8,7 +8,8 @@ from ..errors import collective
 from ..matrix import DistMatrix
 from .cholesky import cholesky
 from .factor import TLRCholesky
-from .matrix import TLRMatrix, compress
+from .build import compress
+from .matrix import TLRMatrix
 
 __all__ = ["cho_solve", "solve"]
 
