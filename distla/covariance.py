@@ -133,6 +133,13 @@ class Kernel:
         r = xp.asarray(r, dtype=np.float64)
         return self.from_sqdist(r * r)
 
+    def apply_(self, r2, tmp=None):
+        """In place: overwrite the squared distances ``r2`` by the kernel values (no nugget);
+        ``tmp``: scratch of ``r2``'s shape (used by some kernels). Kernels without an in-place
+        form compute :meth:`from_sqdist` (temporaries) and copy."""
+        r2[...] = self.from_sqdist(r2)
+        return r2
+
     def replace(self, **kw) -> "Kernel":
         """A copy with some parameters changed (e.g. ``k.replace(beta=0.2)``)."""
         import dataclasses
@@ -147,6 +154,13 @@ class SquaredExponential(Kernel):
         xp = _xp_of(r2)
         return (self.sigma ** 2) * xp.exp(r2 * (-0.5 / self.beta ** 2))
 
+    def apply_(self, r2, tmp=None):
+        xp = _xp_of(r2)
+        r2 *= -0.5 / self.beta ** 2
+        xp.exp(r2, out=r2)
+        r2 *= self.sigma ** 2
+        return r2
+
 
 @dataclass(frozen=True)
 class Exponential(Kernel):
@@ -155,6 +169,9 @@ class Exponential(Kernel):
     def from_sqdist(self, r2):
         xp = _xp_of(r2)
         return (self.sigma ** 2) * xp.exp(-xp.sqrt(r2) / self.beta)
+
+    def apply_(self, r2, tmp=None):
+        return _exp_of_distance(r2, self.beta, self.sigma ** 2)
 
 
 @dataclass(frozen=True)
@@ -182,6 +199,21 @@ class Matern(Kernel):
             return s2 * (1.0 + x + x * x / 3.0) * xp.exp(-x)
         return self._general(x, xp)
 
+    def apply_(self, r2, tmp=None):
+        if self.nu == 0.5:
+            return _exp_of_distance(r2, self.beta, self.sigma ** 2)
+        if self.nu == 1.5 and tmp is not None:   # (1 + x) exp(-x), x = r / beta
+            xp = _xp_of(r2)
+            xp.sqrt(r2, out=r2)
+            r2 *= 1.0 / self.beta
+            xp.negative(r2, out=tmp)
+            xp.exp(tmp, out=tmp)
+            r2 += 1.0
+            r2 *= tmp
+            r2 *= self.sigma ** 2
+            return r2
+        return super().apply_(r2, tmp)
+
     def _general(self, x, xp):
         from scipy.special import gammaln, kv
         xh = x.get() if xp is not np else x
@@ -192,6 +224,16 @@ class Matern(Kernel):
             v = np.exp(logc + self.nu * np.log(xs)) * kv(self.nu, xs)
         v = np.where(pos, np.nan_to_num(v, nan=0.0, posinf=1.0), 1.0) * self.sigma ** 2
         return xp.asarray(v)
+
+
+def _exp_of_distance(r2, beta, scale):
+    """In place: ``scale * exp(-sqrt(r2) / beta)``."""
+    xp = _xp_of(r2)
+    xp.sqrt(r2, out=r2)
+    r2 *= -1.0 / beta
+    xp.exp(r2, out=r2)
+    r2 *= scale
+    return r2
 
 
 # ---- matrices ---------------------------------------------------------------------------
@@ -219,7 +261,25 @@ def entry_function(pts, kernel: Kernel, xp=np):
             vals = vals + nug * (I == J)
         return vals
 
+    def tiles(I, J, out, tmp=None, diagonal=True):
+        """Stacked tiles straight into ``out (t, m, n)``: ``out[a] = fn(I[a][:, None],
+        J[a][None, :])`` for index stacks ``I (t, m)``, ``J (t, n)`` (on ``xp``'s device),
+        in place (one scratch array of ``out``'s shape, ``tmp``, allocated if not given).
+        ``diagonal=False`` promises that no ``I == J`` pair occurs (no nugget to add)."""
+        tmp = xp.empty_like(out) if (tmp is None and d > 1) else tmp
+        for c in range(d):
+            dst = out if c == 0 else tmp
+            xp.subtract(P[I, c][:, :, None], P[J, c][:, None, :], out=dst)
+            xp.multiply(dst, dst, out=dst)
+            if c:
+                out += tmp
+        kernel.apply_(out, tmp)
+        if nug and diagonal:
+            out += nug * (I[:, :, None] == J[:, None, :])
+        return out
+
     fn.n = p.shape[0]
+    fn.tiles = tiles
     return fn
 
 

@@ -422,3 +422,26 @@ def test_bench_tlr_small_run(monkeypatch):
             assert rows[1]["impl"] == "distla-dense" and rows[1]["seconds"] > 0
             assert rec["err_fact"] < 1e-8 and rec["err_comp"] < 1e-8
             assert rec["err_logdet"] < 1e-8
+
+
+@pytest.mark.mpi
+def test_cholesky_chunked_panel_matches_and_is_traced():
+    """A workspace of one tile row per chunk (many chunks, the same on every rank of a
+    process row) gives the same factor as one chunk, and the tracer sees every phase."""
+    from distla import tlr
+    from distla.trace import Tracer
+    x, k = _problem(300, seed=5)
+    for g in _grids():
+        T = tlr.from_kernel(g, x, k, 20, tol=1e-8, src=(0, g.npcol - 1))
+        with Tracer() as tr:
+            L1 = tlr.cholesky(T, workspace=1)
+        L2 = tlr.cholesky(T, workspace=2 ** 30)
+        np.testing.assert_allclose(L1.to_dense().to_global(root=None),
+                                   L2.to_dense().to_global(root=None), rtol=0, atol=1e-12)
+        calls = tr.counts()
+        assert calls["header"] == 2 * T.nt - 1          # two agreements per step, one last
+        assert calls.get("potrf", 0) == len(T.diag_keys)
+        if T.keys:
+            assert calls["compress"] >= len({j for _, j in T.keys})
+        assert L1.info["mem_factor"] >= L1.nbytes_allocated / g.size
+        assert L1.info["workspace"] == 1

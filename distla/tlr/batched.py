@@ -21,41 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Profile", "host", "get_xp", "truncation_ranks", "recompress", "compress_tiles",
+from ..trace import trace
+
+__all__ = ["host", "get_xp", "truncation_ranks", "recompress", "compress_tiles",
            "stacked_qr", "stacked_r", "stacked_svd"]
-
-
-class Profile:
-    """Seconds per named phase, with the device synchronized at each phase boundary (use only
-    for diagnosis: the synchronizations cost time on GPU). ``None`` everywhere means off."""
-
-    def __init__(self, backend):
-        self.backend = backend
-        self.times: dict = {}
-        self.counts: dict = {}
-
-    def section(self, name):
-        import contextlib
-        import time
-
-        @contextlib.contextmanager
-        def cm():
-            self.backend.synchronize()
-            t0 = time.perf_counter()
-            try:
-                yield
-            finally:
-                self.backend.synchronize()
-                self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
-                self.counts[name] = self.counts.get(name, 0) + 1
-        return cm()
-
-
-def _sec(prof, name):
-    if prof is None:
-        import contextlib
-        return contextlib.nullcontext()
-    return prof.section(name)
 
 
 def get_xp(a):
@@ -163,8 +132,7 @@ def stacked_svd(M):
     return xp.linalg.svd(M, full_matrices=False)
 
 
-def recompress(Cu, Cv, delta: float, max_rank: int | None = None, *, u_orthonormal=False,
-               prof=None):
+def recompress(Cu, Cv, delta: float, max_rank: int | None = None, *, u_orthonormal=False):
     """Truncate the stacked low-rank products ``C_t = Cu_t Cv_t^T`` to accuracy ``delta``.
 
     ``Cu``: ``(t, m, w)``, ``Cv``: ``(t, n, w)`` (any ranks, zero-padded columns allowed).
@@ -182,17 +150,17 @@ def recompress(Cu, Cv, delta: float, max_rank: int | None = None, *, u_orthonorm
     if t == 0 or w == 0:
         z = np.zeros(t, dtype=np.int64)
         return (xp.zeros((t, m, 0), Cu.dtype), xp.zeros((t, n, 0), Cu.dtype), z, 0)
-    with _sec(prof, "qr"):
+    with trace("qr"):
         if u_orthonormal:     # only R of Cv is needed, see below
             Qu, Ru, Qv, Rv = Cu, None, None, stacked_r(Cv)
         else:
             Qu, Ru = stacked_qr(Cu)
             Qv, Rv = stacked_qr(Cv)
-    with _sec(prof, "svd"):
+    with trace("svd"):
         M = _T(Rv) if Ru is None else xp.matmul(Ru, _T(Rv))
         X, s, Yt = stacked_svd(M)
         k, kh, capped, kmax = _ranks_to_host(s, delta, max_rank)
-    with _sec(prof, "assemble"):
+    with trace("assemble"):
         if u_orthonormal:
             # M = Rv^T = X S Y^T, so Qv Y S = Qv Rv X = Cv X: V without forming Qv
             mask = (xp.arange(kmax)[None, :] < k[:, None]).astype(Cu.dtype)[:, None, :]
@@ -219,7 +187,7 @@ def _svd_compress(A, delta, max_rank):
     return xp.ascontiguousarray(U), xp.ascontiguousarray(V), kh, capped
 
 
-def _rsvd_compress(A, delta, max_rank, rng, r0=16, prof=None):
+def _rsvd_compress(A, delta, max_rank, rng, r0=16):
     """Adaptive randomized range finder: sample ``r`` columns (``r0`` first: pass the
     expected rank plus a margin to save rounds), check the true residual
     ``||A - Q Q^T A||_F <= delta / 2`` per tile, double ``r`` for the tiles that fail; then
@@ -234,11 +202,11 @@ def _rsvd_compress(A, delta, max_rank, rng, r0=16, prof=None):
     capped = 0
     while todo.size:
         At = A if todo.size == t else A[xp.asarray(todo)]
-        with _sec(prof, "range"):
-            Om = rng.standard_normal((n, r)).astype(A.dtype)   # one test matrix for the stack
-            Q, _ = stacked_qr(xp.matmul(At, Om))
+        with trace("range"):   # one test matrix for the stack: one (t m) x n x r GEMM
+            Om = rng.standard_normal((n, r)).astype(A.dtype)
+            Q, _ = stacked_qr(xp.matmul(At.reshape(-1, n), Om).reshape(-1, m, r))
             B = xp.matmul(_T(Q), At)
-        with _sec(prof, "residual"):
+        with trace("residual"):
             resh = host(_diff_norms(xp.matmul(Q, B), At))
         done = (resh <= 0.5 * delta) | (r >= cap)
         if done.any():
@@ -249,7 +217,7 @@ def _rsvd_compress(A, delta, max_rank, rng, r0=16, prof=None):
                 d = xp.asarray(np.flatnonzero(done))
                 Qd, Bd = Q[d], B[d]
             U, V, k, c = recompress(Qd, xp.ascontiguousarray(_T(Bd)), budget, max_rank,
-                                    u_orthonormal=True, prof=prof)
+                                    u_orthonormal=True)
             parts.append((todo[done], U, V, k))
             capped += c
         todo = todo[~done]
@@ -260,8 +228,9 @@ def _rsvd_compress(A, delta, max_rank, rng, r0=16, prof=None):
 def _diff_norms(X, Y):
     """``||X_t - Y_t||_F`` per tile (host-free; one fused pass on CuPy)."""
     xp = get_xp(X)
-    if xp is np:
-        return np.linalg.norm((X - Y).reshape(X.shape[0], -1), axis=1)
+    if xp is np:   # X is a temporary: subtract in place, no second tile-sized array
+        D = np.subtract(X, Y, out=X).reshape(X.shape[0], -1)
+        return np.sqrt(np.einsum("ij,ij->i", D, D))
     from . import _cuda
     return _cuda.diff_norms(X, Y)
 
@@ -280,87 +249,130 @@ def _gather_parts(parts, t, m, n, dtype, xp):
     return U, V, ranks
 
 
-def aca(get_rows, get_cols, t, m, n, delta, max_rank, xp, dtype=np.float64, rng=None,
-        stride=8):
-    """Adaptive cross approximation with partial pivoting, run in lock step over ``t`` tiles.
+#: ACA aims at ``ACA_TARGET * delta`` (its estimated Frobenius error); the recompression of the
+#: crosses spends the rest, ``(1 - ACA_TARGET) delta`` (the two errors add: no orthogonality).
+ACA_TARGET = 0.25
 
-    ``get_rows(i)`` -> ``(t, p, n)``: rows ``i[t, :]`` of every tile (``i`` is ``(t, p)``);
-    ``get_cols(j)`` -> ``(t, p, m)``: columns ``j[t, :]``, as rows. Each iteration adds the
-    cross through the pivot ``(i, argmax |residual row i|)``. A tile stops when the new cross
-    is small, ``||u|| ||v|| <= delta / 10`` (the usual residual estimate), *and* a stratified
-    sample of residual rows (every ``stride``-th row from a random offset) agrees,
-    ``sqrt(stride) ||sampled residual||_F <= delta / 10``; otherwise the worst sampled row is
-    the next pivot. A heuristic (ACA can still miss interactions narrower than ``stride``
-    rows), not a bound; the result is then truncated by :func:`recompress` to ``delta``.
+
+def aca(get_rows, get_cols, t, m, n, delta, max_rank, xp, dtype=np.float64, rng=None,
+        probes=8):
+    """Adaptive cross approximation with partial pivoting, in lock step over ``t`` tiles;
+    only ``O((m + n) k)`` entries of each tile are evaluated.
+
+    Callbacks take ``ids`` (device int64 ``(a,)``: the tiles still running) and one local
+    index per tile: ``get_rows(ids, i)`` -> ``(a, n)``, the rows ``i[a]``;
+    ``get_cols(ids, j)`` -> ``(a, m)``, the columns ``j[a]``.
+
+    Each iteration adds the cross through the pivot ``(i, argmax_j |residual row i|)``; the next
+    row is the largest unused entry of the new residual column. A tile stops when the new
+    cross is small, ``||u|| ||v|| <= ACA_TARGET delta``, *and* ``probes`` random residual rows
+    and columns agree: ``sqrt(max(m mean_i ||r_i||^2, n mean_j ||c_j||^2)) <= ACA_TARGET
+    delta`` (unbiased estimates of the residual's squared Frobenius norm); otherwise the worst
+    sampled row is the next pivot. A heuristic, not a bound (as every ACA), matched to the
+    Frobenius tolerance of the truncation. Finished tiles leave the stack; their crosses are
+    recompressed (:func:`recompress`) with the remaining ``(1 - ACA_TARGET) delta``.
     Returns ``(U, V, ranks, capped)`` in canonical form.
     """
-    rng = rng if rng is not None else np.random.default_rng(12345)  # host: probe offsets
-    full = min(m, n)
-    K = full if max_rank is None else min(full, int(max_rank) + 8)
-    U = xp.zeros((t, m, K), dtype)
-    V = xp.zeros((t, n, K), dtype)
-    ar = xp.arange(t)
-    active = xp.ones(t, dtype=bool)
-    used = xp.zeros((t, m), dtype=bool)
+    rng = rng if rng is not None else np.random.default_rng(12345)   # host: probe indices
+    K = min(m, n) if max_rank is None else min(m, n, int(max_rank) + 8)
+    target = ACA_TARGET * delta
+    ids = np.arange(t)                               # running tiles (host)
+    st = _AcaStack(xp, dtype, t, m, n, min(K, 32))
     i = xp.zeros(t, dtype=np.int64)
-    stop = 0.1 * delta
-    stride = max(1, min(int(stride), m))
-    it = 0
-
-    def residual_rows(q, it):  # q (t, p) -> (t, p, n)
-        rows = get_rows(q)
-        if it:
-            rows = rows - xp.matmul(U[ar[:, None], q, :it], _T(V[:, :, :it]))
-        return rows
-
-    while it < K:
-        row = residual_rows(i[:, None], it)[:, 0, :]
-        used[ar, i] = True
-        j = xp.argmax(xp.abs(row), axis=1)
-        piv = row[ar, j]
-        ok = active & (xp.abs(piv) > 0)
-        v = row / xp.where(ok, piv, 1.0)[:, None]
-        col = get_cols(j[:, None])[:, 0, :]
-        if it:
-            col = col - xp.matmul(U[:, :, :it], V[ar, j, :it][:, :, None])[:, :, 0]
-        okf = ok.astype(dtype)[:, None]
-        U[:, :, it] = col * okf
-        V[:, :, it] = v * okf
-        size = xp.sqrt(xp.sum(col * col, axis=1) * xp.sum(v * v, axis=1)) * okf[:, 0]
-        it += 1
-        small = active & (size <= stop)
-        nxt = xp.argmax(xp.where(used, -1.0, xp.abs(col)), axis=1)
-        if bool(host(xp.any(small))):
-            off = xp.asarray(rng.integers(0, stride, size=(t, 1), dtype=np.int64))
-            q = xp.minimum(off + xp.arange(0, m, stride)[None, :], m - 1)
-            R = residual_rows(q, it)
-            rn = xp.sum(R * R, axis=2)
-            est = xp.sqrt(xp.sum(rn, axis=1) * stride)
-            conv = small & (est <= stop)
-            nxt = xp.where(small, q[ar, xp.argmax(rn, axis=1)], nxt)
-            active = active & ~conv
-        if not bool(host(xp.any(active))):
-            break
+    parts, capped = [], 0
+    while ids.size and K:
+        d = xp.asarray(ids)
+        small, nxt = st.add_cross(get_rows(d, i), get_cols, d, i, target)
+        if st.it == K or bool(host(xp.any(small))):
+            est, worst = st.probe(get_rows, get_cols, d, rng, probes)
+            done = host((small & (est <= target)) | (st.it == K))
+            if max_rank is not None and st.it == K:
+                capped += int(np.sum(host(est > target)))
+            nxt = xp.where(small, worst, nxt)
+            if done.any():
+                keep = xp.asarray(np.flatnonzero(done))
+                U, V, k, c = recompress(st.U[keep, :, :st.it], st.V[keep, :, :st.it],
+                                        delta - target, max_rank)
+                parts.append((ids[done], U, V, k))
+                capped += c
+                live = xp.asarray(np.flatnonzero(~done))
+                st.keep(live)
+                ids, nxt = ids[~done], nxt[live]
         i = nxt
-    capped_aca = 0
-    if max_rank is not None and it == K:
-        capped_aca = int(host(xp.sum(active)))
-    U, V, k, c = recompress(U[:, :, :it], V[:, :, :it], delta, max_rank)
-    return U, V, k, max(c, capped_aca)
+    return _gather_parts(parts, t, m, n, dtype, xp) + (capped,)
 
 
-def _aca_dense(A, delta, max_rank):
-    xp = get_xp(A)
-    t, m, n = A.shape
-    ar = xp.arange(t)[:, None]
-    return aca(lambda i: A[ar, i, :], lambda j: A[ar, :, j], t, m, n, delta, max_rank, xp,
-               A.dtype)
+class _AcaStack:
+    """The crosses of the running ACA tiles: ``U (a, m, cap)``, ``V (a, n, cap)`` (grown by
+    doubling), ``it`` crosses each, and the rows already used as pivots."""
+
+    def __init__(self, xp, dtype, t, m, n, cap):
+        self.xp, self.it = xp, 0
+        self.U = xp.zeros((t, m, cap), dtype)
+        self.V = xp.zeros((t, n, cap), dtype)
+        self.used = xp.zeros((t, m), dtype=bool)
+
+    def probe(self, get_rows, get_cols, ids, rng, p):
+        """Residual Frobenius estimates from ``p`` random rows and columns per tile, and the
+        sampled row of largest residual (the next pivot where the estimate is too large)."""
+        xp, it = self.xp, self.it
+        a, m, _ = self.U.shape
+        n = self.V.shape[1]
+        ar = xp.arange(a)
+        qi = xp.asarray(rng.integers(0, m, (a, p)))
+        qj = xp.asarray(rng.integers(0, n, (a, p)))
+        rn, cn = xp.empty((a, p), self.U.dtype), xp.empty((a, p), self.U.dtype)
+        Vt, Ut = _T(self.V[:, :, :it]), _T(self.U[:, :, :it])
+        for c in range(p):
+            r = get_rows(ids, qi[:, c]) - xp.matmul(self.U[ar, qi[:, c], :it][:, None], Vt)[:, 0]
+            rn[:, c] = xp.sum(r * r, axis=1)
+            q = get_cols(ids, qj[:, c]) - xp.matmul(self.V[ar, qj[:, c], :it][:, None], Ut)[:, 0]
+            cn[:, c] = xp.sum(q * q, axis=1)
+        est = xp.sqrt(xp.maximum(m * xp.mean(rn, axis=1), n * xp.mean(cn, axis=1)))
+        return est, qi[ar, xp.argmax(rn, axis=1)]
+
+    def add_cross(self, row, get_cols, ids, i, target):
+        """Add the cross through row ``i`` (``row``: the tiles' rows ``i``); returns (tiles
+        whose new cross is small, next pivot rows)."""
+        xp, it = self.xp, self.it
+        a = xp.arange(self.U.shape[0])
+        if it:
+            row = row - xp.matmul(self.U[a, i, :it][:, None, :], _T(self.V[:, :, :it]))[:, 0]
+        self.used[a, i] = True
+        j = xp.argmax(xp.abs(row), axis=1)
+        piv = row[a, j]
+        ok = xp.abs(piv) > 0
+        v = row / xp.where(ok, piv, 1.0)[:, None]
+        col = get_cols(ids, j)
+        if it:
+            col = col - xp.matmul(self.U[:, :, :it], self.V[a, j, :it][:, :, None])[:, :, 0]
+        okf = ok.astype(row.dtype)[:, None]
+        if it == self.U.shape[2]:
+            self._grow()
+        self.U[:, :, it] = col * okf
+        self.V[:, :, it] = v * okf
+        self.it += 1
+        size = xp.sqrt(xp.sum(col * col, axis=1) * xp.sum(v * v, axis=1)) * okf[:, 0]
+        nxt = xp.argmax(xp.where(self.used, -1.0, xp.abs(col)), axis=1)
+        return size <= target, nxt
+
+    def _grow(self):
+        xp = self.xp
+        for name in ("U", "V"):
+            old = getattr(self, name)
+            new = xp.zeros(old.shape[:2] + (2 * old.shape[2],), old.dtype)
+            new[:, :, :old.shape[2]] = old
+            setattr(self, name, new)
+
+    def keep(self, live):
+        """Drop the finished tiles (keep the device indices ``live``)."""
+        self.U, self.V, self.used = self.U[live], self.V[live], self.used[live]
 
 
 METHODS = ("svd", "rsvd", "aca")
 
 
-def compress_tiles(A, delta, max_rank=None, method="svd", rng=None, r0=16, prof=None):
+def compress_tiles(A, delta, max_rank=None, method="svd", rng=None, r0=16):
     """Compress a stack of dense tiles ``A (t, m, n)`` to canonical low-rank form.
 
     ``method``: 'svd' (truncated SVD, optimal), 'rsvd' (adaptive randomized range finder
@@ -372,8 +384,10 @@ def compress_tiles(A, delta, max_rank=None, method="svd", rng=None, r0=16, prof=
         return _svd_compress(A, delta, max_rank)
     if method == "rsvd":
         return _rsvd_compress(A, delta, max_rank,
-                              rng if rng is not None else get_xp(A).random.RandomState(0), r0,
-                              prof)
+                              rng if rng is not None else get_xp(A).random.RandomState(0), r0)
     if method == "aca":
-        return _aca_dense(A, delta, max_rank)
+        xp = get_xp(A)
+        t, m, n = A.shape
+        return aca(lambda d, i: A[d, i, :], lambda d, j: A[d, :, j], t, m, n, delta,
+                   max_rank, xp, A.dtype)
     raise ValueError(f"method must be one of {METHODS}, not {method!r}")

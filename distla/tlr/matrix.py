@@ -21,7 +21,8 @@ the smallest rank whose discarded singular values satisfy ``sqrt(sum_{l>k} s_l^2
 every updated tile with the same ``delta``. ``max_rank`` caps every rank (fixed-rank mode when
 ``tol`` is None).
 
-Constructors :func:`compress`, :func:`from_function`, :func:`from_kernel` are collective.
+The constructors :func:`~distla.tlr.compress`, :func:`~distla.tlr.from_function`,
+:func:`~distla.tlr.from_kernel` (collective) live in :mod:`distla.tlr.build`.
 """
 from __future__ import annotations
 
@@ -32,12 +33,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..device import get_backend
-from ..errors import agree, collective
+from ..errors import DistlaError, agree, collective
 from ..grid import ProcessGrid
-from . import batched
+from . import _memory, batched
 from .batched import host
 
-__all__ = ["TLRMatrix", "RankSummary", "compress", "from_function", "from_kernel"]
+__all__ = ["RankSummary", "TLRMatrix"]
 
 _EPS_FLOOR = 10.0  # delta >= _EPS_FLOOR * eps * F / nt: never store numerical noise
 
@@ -150,6 +151,12 @@ class TLRMatrix:
         newK = max(int(k), int(math.ceil(1.25 * K)))
         newK = -(-newK // 4) * 4
         xp = self.xp
+        grow = 2 * _memory.stack_bytes(self.U.shape[0], self.nb, newK, self.dtype.itemsize)
+        free = _memory.available(self.device)
+        if grow > free:   # local: callers agree on it (the factorization's next header)
+            raise DistlaError(_memory.fit_message(
+                f"storage growing to rank {newK}", grow, free, self.n,
+                int(self.n * (free / grow) ** 0.5)))
         for name in ("U", "V"):
             old = getattr(self, name)
             new = xp.zeros((old.shape[0], self.nb, newK), self.dtype)
@@ -306,249 +313,3 @@ class TLRMatrix:
                 Y[j] += xp.matmul(V, xp.matmul(U.swapaxes(1, 2), X[ri])).sum(axis=0)
         self.grid.comms(self.device).all.allreduce(Y, "sum")
         return self._unstack(Y, shape)
-
-
-# ---- construction ---------------------------------------------------------------------------
-
-def _check_common(grid, tol, max_rank, method):
-    if not isinstance(grid, ProcessGrid):
-        raise TypeError(f"grid must be a ProcessGrid, not {type(grid).__name__}")
-    if tol is None and max_rank is None:
-        raise ValueError("give tol (fixed accuracy) and/or max_rank (fixed rank)")
-    if tol is not None and not (0 < float(tol) < 1):
-        raise ValueError(f"tol must be in (0, 1), got {tol}")
-    if max_rank is not None and (int(max_rank) != max_rank or max_rank < 0):
-        raise ValueError(f"max_rank must be a non-negative integer or None, got {max_rank}")
-    if method not in batched.METHODS:
-        raise ValueError(f"method must be one of {batched.METHODS}, not {method!r}")
-
-
-def _chunk(nb, itemsize, workspace, factor=8):
-    return max(1, int(workspace // max(1, factor * nb * nb * itemsize)))
-
-
-def _delta(T, tol, F):
-    eps = float(np.finfo(T.dtype).eps)
-    t = 0.0 if tol is None else float(tol)
-    return max(t, _EPS_FLOOR * eps) * F / max(1, T.nt)
-
-
-def _finish(T, parts, tol, max_rank, F, t0, method, capped):
-    """Store the compressed parts (re-truncated to the final delta), summarize (collective)."""
-    xp = T.xp
-    T.tol, T.max_rank, T.norm_fro = tol, max_rank, F
-    T.delta = _delta(T, tol, F)
-    kmax = 0
-    done = []
-    for slots, U, V, _ in parts:
-        s = xp.sqrt(xp.sum(V * V, axis=1))  # canonical form: singular values
-        k, _ = batched.truncation_ranks(s, T.delta, max_rank)
-        kh = host(k)
-        kk = int(kh.max()) if kh.size else 0
-        mask = (xp.arange(kk)[None, :] < k[:, None]).astype(T.dtype)[:, None, :]
-        done.append((slots, U[:, :, :kk] * mask, V[:, :, :kk] * mask, kh))
-        kmax = max(kmax, kk)
-    T.U = xp.zeros((len(T.keys), T.nb, kmax), T.dtype)
-    T.V = xp.zeros((len(T.keys), T.nb, kmax), T.dtype)
-    for slots, U, V, kh in done:
-        T.set_tiles(slots, U, V, kh)
-    T.backend.synchronize()
-    from mpi4py import MPI
-    tmax = np.array([time.perf_counter() - t0, float(capped)])
-    T.grid.comm.Allreduce(MPI.IN_PLACE, tmax[:1], op=MPI.MAX)
-    T.grid.comm.Allreduce(MPI.IN_PLACE, tmax[1:], op=MPI.SUM)
-    T.info.update(compress_time=float(tmax[0]), method=method, capped=int(tmax[1]),
-                  delta=T.delta, norm_fro=F)
-    T._summarize()
-    return T
-
-
-def _allreduce_sum(comm, x: float) -> float:
-    from mpi4py import MPI
-    b = np.array([x], dtype=np.float64)
-    comm.Allreduce(MPI.IN_PLACE, b, op=MPI.SUM)
-    return float(b[0])
-
-
-def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=2 ** 28):
-    """Collective: the TLR form of the dense symmetric :class:`~distla.DistMatrix` ``A``.
-
-    ``A`` must be square with square blocks (``mb == nb``: the tiles); only its lower block
-    triangle is read. ``tol``: fixed accuracy (see :mod:`distla.tlr.matrix`: every tile is
-    truncated to ``delta = tol * ||A||_F / nt``, so ``||A - A_tlr||_F <= tol ||A||_F``);
-    ``max_rank``: cap on every rank (alone: fixed rank). ``method``: 'svd' (truncated SVD,
-    optimal ranks), 'rsvd' (adaptive randomized, seeded by ``seed``) or 'aca'. ``workspace``:
-    bytes of scratch per batched call (tiles are compressed in stacks of that size).
-    """
-    from ..matrix import DistMatrix
-    t0 = time.perf_counter()
-    with collective(getattr(getattr(A, "grid", None), "comm", None)):
-        if not isinstance(A, DistMatrix):
-            raise TypeError(f"compress needs a DistMatrix, not {type(A).__name__}")
-        _check_common(A.grid, tol, max_rank, method)
-        if A.m != A.n:
-            raise ValueError(f"TLR needs a square matrix, got {A.shape}")
-        if A.mb != A.nb:
-            raise ValueError(f"TLR tiles are the matrix blocks and must be square, got "
-                             f"block {A.block}")
-        if A.dtype.kind != "f":
-            raise TypeError(f"TLR supports real float32/float64 matrices, not {A.dtype}")
-    T = TLRMatrix(A.grid, A.n, A.nb, device=A.device, src=A.src, dtype=A.dtype)
-    xp, nb = T.xp, T.nb
-
-    def tile(i, j):
-        r0, c0 = T.row_pos[i] * nb, T.col_pos[j] * nb
-        return A.local[r0:r0 + T.tile_size(i), c0:c0 + T.tile_size(j)]
-
-    # ||A||_F of the symmetric matrix defined by the lower block triangle
-    ss = xp.zeros((), dtype=np.float64)
-    for k in T.diag_keys:
-        ss += xp.sum(tile(k, k) ** 2)
-    for i, j in T.keys:
-        ss += 2.0 * xp.sum(tile(i, j) ** 2)
-    F = math.sqrt(max(_allreduce_sum(A.grid.comm, float(ss)), 0.0))
-    delta = _delta(T, tol, F)
-    for s, k in enumerate(T.diag_keys):
-        m = T.tile_size(k)
-        T.D[s, :m, :m] = tile(k, k)
-        if m < nb:
-            T.D[s, m:, m:] = xp.eye(nb - m, dtype=T.dtype)
-    err, parts, capped = None, [], 0
-    try:
-        rng = xp.random.RandomState(seed + 7919 * A.grid.rank)
-        step = _chunk(nb, T.dtype.itemsize, workspace)
-        for c0 in range(0, len(T.keys), step):
-            slots = np.arange(c0, min(c0 + step, len(T.keys)))
-            stack = xp.zeros((len(slots), nb, nb), T.dtype)
-            for a, s in enumerate(slots):
-                i, j = T.keys[s]
-                stack[a, :T.tile_size(i), :T.tile_size(j)] = tile(i, j)
-            U, V, k, c = batched.compress_tiles(stack, delta, max_rank, method, rng)
-            parts.append((slots, U, V, k))
-            capped += c
-    except Exception as e:  # noqa: BLE001
-        err = e
-    agree(A.grid.comm, err)
-    return _finish(T, parts, tol, max_rank, F, t0, method, capped)
-
-
-def _index_stack(T, tiles, rows: bool):
-    """Global row (``rows``) or column indices of tiles, ``(t, nb)`` host, clipped, and the
-    validity mask."""
-    g = np.array([t[0] if rows else t[1] for t in tiles], dtype=np.int64)[:, None] * T.nb \
-        + np.arange(T.nb)[None, :]
-    valid = g < T.n
-    return np.minimum(g, max(T.n - 1, 0)), valid
-
-
-def _eval_tiles(T, fn, tiles):
-    """Dense padded tiles ``(t, nb, nb)`` from ``fn(I, J)`` (diagonal pads: identity)."""
-    xp = T.xp
-    gi, vi = _index_stack(T, tiles, True)
-    gj, vj = _index_stack(T, tiles, False)
-    I, J = xp.asarray(gi)[:, :, None], xp.asarray(gj)[:, None, :]
-    vals = xp.asarray(fn(I, J), dtype=T.dtype)
-    vals = xp.broadcast_to(vals, (len(tiles), T.nb, T.nb))
-    mask = xp.asarray(vi[:, :, None] & vj[:, None, :])
-    out = xp.where(mask, vals, 0).astype(T.dtype)
-    diag = np.array([t[0] == t[1] for t in tiles])
-    if diag.any():
-        pad = xp.asarray((~vi[:, :, None]) & (~vj[:, None, :]) & diag[:, None, None]
-                         & np.eye(T.nb, dtype=bool)[None])
-        out = out + pad.astype(T.dtype)
-    return out
-
-
-def _aca_fn(T, fn, tiles, delta, max_rank):
-    """ACA on tiles given by ``fn`` without forming them: rows and columns on demand."""
-    xp = T.xp
-    gi, vi = _index_stack(T, tiles, True)
-    gj, vj = _index_stack(T, tiles, False)
-    GI, GJ = xp.asarray(gi), xp.asarray(gj)
-    VI, VJ = xp.asarray(vi.astype(T.dtype)), xp.asarray(vj.astype(T.dtype))
-    ar = xp.arange(len(tiles))[:, None]
-
-    def rows(i):  # (t, p) -> (t, p, nb): rows i[t, :] of every tile
-        I = GI[ar, i][:, :, None]
-        return (xp.asarray(fn(I, GJ[:, None, :]), dtype=T.dtype) * VJ[:, None, :]
-                * VI[ar, i][:, :, None])
-
-    def cols(j):  # (t, p) -> (t, p, nb): columns j[t, :], as rows
-        J = GJ[ar, j][:, :, None]
-        return (xp.asarray(fn(GI[:, None, :], J), dtype=T.dtype) * VI[:, None, :]
-                * VJ[ar, j][:, :, None])
-
-    return batched.aca(rows, cols, len(tiles), T.nb, T.nb, delta, max_rank, xp, T.dtype)
-
-
-def from_function(grid, n, tile, fn, tol=1e-8, max_rank=None, method="rsvd", *,
-                  device="cpu", src=(0, 0), dtype=np.float64, seed=0, workspace=2 ** 28):
-    """Collective: a TLR matrix whose entries are ``fn(I, J)`` (global integer index arrays of
-    broadcastable shapes, NumPy or CuPy as the device; symmetric in I, J), built tile by tile
-    on each tile's owner: tiles are evaluated in stacks of ``workspace`` bytes and compressed
-    at once, so the dense local matrix is never formed ('aca' evaluates only the rows and
-    columns it pivots on).
-
-    The truncation needs ``||A||_F``: the tiles are first compressed with the threshold of a
-    lower bound (the Frobenius norm of the diagonal tiles), the exact norm is then summed
-    from the tiles (for 'aca', from their approximations) and every tile is re-truncated to
-    the final ``delta = tol * ||A||_F / nt``.
-    """
-    t0 = time.perf_counter()
-    with collective(grid.comm if isinstance(grid, ProcessGrid) else None):
-        _check_common(grid, tol, max_rank, method)
-        n, tile = int(n), int(tile)
-        if n < 0 or tile <= 0:
-            raise ValueError(f"need n >= 0 and tile > 0, got n={n}, tile={tile}")
-        if np.dtype(dtype).kind != "f":
-            raise TypeError(f"TLR supports real float32/float64 matrices, not {dtype}")
-        get_backend(device, grid.comm)
-    T = TLRMatrix(grid, n, tile, device=device, src=src, dtype=dtype)
-    xp = T.xp
-    err, parts, capped, ss = None, [], 0, 0.0
-    try:
-        if T.diag_keys:
-            T.D[...] = _eval_tiles(T, fn, [(k, k) for k in T.diag_keys])
-            pad = xp.asarray(np.array([k for k in T.diag_keys]) == T.nt - 1)
-            # the identity pad of the last tile adds (nb - m) to the sum of squares
-            ss = float(xp.sum(T.D * T.D) - xp.sum(pad) * (T.nb - T.tile_size(T.nt - 1)))
-    except Exception as e:  # noqa: BLE001
-        err = e
-    agree(grid.comm, err)
-    lower = math.sqrt(max(_allreduce_sum(grid.comm, ss), 0.0))
-    delta1 = _delta(T, tol, lower)
-    try:
-        rng = xp.random.RandomState(seed + 7919 * grid.rank)
-        step = _chunk(T.nb, T.dtype.itemsize, workspace)
-        ssd = xp.zeros((), dtype=np.float64)
-        for c0 in range(0, len(T.keys), step):
-            slots = np.arange(c0, min(c0 + step, len(T.keys)))
-            tiles = [T.keys[s] for s in slots]
-            if method == "aca":
-                U, V, k, c = _aca_fn(T, fn, tiles, delta1, max_rank)
-                ssd += 2.0 * xp.sum(V * V)
-            else:
-                stack = _eval_tiles(T, fn, tiles)
-                ssd += 2.0 * xp.sum(stack * stack)
-                U, V, k, c = batched.compress_tiles(stack, delta1, max_rank, method, rng)
-                del stack
-            parts.append((slots, U, V, k))
-            capped += c
-        ss += float(ssd)
-    except Exception as e:  # noqa: BLE001
-        err = e
-    agree(grid.comm, err)
-    F = math.sqrt(max(_allreduce_sum(grid.comm, ss), 0.0))
-    return _finish(T, parts, tol, max_rank, F, t0, method, capped)
-
-
-def from_kernel(grid, pts, kernel, tile, tol=1e-8, max_rank=None, method="rsvd", *,
-                device="cpu", src=(0, 0), dtype=np.float64, seed=0, workspace=2 ** 28):
-    """Collective: the TLR covariance matrix of points ``pts`` (``n x d``, identical on every
-    rank) and a :class:`distla.covariance.Kernel` (nugget on the diagonal), compressed tile by
-    tile on each owner without forming the dense matrix; see :func:`from_function`."""
-    from ..covariance import entry_function
-    with collective(grid.comm if isinstance(grid, ProcessGrid) else None):
-        fn = entry_function(pts, kernel, get_backend(device, grid.comm).xp)
-    return from_function(grid, fn.n, tile, fn, tol, max_rank, method, device=device, src=src,
-                         dtype=dtype, seed=seed, workspace=workspace)

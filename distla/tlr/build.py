@@ -1,0 +1,361 @@
+"""Building TLR matrices: from a dense DistMatrix (:func:`compress`), from an entry function
+(:func:`from_function`) or from points and a covariance kernel (:func:`from_kernel`), tile by
+tile on each tile's owner; the last two never form the dense matrix.
+
+Build methods (``method=``), for the off-diagonal tiles (the diagonal tiles are dense):
+
+* ``'dense'`` (= ``'rsvd'``): every entry is evaluated, a stack of tiles at a time, straight
+  into the stack (:func:`distla.covariance.entry_function`'s ``tiles``: in place, one scratch
+  array), then compressed by the adaptive randomized range finder (one ``(t nb) x nb x r``
+  GEMM per pass for the whole stack, batched QR, an exact residual check, a truncated SVD of
+  the small projection). ``'svd'``: the same with a full SVD per tile (optimal ranks, slow).
+* ``'aca'``: adaptive cross approximation (:func:`distla.tlr.batched.aca`), evaluating only
+  ``O(nb k)`` entries per tile (rows, columns and a few random entries for its stopping test).
+* ``'auto'``: ``'aca'`` for tiles of at least :data:`ACA_MIN_TILE` rows on CPU ranks, else
+  ``'dense'`` (see docs/tlr_build.md for the measurements behind it).
+
+Fixed accuracy needs ``F = ||A||_F`` before truncating, and ``F`` is known only after every
+tile was seen. The build runs once: it compresses with the threshold ``delta1`` of a lower
+bound of ``F`` (the diagonal tiles' norm, evaluated first), sums the squares of each stack as
+it is evaluated (from the approximation, for 'aca'), and finally truncates the canonical
+factors further with what is left of the final ``delta = tol F / nt`` (``sqrt(delta^2 -
+delta1^2)`` for the orthogonal methods, ``delta - delta1`` for 'aca'), so that every tile
+still meets ``delta``.
+
+Memory: the stacks of one batch (a workspace from the free memory, agreed over the grid, see
+:mod:`distla.tlr._memory`), the dense diagonal tiles and the low-rank stacks; a problem whose
+storage does not fit raises :class:`distla.DistlaError` on every rank naming an ``n`` that
+would. ``T.info['mem_build']`` reports the largest footprint (bytes, max over ranks).
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..device import get_backend
+from ..errors import agree, collective
+from ..grid import ProcessGrid
+from ..trace import trace
+from . import _memory, batched
+from .batched import host
+from .matrix import _EPS_FLOOR, TLRMatrix
+
+__all__ = ["compress", "from_function", "from_kernel", "BUILD_METHODS", "ACA_MIN_TILE"]
+
+BUILD_METHODS = ("auto", "dense", "aca", "rsvd", "svd")
+
+#: 'auto' picks 'aca' on CPU ranks from this tile size on (2-core CPU measurements,
+#: docs/tlr_build.md); GPU ranks use 'dense' until measured.
+ACA_MIN_TILE = 256
+
+_PER_TILE_DENSE = 4.0   # nb x nb arrays per tile in a 'dense' batch (stack, scratch, residual)
+
+
+def _check_common(grid, tol, max_rank, method, methods):
+    if not isinstance(grid, ProcessGrid):
+        raise TypeError(f"grid must be a ProcessGrid, not {type(grid).__name__}")
+    if tol is None and max_rank is None:
+        raise ValueError("give tol (fixed accuracy) and/or max_rank (fixed rank)")
+    if tol is not None and not (0 < float(tol) < 1):
+        raise ValueError(f"tol must be in (0, 1), got {tol}")
+    if max_rank is not None and (int(max_rank) != max_rank or max_rank < 0):
+        raise ValueError(f"max_rank must be a non-negative integer or None, got {max_rank}")
+    if method not in methods:
+        raise ValueError(f"method must be one of {methods}, not {method!r}")
+
+
+def _delta(T, tol, F):
+    eps = float(np.finfo(T.dtype).eps)
+    t = 0.0 if tol is None else float(tol)
+    return max(t, _EPS_FLOOR * eps) * F / max(1, T.nt)
+
+
+def _allreduce_sum(comm, x: float) -> float:
+    from mpi4py import MPI
+    return float(comm.allreduce(float(x), op=MPI.SUM))
+
+
+def _finish(T, parts, tol, max_rank, F, t0, method, capped, delta1, peak):
+    """Collective: truncate the compressed parts with what is left of the final delta, check
+    that the stacks fit, store them, summarize."""
+    xp = T.xp
+    T.tol, T.max_rank, T.norm_fro = tol, max_rank, F
+    T.delta = _delta(T, tol, F)
+    left = (max(T.delta - delta1, 0.0) if method == "aca"
+            else math.sqrt(max(T.delta ** 2 - delta1 ** 2, 0.0)))
+    done, kmax = [], 0
+    for slots, U, V, _ in parts:
+        k, _ = batched.truncation_ranks(xp.sqrt(xp.sum(V * V, axis=1)), left, max_rank)
+        kh = host(k)
+        kk = int(kh.max()) if kh.size else 0
+        mask = (xp.arange(kk)[None, :] < k[:, None]).astype(T.dtype)[:, None, :]
+        done.append((slots, U[:, :, :kk] * mask, V[:, :, :kk] * mask, kh))
+        kmax = max(kmax, kk)
+    parts.clear()
+    need = 2 * _memory.stack_bytes(len(T.keys), T.nb, kmax, T.dtype.itemsize)
+    _memory.require(T.grid.comm, need, _memory.available(T.device),
+                    f"build (low-rank stacks of rank {kmax})", T.n)
+    T.U = xp.zeros((len(T.keys), T.nb, kmax), T.dtype)
+    T.V = xp.zeros((len(T.keys), T.nb, kmax), T.dtype)
+    with trace("store"):
+        for slots, U, V, kh in done:
+            T.set_tiles(slots, U, V, kh)
+    T.backend.synchronize()
+    from mpi4py import MPI
+    v = np.array([time.perf_counter() - t0, float(T.D.nbytes + 2 * need + peak)])
+    T.grid.comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
+    T.info.update(compress_time=float(v[0]), method=method, mem_build=int(v[1]),
+                  capped=int(T.grid.comm.allreduce(int(capped), op=MPI.SUM)),
+                  delta=T.delta, norm_fro=F)
+    T._summarize()
+    return T
+
+
+def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=None):
+    """Collective: the TLR form of the dense symmetric :class:`~distla.DistMatrix` ``A``.
+
+    ``A`` must be square with square blocks (``mb == nb``: the tiles); only its lower block
+    triangle is read. ``tol``: fixed accuracy (see :mod:`distla.tlr.matrix`: every tile is
+    truncated to ``delta = tol * ||A||_F / nt``, so ``||A - A_tlr||_F <= tol ||A||_F``);
+    ``max_rank``: cap on every rank (alone: fixed rank). ``method``: 'svd' (truncated SVD,
+    optimal ranks), 'rsvd' (adaptive randomized, seeded by ``seed``) or 'aca'. ``workspace``:
+    bytes of scratch per batched call (default: from the free memory).
+    """
+    from ..matrix import DistMatrix
+    t0 = time.perf_counter()
+    with collective(getattr(getattr(A, "grid", None), "comm", None)):
+        if not isinstance(A, DistMatrix):
+            raise TypeError(f"compress needs a DistMatrix, not {type(A).__name__}")
+        _check_common(A.grid, tol, max_rank, method, batched.METHODS)
+        if A.m != A.n:
+            raise ValueError(f"TLR needs a square matrix, got {A.shape}")
+        if A.mb != A.nb:
+            raise ValueError(f"TLR tiles are the matrix blocks and must be square, got "
+                             f"block {A.block}")
+        if A.dtype.kind != "f":
+            raise TypeError(f"TLR supports real float32/float64 matrices, not {A.dtype}")
+    T = TLRMatrix(A.grid, A.n, A.nb, device=A.device, src=A.src, dtype=A.dtype)
+    xp, nb = T.xp, T.nb
+    work = _memory.workspace(T.device, A.grid.comm, workspace)
+
+    def tile(i, j):
+        r0, c0 = T.row_pos[i] * nb, T.col_pos[j] * nb
+        return A.local[r0:r0 + T.tile_size(i), c0:c0 + T.tile_size(j)]
+
+    ss = sum(float(xp.sum(tile(k, k) ** 2)) for k in T.diag_keys) \
+        + sum(2.0 * float(xp.sum(tile(i, j) ** 2)) for i, j in T.keys)
+    F = math.sqrt(max(_allreduce_sum(A.grid.comm, ss), 0.0))
+    delta = _delta(T, tol, F)
+    for s, k in enumerate(T.diag_keys):
+        m = T.tile_size(k)
+        T.D[s, :m, :m] = tile(k, k)
+        if m < nb:
+            T.D[s, m:, m:] = xp.eye(nb - m, dtype=T.dtype)
+    err, parts, capped = None, [], 0
+    step = _memory.tiles_fit(work, nb, T.dtype.itemsize, _PER_TILE_DENSE)
+    try:
+        rng = xp.random.RandomState(seed + 7919 * A.grid.rank)
+        for c0 in range(0, len(T.keys), step):
+            slots = np.arange(c0, min(c0 + step, len(T.keys)))
+            stack = xp.zeros((len(slots), nb, nb), T.dtype)
+            for a, s in enumerate(slots):
+                i, j = T.keys[s]
+                stack[a, :T.tile_size(i), :T.tile_size(j)] = tile(i, j)
+            U, V, k, c = batched.compress_tiles(stack, delta, max_rank, method, rng)
+            parts.append((slots, U, V, k))
+            capped += c
+    except Exception as e:  # noqa: BLE001
+        err = _memory.explained(e, "compress", T.n)
+    agree(A.grid.comm, err)
+    peak = min(step, len(T.keys)) * _PER_TILE_DENSE * nb * nb * T.dtype.itemsize
+    return _finish(T, parts, tol, max_rank, F, t0, method, capped, delta, peak)
+
+
+def from_function(grid, n, tile, fn, tol=1e-8, max_rank=None, method="auto", *,
+                  device="cpu", src=(0, 0), dtype=np.float64, seed=0, workspace=None):
+    """Collective: a TLR matrix whose entries are ``fn(I, J)`` (global integer index arrays of
+    broadcastable shapes, NumPy or CuPy as the device; symmetric in I, J), built tile by tile
+    on each tile's owner, never dense: stacks of tiles of at most ``workspace`` bytes (default:
+    from the free memory, the same on every rank) are evaluated and compressed at once.
+    ``fn.tiles(I, J, out, tmp, diagonal)``, when present (as on
+    :func:`distla.covariance.entry_function`), evaluates stacks in place.
+
+    ``method``: 'auto', 'dense' (= 'rsvd'), 'aca' or 'svd' (see :mod:`distla.tlr.build`).
+    Raises :class:`distla.DistlaError` on every rank when the result will not fit in memory.
+    """
+    t0 = time.perf_counter()
+    with collective(grid.comm if isinstance(grid, ProcessGrid) else None):
+        _check_common(grid, tol, max_rank, method, BUILD_METHODS)
+        n, tile = int(n), int(tile)
+        if n < 0 or tile <= 0:
+            raise ValueError(f"need n >= 0 and tile > 0, got n={n}, tile={tile}")
+        if np.dtype(dtype).kind != "f":
+            raise TypeError(f"TLR supports real float32/float64 matrices, not {dtype}")
+        get_backend(device, grid.comm)
+    T = TLRMatrix(grid, n, tile, device=device, src=src, dtype=dtype)
+    b = _Builder(T, fn, _method(method, T), max_rank, seed, workspace)
+    lower = b.diagonal()                 # dense diagonal tiles, ||diagonal tiles||_F <= ||A||_F
+    delta1 = _delta(T, tol, lower)
+    b.off_diagonal(delta1)               # every off-diagonal tile compressed to delta1
+    F = math.sqrt(max(_allreduce_sum(grid.comm, b.ss), 0.0))
+    return _finish(T, b.parts, tol, max_rank, F, t0, b.method, b.capped, delta1, b.peak)
+
+
+def from_kernel(grid, pts, kernel, tile, tol=1e-8, max_rank=None, method="auto", *,
+                device="cpu", src=(0, 0), dtype=np.float64, seed=0, workspace=None):
+    """Collective: the TLR covariance matrix of points ``pts`` (``n x d``, identical on every
+    rank) and a :class:`distla.covariance.Kernel` (nugget on the diagonal), compressed tile by
+    tile on each owner without forming the dense matrix; see :func:`from_function`."""
+    from ..covariance import entry_function
+    with collective(grid.comm if isinstance(grid, ProcessGrid) else None):
+        fn = entry_function(pts, kernel, get_backend(device, grid.comm).xp)
+    return from_function(grid, fn.n, tile, fn, tol, max_rank, method, device=device, src=src,
+                         dtype=dtype, seed=seed, workspace=workspace)
+
+
+def _method(method, T):
+    """The build method 'auto' stands for (the same on every rank: it depends on the tile
+    size and the device only)."""
+    if method == "auto":
+        return "aca" if (T.device == "cpu" and T.nb >= ACA_MIN_TILE) else "rsvd"
+    return "rsvd" if method == "dense" else method
+
+
+class _Builder:
+    """One rank's part of a build: evaluates its tiles in batches and compresses them; a
+    local error is kept and agreed on (the build has no other collective)."""
+
+    def __init__(self, T, fn, method, max_rank, seed, workspace):
+        self.T, self.fn, self.method, self.max_rank = T, fn, method, max_rank
+        self.xp, self.err = T.xp, None
+        self.rng = T.xp.random.RandomState(seed + 7919 * T.grid.rank)
+        self.work = _memory.workspace(T.device, T.grid.comm, workspace)
+        self.parts, self.capped, self.ss, self.peak = [], 0, 0.0, 0
+        self.r0 = 16                         # first sample width of the range finder
+        self.tiles = getattr(fn, "tiles", None) or _generic_tiles(fn, T.xp)
+        need = T.D.nbytes + self.work
+        _memory.require(T.grid.comm, need, _memory.available(T.device) + T.D.nbytes,
+                        "build (dense diagonal tiles + workspace)", T.n, scale=1.0)
+
+    def guard(self, fn, *args):
+        if self.err is None:
+            try:
+                fn(*args)
+            except Exception as e:  # noqa: BLE001 - agreed on below
+                self.err = _memory.explained(e, "build", self.T.n)
+
+    def batches(self, count, per_tile):
+        """Host slot ranges of at most a workspace each."""
+        T = self.T
+        step = _memory.tiles_fit(self.work, T.nb, T.dtype.itemsize, per_tile)
+        self.peak = max(self.peak, min(step, count) * per_tile * T.nb ** 2 * T.dtype.itemsize)
+        return [np.arange(c0, min(c0 + step, count)) for c0 in range(0, count, step)]
+
+    def diagonal(self) -> float:
+        """Collective: evaluate the dense diagonal tiles into ``T.D``; the Frobenius norm of
+        the diagonal tiles over the grid."""
+        T = self.T
+        with trace("generate"):
+            for sl in self.batches(len(T.diag_keys), 2.0):
+                self.guard(self._diagonal_batch, sl)
+        agree(T.grid.comm, self.err)
+        return math.sqrt(max(_allreduce_sum(T.grid.comm, self.ss), 0.0))
+
+    def _diagonal_batch(self, sl):
+        T, xp = self.T, self.xp
+        keys = [(T.diag_keys[s], T.diag_keys[s]) for s in sl]
+        D = T.D[int(sl[0]):int(sl[-1]) + 1]
+        self.tiles(*_index_stacks(T, keys), D, None, True)
+        _zero_padding(T, keys, D)
+        self.ss += float(xp.vdot(D.ravel(), D.ravel()))
+        last = [a for a, (k, _) in enumerate(keys) if T.tile_size(k) < T.nb]
+        for a in last:                       # identity in the padded part (det 1)
+            m = T.tile_size(keys[a][0])
+            D[a, m:, m:] = xp.eye(T.nb - m, dtype=T.dtype)
+
+    def off_diagonal(self, delta1):
+        """Collective (one agreement at the end): compress every off-diagonal tile."""
+        T = self.T
+        per_tile = _PER_TILE_DENSE if self.method != "aca" else _aca_per_tile(T.nb)
+        for sl in self.batches(len(T.keys), per_tile):
+            self.guard(self._offdiagonal_batch, sl, delta1)
+        agree(T.grid.comm, self.err)
+
+    def _offdiagonal_batch(self, slots, delta1):
+        T, xp = self.T, self.xp
+        keys = [T.keys[s] for s in slots]
+        if self.method == "aca":
+            with trace("aca"):
+                U, V, k, c = _aca_tiles(T, self.fn, keys, delta1, self.max_rank)
+            self.ss += 2.0 * float(xp.vdot(V.ravel(), V.ravel()))
+        else:
+            with trace("generate"):
+                A = xp.empty((len(keys), T.nb, T.nb), T.dtype)
+                self.tiles(*_index_stacks(T, keys), A, None, False)
+                _zero_padding(T, keys, A)
+                self.ss += 2.0 * float(xp.vdot(A.ravel(), A.ravel()))
+            with trace("compress"):
+                U, V, k, c = batched.compress_tiles(A, delta1, self.max_rank, self.method,
+                                                    self.rng, r0=self.r0)
+            del A
+            self.r0 = min(T.nb, max(16, -(-(int(np.percentile(k, 90)) + 8) // 8) * 8))
+        self.parts.append((slots, U, V, k))
+        self.capped += c
+
+
+def _aca_per_tile(nb):
+    """``nb x nb`` arrays' worth of memory per tile of an ACA batch: the crosses (up to width
+    128 before growing further) and a few rows of scratch."""
+    return (2 * 128 + 16) / nb
+
+
+def _index_stacks(T, keys):
+    """Device index stacks ``I (t, nb)``, ``J (t, nb)`` of the tiles ``keys``, clipped to
+    ``n - 1`` in the padding."""
+    xp = T.xp
+    ar = np.arange(T.nb)[None, :]
+    gi = np.array([i for i, _ in keys], dtype=np.int64)[:, None] * T.nb + ar
+    gj = np.array([j for _, j in keys], dtype=np.int64)[:, None] * T.nb + ar
+    top = max(T.n - 1, 0)
+    return xp.asarray(np.minimum(gi, top)), xp.asarray(np.minimum(gj, top))
+
+
+def _zero_padding(T, keys, A):
+    """Zero the padded rows/columns of the last tile row/column in the stack ``A``."""
+    for a, (i, j) in enumerate(keys):
+        mi, mj = T.tile_size(i), T.tile_size(j)
+        if mi < T.nb:
+            A[a, mi:, :] = 0
+        if mj < T.nb:
+            A[a, :, mj:] = 0
+
+
+def _generic_tiles(fn, xp):
+    """Stacked evaluation for an ``fn(I, J)`` without a ``tiles`` method."""
+    def tiles(I, J, out, tmp=None, diagonal=True):
+        out[...] = xp.asarray(fn(I[:, :, None], J[:, None, :]), dtype=out.dtype)
+        return out
+    return tiles
+
+
+def _aca_tiles(T, fn, keys, delta, max_rank):
+    """ACA on the tiles ``keys`` given by ``fn``, without forming them (rows, columns and
+    sampled entries on demand; padded rows and columns read as zero)."""
+    xp = T.xp
+    GI, GJ = _index_stacks(T, keys)
+    m = np.array([T.tile_size(i) for i, _ in keys])
+    n = np.array([T.tile_size(j) for _, j in keys])
+    VI = xp.asarray((np.arange(T.nb)[None, :] < m[:, None]).astype(T.dtype))
+    VJ = xp.asarray((np.arange(T.nb)[None, :] < n[:, None]).astype(T.dtype))
+
+    def rows(d, i):      # (a,) -> (a, nb)
+        vals = xp.asarray(fn(GI[d, i][:, None], GJ[d]), dtype=T.dtype)
+        return vals * VJ[d] * VI[d, i][:, None]
+
+    def cols(d, j):      # (a,) -> (a, nb)
+        vals = xp.asarray(fn(GI[d], GJ[d, j][:, None]), dtype=T.dtype)
+        return vals * VI[d] * VJ[d, j][:, None]
+
+    return batched.aca(rows, cols, len(keys), T.nb, T.nb, delta, max_rank, xp, T.dtype)

@@ -1,0 +1,119 @@
+"""The TLR Cholesky factor ``L`` (``A ~ L L^T``) and the solves with it: ``A X = B`` via
+``L Y = B``, ``L^T X = Y``.
+
+The right-hand side is replicated during the solve (every rank holds all ``n x r`` entries:
+``O(n r)`` memory, as the point sets are): tile ``k`` of the solution is computed by the owner
+of ``L_kk`` after the partial sums ``sum_j L_kj y_j`` of its tile row have been summed along
+its process row (forward) or column (backward), then broadcast to every rank; the owners of
+tile column ``k`` (row ``k``) add their low-rank products into their partial sums, batched.
+
+:mod:`distla.tlr.cholesky` computes the factor, :mod:`distla.tlr.solve` holds the public
+solve functions; both import this module (and it neither of them).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import agree, collective
+from ..matrix import DistMatrix
+from ..trace import trace
+from .matrix import TLRMatrix
+
+__all__ = ["TLRCholesky"]
+
+
+class TLRCholesky(TLRMatrix):
+    """The TLR Cholesky factor ``L`` (``A ~ L L^T``): same storage as :class:`TLRMatrix`, with
+    the dense diagonal tiles holding ``L_kk`` (upper part zero) and the off-diagonal tiles
+    ``L_ik = U_ik V_ik^T``. ``matvec(x)`` / ``matvec(x, trans=True)`` apply ``L`` / ``L^T``."""
+
+    factored = True
+
+    def logdet(self) -> float:
+        """Collective: ``log det A ~ 2 sum log diag(L)`` on every rank."""
+        from mpi4py import MPI
+        xp = self.xp
+        v = 0.0
+        if self.diag_keys:
+            v = 2.0 * float(xp.sum(xp.log(xp.diagonal(self.D, axis1=1, axis2=2))))
+        b = np.array([v])
+        self.grid.comm.Allreduce(MPI.IN_PLACE, b, op=MPI.SUM)
+        return float(b[0])
+
+    def solve(self, B):
+        """Collective: ``X = A^-1 B``. ``B`` is either a :class:`~distla.DistMatrix` with ``n``
+        rows on this factor's grid and device (any blocking; the result is a DistMatrix in
+        ``B``'s layout; ``B`` is gathered to every rank for the solve), or an array of shape
+        ``(n,)`` or ``(n, r)`` replicated on every rank (NumPy or CuPy; the result is
+        replicated, same shape, on this factor's device)."""
+        with collective(self.grid.comm):
+            if isinstance(B, DistMatrix):
+                if not (B.grid == self.grid):
+                    raise ValueError("B must live on the factor's process grid")
+                if B.m != self.n:
+                    raise ValueError(f"B has {B.m} rows, the matrix is {self.n} x {self.n}")
+                if B.device != self.device:
+                    raise TypeError(f"B is on {B.device}, the factor on {self.device}")
+        if not isinstance(B, DistMatrix):
+            return _solve_replicated(self, B)
+        x = _solve_replicated(self, B.to_global(root=None))
+        xh = x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else x
+        xh = np.asarray(xh, dtype=B.dtype).reshape(self.n, -1)
+        loc = xh[np.ix_(B.row_indices(), B.col_indices())]
+        return B._like(local=B.backend.asarray(loc))
+
+
+def _solve_replicated(L, b):
+    """Collective: ``A^-1 b`` for ``b`` replicated (``(n,)`` or ``(n, r)``)."""
+    err, Bs, shape = None, None, None
+    try:
+        Bs, shape = L._rhs_stack(b)
+    except Exception as e:  # noqa: BLE001 - agreed on below
+        err = e
+    agree(L.grid.comm, err)
+    with trace("solve"):
+        _tri_solve(L, Bs, trans=False)
+        _tri_solve(L, Bs, trans=True)
+    L.info["mem_solve"] = int(2 * Bs.nbytes)   # the stack and the partial sums
+    return L._unstack(Bs, shape)
+
+
+def _tri_solve(L, Bs, trans: bool):
+    """Collective, in place on the replicated stack ``Bs (nt, nb, r)``: ``L^-1 Bs`` or
+    ``L^-T Bs``."""
+    grid, be, xp = L.grid, L.backend, L.xp
+    comms = grid.comms(L.device)
+    nt, nb, r = Bs.shape
+    acc = xp.zeros((len(L.cols) if trans else len(L.rows), nb, r), L.dtype)
+    for k in (range(nt - 1, -1, -1) if trans else range(nt)):
+        pk, qk = L.prow(k), L.pcol(k)
+        owner = grid.myrow == pk and grid.mycol == qk
+        xk = None
+        if (grid.mycol == qk) if trans else (grid.myrow == pk):
+            a = acc[L.col_pos[k] if trans else L.row_pos[k]]
+            (comms.col if trans else comms.row).allreduce(a, "sum")
+            if owner:
+                xk = xp.asfortranarray(Bs[k] - a)
+                be.trsm("L", "L", "T" if trans else "N", "N", 1.0, L.D[L.dslot[k]], xk)
+        if xk is None:
+            xk = xp.empty((nb, r), L.dtype, order="F")
+        comms.all.bcast(xk, root=grid.rank_of(pk, qk))
+        Bs[k] = xk
+        _accumulate(L, acc, k, xk, trans)
+    return Bs
+
+
+def _accumulate(L, acc, k, xk, trans: bool):
+    """Local: add the products of this rank's tiles of row ``k`` (``trans``: ``acc[j] +=
+    V_kj (U_kj^T x_k)``) or column ``k`` (``acc[i] += U_ik (V_ik^T y_k)``) into ``acc``."""
+    xp = L.xp
+    if trans:
+        sl = L.row_slots.get(k)
+        if sl is not None and sl.size:
+            d = xp.asarray(sl)
+            cj = xp.asarray(np.array([L.col_pos[int(j)] for j in L.key_cols[sl]]))
+            acc[cj] += xp.matmul(L.V[d], xp.matmul(L.U[d].swapaxes(1, 2), xk[None]))
+    elif L.grid.mycol == L.pcol(k) and k in L.col_slots:
+        s0, s1 = L.col_slots[k]
+        ri = xp.asarray(np.array([L.row_pos[int(i)] for i in L.key_rows[s0:s1]]))
+        acc[ri] += xp.matmul(L.U[s0:s1], xp.matmul(L.V[s0:s1].swapaxes(1, 2), xk[None]))
