@@ -266,7 +266,35 @@ def test_empty_matrix(grid1):
     assert logdet(L) == 0.0
 
 
-def test_profile_accumulates_phases(grid1):
+@pytest.fixture
+def loop_on_one_rank(monkeypatch):
+    """Make a 1 x 1 grid run distla's own step loop instead of the local library."""
+    from distla.linalg import _local
+    monkeypatch.setattr(_local, "LOCAL_UP_TO", {k: 0 for k in _local.LOCAL_UP_TO})
+
+
+def test_one_rank_local_library_and_loop_agree(grid1, monkeypatch):
+    """1 x 1: the local library (potrf) and the step loop give the same factor, and the same
+    NotPositiveDefiniteError index."""
+    from distla.linalg import _local
+    a = spd(70, 10.0)
+    bad = a.copy()
+    bad[40, 40] = -1.0
+    out = {}
+    for mode, limit in (("local", 1 << 40), ("loop", 0)):
+        monkeypatch.setattr(_local, "LOCAL_UP_TO", {k: limit for k in _local.LOCAL_UP_TO})
+        with Tracer() as tr:
+            out[mode] = cholesky(DistMatrix.from_global(grid1, a, block=8)).to_global(root=None)
+        assert ("potrf" in tr.counts()) == (mode == "local")
+        assert ("update" in tr.counts()) == (mode == "loop")
+        with pytest.raises(NotPositiveDefiniteError) as e:
+            cholesky(DistMatrix.from_global(grid1, bad, block=8), check_symmetric=False)
+        assert e.value.index == 40
+    assert np.allclose(out["local"], out["loop"], rtol=1e-12, atol=1e-12)
+    assert np.allclose(out["local"], np.linalg.cholesky(a))
+
+
+def test_profile_accumulates_phases(grid1, loop_on_one_rank):
     a = spd(64, 10.0)
     A = DistMatrix.from_global(grid1, a, block=8)
     with Tracer() as tr:
@@ -277,7 +305,7 @@ def test_profile_accumulates_phases(grid1):
     assert tr.counts()["panel"] >= 8
 
 
-def test_benchmark_runs_serial():
+def test_benchmark_runs_serial(loop_on_one_rank):
     import argparse
 
     from distla.bench import cholesky as bench

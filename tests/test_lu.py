@@ -479,9 +479,10 @@ def test_edge_sizes():
 
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
-def test_overwrite_flags_and_profile():
-    from distla.linalg import lu_factor, lu_solve
+def test_overwrite_flags_and_profile(monkeypatch):
+    from distla.linalg import _local, lu_factor, lu_solve
     from distla.trace import Tracer
+    monkeypatch.setattr(_local, "LOCAL_UP_TO", {k: 0 for k in _local.LOCAL_UP_TO})
     n, nb = 26, 4
     a = _random(n, key=70)
     b = _rng(71).standard_normal((n, 2))
@@ -664,3 +665,30 @@ def test_lu_solve_trans_spellings_and_conjugate_transpose():
         Br = _dist(g, b.real.copy(), nb, src)
         np.testing.assert_array_equal(lu_solve(Fr, Br, trans="C").to_global(None),
                                       lu_solve(Fr, Br, trans="T").to_global(None))
+
+
+@pytest.mark.parametrize("shape", [(40, 40), (45, 31), (31, 45)])
+def test_one_rank_local_library_and_loop_agree(shape, monkeypatch):
+    """1 x 1: the local library (getrf) and the step loop give the same factors and pivots,
+    and the same singular-column index."""
+    from mpi4py import MPI
+
+    from distla import DistMatrix, ProcessGrid, SingularMatrixError
+    from distla.linalg import _local, lu_factor
+    from distla.trace import Tracer
+    g = ProcessGrid(1, 1, MPI.COMM_SELF)
+    a = _random(shape[1], shape[0], key=81)
+    out = {}
+    for mode, limit in (("local", 1 << 40), ("loop", 0)):
+        monkeypatch.setattr(_local, "LOCAL_UP_TO", {k: limit for k in _local.LOCAL_UP_TO})
+        with Tracer() as tr:
+            F = lu_factor(DistMatrix.from_global(g, a, block=8))
+        assert ("getrf" in tr.counts()) == (mode == "local")
+        out[mode] = (F.lu.to_global(root=None), F.piv)
+        sq = _random(30, 30, key=82)
+        sq[:, 17] = 0.0
+        with pytest.raises(SingularMatrixError) as e:
+            lu_factor(DistMatrix.from_global(g, sq, block=8))
+        assert e.value.index == 17
+    assert np.array_equal(out["local"][1], out["loop"][1])
+    assert np.allclose(out["local"][0], out["loop"][0], rtol=1e-12, atol=1e-12)

@@ -23,6 +23,7 @@ from .. import layout, progress
 from ..errors import SingularMatrixError, agree
 from ..trace import trace
 from ._pivoting import permute_rows, suffix_moves, swap_rows, winners_to_ipiv
+from ._local import use_local
 from ._tslu import tournament
 
 _POLL_CHUNK = 512  # CPU update: columns per GEMM between MPI progress polls
@@ -75,6 +76,12 @@ class LULoop:
         if self.nsteps == 0:
             return self.piv
         be = self.be
+        if self.pivoting != "none" and use_local(self.A, "getrf"):   # one process
+            with trace("getrf"):
+                piv, info = be.getrf(self.A.local)
+                self.zero_checks.append((0, "info", info))
+                self.piv[:] = be.to_host(piv)
+            return self.piv
         caller, main, side = be.current_stream(), be.stream("high"), be.stream()
         main.wait_for(caller)
         with main:

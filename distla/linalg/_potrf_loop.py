@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import layout, progress
 from ..trace import trace
+from ._local import use_local
 
 
 class PotrfLoop:
@@ -46,6 +47,10 @@ class PotrfLoop:
         nt, d, be = self.nt, self.d, self.be
         if nt == 0:
             return self.n
+        if use_local(self.A, "potrf"):                 # one process: the local library
+            with trace("potrf"):
+                self.infos.append((0, be.potrf("L", self.A.local)))
+            return self._agree_fail()
         main, side = be.current_stream(), be.stream("high")
         side.wait_for(main)      # the caller's writes to A
         ready, col_ready, free = {}, {}, {}
