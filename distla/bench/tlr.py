@@ -12,8 +12,11 @@ without ``--no-dense``, evaluated in column chunks and never more than one at a 
 (dense Cholesky timed in place on a fresh matrix; the accuracy checks use skinny products
 ``A X`` with ``n x 8`` probes, never ``L L^T``), so n = 65536 fits one 141 GB GPU.
 
-Reported per n: compression time, TLR factor time (copy outside the timed region), dense
-factor time and the speedup; memory of the TLR matrix (compressed footprint and allocated
+Reported per n: build time (``build_s`` = ``compress_s``, after one untimed warm-up build on
+GPU) beside the TLR factor time (``factor_s``, copy outside the timed region) and their ratio,
+logdet and solve times, the end-to-end rate ``unknowns_per_s = n / (build + factor +
+logdet)``, the memory per phase (``mem_build_gib``, ``mem_factor_gib``, ``mem_solve_gib``:
+largest footprint on one rank), dense factor time and the speedup; memory of the TLR matrix (compressed footprint and allocated
 padded stacks) as a fraction of the dense n x n matrix; ranks min/mean/max before and after
 factoring; accuracy: ``||A - L L^T||_2 / ||A||_2`` (10 steps of subspace iteration with 8 random
 probe vectors, a lower bound; with the exact dense A, or with the TLR matrix under
@@ -44,8 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tol", type=float, default=1e-8,
                         help="fixed accuracy (default 1e-8; see distla.tlr.matrix)")
     parser.add_argument("--max-rank", type=int, default=None, help="cap on every tile rank")
-    parser.add_argument("--method", choices=("svd", "rsvd", "aca"), default="rsvd",
-                        help="compression method (default rsvd)")
+    parser.add_argument("--method", choices=("auto", "dense", "aca", "rsvd", "svd"),
+                        default="auto", help="build method (default auto: see "
+                        "distla.tlr.build; dense = every entry + randomized compression)")
     parser.add_argument("--grid", default=None, metavar="PxQ",
                         help="process grid (default: the squarest P x Q)")
     parser.add_argument("--device", choices=("cpu", "gpu"), default=None,
@@ -67,12 +71,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="SVD of the small cores: auto (LAPACK on cpu, the batched Jacobi "
                              "CUDA kernel on gpu), lapack (xp.linalg.svd) or kernel")
     parser.add_argument("--workspace", type=int, default=None,
-                        help="MiB of scratch per batched call (default 256 on cpu, 2048 on gpu)")
+                        help="MiB of scratch per batched call (default: a quarter of the "
+                             "free memory, see distla.tlr._memory)")
 
 
 def _timed(fn, device, comm):
     """Collective: seconds of ``fn()`` (device synced, ranks barriered, max over ranks)."""
     return common.timed_result(fn, device, comm, reps=1)
+
+
+def common_xp(device):
+    """numpy, or cupy on GPU ranks (local)."""
+    if device == "gpu":  # pragma: no cover - needs a GPU
+        import cupy
+        return cupy
+    return np
 
 
 def _free(xp):
@@ -145,7 +158,7 @@ def run(args) -> list[dict]:
     batched.QR_METHOD, batched.SVD_METHOD = args.qr, args.svd
     grid = common.make_grid(args.grid, comm)
     gname = f"{grid.nprow}x{grid.npcol}"
-    work = int(args.workspace or (2048 if device == "gpu" else 256)) << 20
+    work = int(args.workspace) << 20 if args.workspace else None
     rows = []
     for n in common.parse_sizes(args.n):
         nb = args.tile or min(1024 if device == "gpu" else 256,
@@ -153,12 +166,19 @@ def run(args) -> list[dict]:
         pts, ker = cov.default_problem(n, seed=args.seed, beta=args.beta, nugget=args.nugget)
         base = dict(n=n, nb=nb, grid=gname, ranks=grid.size, device=device, dtype="float64",
                     tol=args.tol, qr=args.qr, svd=args.svd)
-        # --- TLR: compress (never dense), factor --------------------------------------
-        t_comp, T = _timed(lambda: tlr.from_kernel(
-            grid, pts, ker, nb, tol=args.tol, max_rank=args.max_rank, method=args.method,
-            device=device, seed=args.seed, workspace=work), device, comm)
-        best, L = math.inf, None
+        # --- TLR: build (never dense), factor -----------------------------------------
+        def build():
+            return tlr.from_kernel(grid, pts, ker, nb, tol=args.tol, max_rank=args.max_rank,
+                                   method=args.method, device=device, seed=args.seed,
+                                   workspace=work)
         warm = 1 if device == "gpu" else 0   # first run compiles kernels: untimed on GPU
+        t_comp = math.inf
+        for rep in range(warm + 1):
+            T = None
+            _free(common_xp(device))
+            dt, T = _timed(build, device, comm)
+            t_comp = dt if rep >= warm else t_comp
+        best, L = math.inf, None
         for rep in range(warm + max(1, args.reps)):
             Tc = T.copy()
             dt, L = _timed(lambda: tlr.cholesky(Tc, overwrite=True, workspace=work),
@@ -171,9 +191,17 @@ def run(args) -> list[dict]:
         ld_tlr = L.logdet()
         xp = L.xp
         b = xp.asarray(np.random.default_rng(args.seed + 1).standard_normal(n))
+        t_ld, _ = _timed(L.logdet, device, comm)
         t_solve, x = _timed(lambda: tlr.cho_solve(L, b), device, comm)
+        gib = 2.0 ** 30
         rec = common.record(NAME, "distla-tlr", seconds=t_fact, **base,
-                            compress_s=t_comp, solve_s=t_solve,
+                            method=T.info["method"], compress_s=t_comp, build_s=t_comp,
+                            factor_s=t_fact, logdet_s=t_ld, solve_s=t_solve,
+                            build_over_factor=t_comp / t_fact if t_fact > 0 else None,
+                            unknowns_per_s=n / (t_comp + t_fact + t_ld),
+                            mem_build_gib=T.info["mem_build"] / gib,
+                            mem_factor_gib=L.info["mem_factor"] / gib,
+                            mem_solve_gib=L.info.get("mem_solve", 0) / gib,
                             mem_frac=T.nbytes / T.nbytes_dense,
                             alloc_frac=T.nbytes_allocated / T.nbytes_dense,
                             mem_gib=T.nbytes / 2 ** 30,
@@ -187,6 +215,9 @@ def run(args) -> list[dict]:
                                    device, comm)
             rec.update({f"prof_{k[2:]}": v for k, v in prof.items()})
             Tp = None
+            _free(xp)
+            prof = common.profiled(build, device, comm)
+            rec.update({f"prof_build_{k[2:]}": v for k, v in prof.items()})
             _free(xp)
         dense_rec = None
         if args.dense:

@@ -264,9 +264,9 @@ def aca(get_rows, get_cols, t, m, n, delta, max_rank, xp, dtype=np.float64, rng=
     ``get_cols(ids, j)`` -> ``(a, m)``, the columns ``j[a]``.
 
     Each iteration adds the cross through the pivot ``(i, argmax_j |residual row i|)``; the next
-    row is the largest unused entry of the new residual column. A tile stops when the new
-    cross is small, ``||u|| ||v|| <= ACA_TARGET delta``, *and* ``probes`` random residual rows
-    and columns agree: ``sqrt(max(m mean_i ||r_i||^2, n mean_j ||c_j||^2)) <= ACA_TARGET
+    row is the largest unused entry of the new residual column. A tile stops when two
+    consecutive crosses are small, ``||u|| ||v|| <= ACA_TARGET delta``, *and* ``probes``
+    distinct random residual rows and columns agree: ``sqrt(max(m mean_i ||r_i||^2, n mean_j ||c_j||^2)) <= ACA_TARGET
     delta`` (unbiased estimates of the residual's squared Frobenius norm); otherwise the worst
     sampled row is the next pivot. A heuristic, not a bound (as every ACA), matched to the
     Frobenius tolerance of the truncation. Finished tiles leave the stack; their crosses are
@@ -276,28 +276,40 @@ def aca(get_rows, get_cols, t, m, n, delta, max_rank, xp, dtype=np.float64, rng=
     rng = rng if rng is not None else np.random.default_rng(12345)   # host: probe indices
     K = min(m, n) if max_rank is None else min(m, n, int(max_rank) + 8)
     target = ACA_TARGET * delta
-    ids = np.arange(t)                               # running tiles (host)
+    ids = np.arange(t)                  # tile of each stack row (host)
+    alive = np.ones(t, dtype=bool)      # stack rows still running
+    streak = np.zeros(t, dtype=np.int64)   # consecutive small crosses
     st = _AcaStack(xp, dtype, t, m, n, min(K, 32))
     i = xp.zeros(t, dtype=np.int64)
     parts, capped = [], 0
-    while ids.size and K:
+    while alive.any() and K:
         d = xp.asarray(ids)
         small, nxt = st.add_cross(get_rows(d, i), get_cols, d, i, target)
-        if st.it == K or bool(host(xp.any(small))):
-            est, worst = st.probe(get_rows, get_cols, d, rng, probes)
-            done = host((small & (est <= target)) | (st.it == K))
-            if max_rank is not None and st.it == K:
-                capped += int(np.sum(host(est > target)))
-            nxt = xp.where(small, worst, nxt)
-            if done.any():
-                keep = xp.asarray(np.flatnonzero(done))
-                U, V, k, c = recompress(st.U[keep, :, :st.it], st.V[keep, :, :st.it],
+        streak = np.where(host(small), streak + 1, 0)
+        check = alive & ((streak >= 2) | (st.it == K))
+        if check.any():                 # probe the tiles whose last cross was small
+            sub = np.flatnonzero(check)
+            sd = xp.asarray(sub)
+            est, worst = st.probe(get_rows, get_cols, d[sd], sd, rng, probes)
+            ok = host(est <= target)
+            if st.it == K:
+                capped += int(np.sum(~ok)) if max_rank is not None else 0
+                ok[:] = True
+            nxt[sd] = xp.where(xp.asarray(ok), nxt[sd], worst)
+            streak[sub[~ok]] = 0
+            fin = sub[ok]
+            if fin.size:
+                fd = xp.asarray(fin)
+                U, V, k, c = recompress(st.U[fd, :, :st.it], st.V[fd, :, :st.it],
                                         delta - target, max_rank)
-                parts.append((ids[done], U, V, k))
+                parts.append((ids[fin], U, V, k))
                 capped += c
-                live = xp.asarray(np.flatnonzero(~done))
-                st.keep(live)
-                ids, nxt = ids[~done], nxt[live]
+                alive[fin] = False
+            if 4 * np.sum(~alive) > alive.size:     # drop the finished rows
+                live = np.flatnonzero(alive)
+                st.keep(xp.asarray(live))
+                ids, alive, streak = ids[live], alive[live], streak[live]
+                nxt = nxt[xp.asarray(live)]
         i = nxt
     return _gather_parts(parts, t, m, n, dtype, xp) + (capped,)
 
@@ -312,24 +324,27 @@ class _AcaStack:
         self.V = xp.zeros((t, n, cap), dtype)
         self.used = xp.zeros((t, m), dtype=bool)
 
-    def probe(self, get_rows, get_cols, ids, rng, p):
-        """Residual Frobenius estimates from ``p`` random rows and columns per tile, and the
-        sampled row of largest residual (the next pivot where the estimate is too large)."""
+    def probe(self, get_rows, get_cols, ids, rows, rng, p):
+        """For the stack rows ``rows`` (tiles ``ids``): residual Frobenius estimates from
+        ``p`` random rows and columns per tile, and the sampled row of largest residual (the
+        next pivot where the estimate is too large)."""
         xp, it = self.xp, self.it
-        a, m, _ = self.U.shape
+        _, m, _ = self.U.shape
         n = self.V.shape[1]
-        ar = xp.arange(a)
-        qi = xp.asarray(rng.integers(0, m, (a, p)))
-        qj = xp.asarray(rng.integers(0, n, (a, p)))
+        a = int(rows.shape[0])
+        ar = rows
+        p = min(p, m, n)                 # distinct rows and columns per tile
+        qi = xp.asarray(np.argsort(rng.random((a, m)), axis=1)[:, :p])
+        qj = xp.asarray(np.argsort(rng.random((a, n)), axis=1)[:, :p])
         rn, cn = xp.empty((a, p), self.U.dtype), xp.empty((a, p), self.U.dtype)
-        Vt, Ut = _T(self.V[:, :, :it]), _T(self.U[:, :, :it])
+        Vt, Ut = _T(self.V[rows, :, :it]), _T(self.U[rows, :, :it])
         for c in range(p):
             r = get_rows(ids, qi[:, c]) - xp.matmul(self.U[ar, qi[:, c], :it][:, None], Vt)[:, 0]
             rn[:, c] = xp.sum(r * r, axis=1)
             q = get_cols(ids, qj[:, c]) - xp.matmul(self.V[ar, qj[:, c], :it][:, None], Ut)[:, 0]
             cn[:, c] = xp.sum(q * q, axis=1)
         est = xp.sqrt(xp.maximum(m * xp.mean(rn, axis=1), n * xp.mean(cn, axis=1)))
-        return est, qi[ar, xp.argmax(rn, axis=1)]
+        return est, qi[xp.arange(a), xp.argmax(rn, axis=1)]
 
     def add_cross(self, row, get_cols, ids, i, target):
         """Add the cross through row ``i`` (``row``: the tiles' rows ``i``); returns (tiles
