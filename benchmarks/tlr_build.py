@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -76,14 +77,14 @@ def main(argv=None):
                     t0 = time.perf_counter()
                     tlr.cholesky(T)
                     factor_s = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-                rec = dict(bench="tlr-build", impl=f"distla-tlr-{m}", n=n, nb=nb,
-                           ranks=comm.size, grid=f"{grid.nprow}x{grid.npcol}",
-                           device=args.device, kernel=args.kernel, tol=args.tol,
-                           seconds=dt, tflops=None, rank_mean=round(T.ranks.mean, 2),
-                           rank_max=T.ranks.max, mem_build_gib=T.info["mem_build"] / 2 ** 30,
-                           factor_s=factor_s, load=os.getloadavg()[0], note=args.note,
-                           command="python benchmarks/tlr_build.py " + " ".join(
-                               argv if argv is not None else __import__("sys").argv[1:]))
+                rec = {"bench": "tlr-build", "impl": f"distla-tlr-{m}", "n": n, "nb": nb,
+                       "ranks": comm.size, "grid": f"{grid.nprow}x{grid.npcol}",
+                       "device": args.device, "kernel": args.kernel, "tol": args.tol,
+                       "seconds": dt, "tflops": None, "rank_mean": round(T.ranks.mean, 2),
+                       "rank_max": T.ranks.max, "mem_build_gib": T.info["mem_build"] / 2 ** 30,
+                       "factor_s": factor_s, "load": os.getloadavg()[0], "note": args.note,
+                       "command": "python benchmarks/tlr_build.py " + " ".join(
+                           argv if argv is not None else sys.argv[1:])}
                 if args.check:
                     rec["err_over_tol"] = _error(T, pts, ker)
                 if comm.rank == 0:

@@ -479,7 +479,7 @@ def test_aca_stack_matches_svd_ranks_and_delta(kernel):
                      np.arange(j * nb, (j + 1) * nb)[None, :]) for i, j in keys])
     for delta in (1e-4, 1e-9):
         U, V, r, capped = batched.compress_tiles(A, delta, None, "aca")
-        Us, Vs, rs, _ = batched.compress_tiles(A, delta, None, "svd")
+        _, _, rs, _ = batched.compress_tiles(A, delta, None, "svd")
         err = np.linalg.norm((A - U @ V.swapaxes(1, 2)).reshape(len(keys), -1), axis=1)
         assert err.max() <= delta and capped == 0
         assert np.all(r >= rs - 1) and np.all(r <= rs + 3) and r.mean() <= rs.mean() + 1
@@ -566,3 +566,20 @@ def test_memory_errors_are_clear_and_agreed(monkeypatch):
             call()
     monkeypatch.setattr(_memory, "available", real)
     tlr.cholesky(T, overwrite=True)      # in place needs no copy: fits
+
+
+@pytest.mark.gpu
+def test_gpu_fused_kernel_tiles_match_cpu():
+    """The fused CUDA covariance kernel (one pass per stack) gives the CPU entries."""
+    cp = _cupy_or_skip()
+    x = cov.points(500, seed=5)
+    I = np.stack([np.arange(100), np.arange(200, 300)])
+    J = np.stack([np.arange(100), np.arange(0, 100)])
+    for k in [*_KERNELS.values(), cov.Matern(nu=2.5, nugget=0.2)]:
+        assert k.cuda_expr() is not None
+        ref = np.empty((2, 100, 100))
+        cov.entry_function(x, k).tiles(I, J, ref)
+        out = cp.empty((2, 100, 100))
+        cov.entry_function(x, k, cp).tiles(cp.asarray(I), cp.asarray(J), out)
+        assert not cov._FUSED_FAILED
+        np.testing.assert_allclose(out.get(), ref, rtol=1e-13, atol=1e-15)

@@ -23,8 +23,16 @@ import numpy as np
 
 from ..trace import trace
 
-__all__ = ["host", "get_xp", "truncation_ranks", "recompress", "compress_tiles",
-           "stacked_qr", "stacked_r", "stacked_svd"]
+__all__ = [
+    "compress_tiles",
+    "get_xp",
+    "host",
+    "recompress",
+    "stacked_qr",
+    "stacked_r",
+    "stacked_svd",
+    "truncation_ranks",
+]
 
 
 def get_xp(a):
@@ -105,7 +113,7 @@ def stacked_qr(A):
     """Reduced QR of a stack ``A (t, m, w)``: ``Q (t, m, p)``, ``R (t, p, w)``,
     ``p = min(m, w)`` (see :data:`QR_METHOD`)."""
     xp = get_xp(A)
-    t, m, w = A.shape
+    _, m, w = A.shape
     if _use_kernel(QR_METHOD, xp, A.dtype, lambda c: w <= m <= c.MAX_QR_ROWS):
         from . import _cuda
         return _cuda.qr(A)
@@ -115,7 +123,7 @@ def stacked_qr(A):
 def stacked_r(A):
     """The ``R (t, p, w)`` of :func:`stacked_qr` alone (no ``Q`` is formed)."""
     xp = get_xp(A)
-    t, m, w = A.shape
+    _, m, w = A.shape
     if _use_kernel(QR_METHOD, xp, A.dtype, lambda c: w <= m <= c.MAX_QR_ROWS):
         from . import _cuda
         return _cuda.qr(A, want_q=False)[1]
@@ -125,7 +133,7 @@ def stacked_r(A):
 def stacked_svd(M):
     """Reduced SVD ``X, s, Yt`` of a stack of small cores (see :data:`SVD_METHOD`)."""
     xp = get_xp(M)
-    t, a, b = M.shape
+    _, a, b = M.shape
     if a == b and _use_kernel(SVD_METHOD, xp, M.dtype, lambda c: a <= c.MAX_SVD_WIDTH):
         from . import _cuda
         return _cuda.svd(M)

@@ -42,7 +42,7 @@ from . import _memory, batched
 from .batched import host
 from .matrix import _EPS_FLOOR, TLRMatrix
 
-__all__ = ["compress", "from_function", "from_kernel", "BUILD_METHODS", "ACA_MIN_TILE"]
+__all__ = ["ACA_MIN_TILE", "BUILD_METHODS", "compress", "from_function", "from_kernel"]
 
 BUILD_METHODS = ("auto", "dense", "aca", "rsvd", "svd")
 
