@@ -274,7 +274,7 @@ def aca(get_rows, get_cols, t, m, n, delta, max_rank, xp, dtype=np.float64, rng=
     Each iteration adds the cross through the pivot ``(i, argmax_j |residual row i|)``; the next
     row is the largest unused entry of the new residual column. A tile stops when two
     consecutive crosses are small, ``||u|| ||v|| <= ACA_TARGET delta``, *and* ``probes``
-    distinct random residual rows and columns agree: ``sqrt(max(m mean_i ||r_i||^2, n mean_j ||c_j||^2)) <= ACA_TARGET
+    random residual rows and columns (distinct for small tiles) agree: ``sqrt(max(m mean_i ||r_i||^2, n mean_j ||c_j||^2)) <= ACA_TARGET
     delta`` (unbiased estimates of the residual's squared Frobenius norm); otherwise the worst
     sampled row is the next pivot. A heuristic, not a bound (as every ACA), matched to the
     Frobenius tolerance of the truncation. Finished tiles leave the stack; their crosses are
@@ -322,6 +322,14 @@ def aca(get_rows, get_cols, t, m, n, delta, max_rank, xp, dtype=np.float64, rng=
     return _gather_parts(parts, t, m, n, dtype, xp) + (capped,)
 
 
+def _distinct(rng, a, m, p):
+    """``(a, p)`` random indices in ``[0, m)``, distinct within a row when ``m`` is small (for
+    ``m >= 64 p`` repeats are rare and harmless, and drawing is O(a p) instead of O(a m))."""
+    if m >= 64 * p:
+        return rng.integers(0, m, (a, p))
+    return np.argsort(rng.random((a, m)), axis=1)[:, :p]
+
+
 class _AcaStack:
     """The crosses of the running ACA tiles: ``U (a, m, cap)``, ``V (a, n, cap)`` (grown by
     doubling), ``it`` crosses each, and the rows already used as pivots."""
@@ -341,9 +349,8 @@ class _AcaStack:
         n = self.V.shape[1]
         a = int(rows.shape[0])
         ar = rows
-        p = min(p, m, n)                 # distinct rows and columns per tile
-        qi = xp.asarray(np.argsort(rng.random((a, m)), axis=1)[:, :p])
-        qj = xp.asarray(np.argsort(rng.random((a, n)), axis=1)[:, :p])
+        p = min(p, m, n)
+        qi, qj = xp.asarray(_distinct(rng, a, m, p)), xp.asarray(_distinct(rng, a, n, p))
         rn, cn = xp.empty((a, p), self.U.dtype), xp.empty((a, p), self.U.dtype)
         Vt, Ut = _T(self.V[rows, :, :it]), _T(self.U[rows, :, :it])
         for c in range(p):
