@@ -430,7 +430,7 @@ def test_cholesky_chunked_panel_matches_and_is_traced():
     process row) gives the same factor as one chunk, and the tracer sees every phase."""
     from distla import tlr
     from distla.trace import Tracer
-    x, k = _problem(300, seed=5)
+    x, k = _problem(190, seed=5)
     for g in _grids():
         T = tlr.from_kernel(g, x, k, 20, tol=1e-8, src=(0, g.npcol - 1))
         with Tracer() as tr:
