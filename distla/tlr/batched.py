@@ -352,12 +352,17 @@ class _AcaStack:
         p = min(p, m, n)
         qi, qj = xp.asarray(_distinct(rng, a, m, p)), xp.asarray(_distinct(rng, a, n, p))
         rn, cn = xp.empty((a, p), self.U.dtype), xp.empty((a, p), self.U.dtype)
-        Vt, Ut = _T(self.V[rows, :, :it]), _T(self.U[rows, :, :it])
-        for c in range(p):
-            r = get_rows(ids, qi[:, c]) - xp.matmul(self.U[ar, qi[:, c], :it][:, None], Vt)[:, 0]
-            rn[:, c] = xp.sum(r * r, axis=1)
-            q = get_cols(ids, qj[:, c]) - xp.matmul(self.V[ar, qj[:, c], :it][:, None], Ut)[:, 0]
-            cn[:, c] = xp.sum(q * q, axis=1)
+        step = max(1, 2 ** 27 // max(1, (m + n) * it * self.U.itemsize))   # <= 128 MiB copies
+        for b0 in range(0, a, step):       # the probed tiles' factors, a chunk at a time
+            b = slice(b0, min(a, b0 + step))
+            Vt, Ut = _T(self.V[ar[b], :, :it]), _T(self.U[ar[b], :, :it])
+            for c in range(p):
+                u = self.U[ar[b], qi[b, c], :it][:, None]
+                r = get_rows(ids[b], qi[b, c]) - xp.matmul(u, Vt)[:, 0]
+                rn[b, c] = xp.sum(r * r, axis=1)
+                v = self.V[ar[b], qj[b, c], :it][:, None]
+                q = get_cols(ids[b], qj[b, c]) - xp.matmul(v, Ut)[:, 0]
+                cn[b, c] = xp.sum(q * q, axis=1)
         est = xp.sqrt(xp.maximum(m * xp.mean(rn, axis=1), n * xp.mean(cn, axis=1)))
         return est, qi[xp.arange(a), xp.argmax(rn, axis=1)]
 
