@@ -20,13 +20,24 @@ Nothing here communicates except :func:`covariance_matrix` (collective).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["points", "morton_codes", "morton_order", "SquaredExponential", "Exponential",
-           "Matern", "Kernel", "entry_function", "covariance_matrix", "default_problem"]
+__all__ = [
+    "Exponential",
+    "Kernel",
+    "Matern",
+    "SquaredExponential",
+    "covariance_matrix",
+    "default_problem",
+    "entry_function",
+    "morton_codes",
+    "morton_order",
+    "points",
+]
 
 _KINDS = ("random", "grid", "jittered")
 
@@ -133,6 +144,12 @@ class Kernel:
         r = xp.asarray(r, dtype=np.float64)
         return self.from_sqdist(r * r)
 
+    def cuda_expr(self):
+        """The kernel as a CUDA C expression of ``r2`` (squared distance) and the parameters
+        ``s2`` (sigma^2) and ``ib`` (1 / beta), for the fused GPU tile evaluation; None when
+        there is none (the tiles are then evaluated with CuPy ufuncs)."""
+        return
+
     def apply_(self, r2, tmp=None):
         """In place: overwrite the squared distances ``r2`` by the kernel values (no nugget);
         ``tmp``: scratch of ``r2``'s shape (used by some kernels). Kernels without an in-place
@@ -140,7 +157,7 @@ class Kernel:
         r2[...] = self.from_sqdist(r2)
         return r2
 
-    def replace(self, **kw) -> "Kernel":
+    def replace(self, **kw) -> Kernel:
         """A copy with some parameters changed (e.g. ``k.replace(beta=0.2)``)."""
         import dataclasses
         return dataclasses.replace(self, **kw)
@@ -153,6 +170,9 @@ class SquaredExponential(Kernel):
     def from_sqdist(self, r2):
         xp = _xp_of(r2)
         return (self.sigma ** 2) * xp.exp(r2 * (-0.5 / self.beta ** 2))
+
+    def cuda_expr(self):
+        return "s2 * exp(-0.5 * r2 * ib * ib)"
 
     def apply_(self, r2, tmp=None):
         xp = _xp_of(r2)
@@ -169,6 +189,9 @@ class Exponential(Kernel):
     def from_sqdist(self, r2):
         xp = _xp_of(r2)
         return (self.sigma ** 2) * xp.exp(-xp.sqrt(r2) / self.beta)
+
+    def cuda_expr(self):
+        return "s2 * exp(-sqrt(r2) * ib)"
 
     def apply_(self, r2, tmp=None):
         return _exp_of_distance(r2, self.beta, self.sigma ** 2)
@@ -198,6 +221,12 @@ class Matern(Kernel):
         if self.nu == 2.5:
             return s2 * (1.0 + x + x * x / 3.0) * xp.exp(-x)
         return self._general(x, xp)
+
+    def cuda_expr(self):
+        return {0.5: "s2 * exp(-sqrt(r2) * ib)",
+                1.5: "s2 * (1.0 + sqrt(r2) * ib) * exp(-sqrt(r2) * ib)",
+                2.5: "s2 * (1.0 + sqrt(r2) * ib + r2 * ib * ib / 3.0) * exp(-sqrt(r2) * ib)"
+                }.get(self.nu)
 
     def apply_(self, r2, tmp=None):
         if self.nu == 0.5:
@@ -261,11 +290,20 @@ def entry_function(pts, kernel: Kernel, xp=np):
             vals = vals + nug * (I == J)
         return vals
 
+    fused = None
+    if xp is not np and FUSED_GPU:  # pragma: no cover - needs a GPU
+        expr = kernel.cuda_expr()
+        fused = None if expr is None else (expr, d, kernel.sigma ** 2, 1.0 / kernel.beta)
+
     def tiles(I, J, out, tmp=None, diagonal=True):
         """Stacked tiles straight into ``out (t, m, n)``: ``out[a] = fn(I[a][:, None],
         J[a][None, :])`` for index stacks ``I (t, m)``, ``J (t, n)`` (on ``xp``'s device),
         in place (one scratch array of ``out``'s shape, ``tmp``, allocated if not given).
         ``diagonal=False`` promises that no ``I == J`` pair occurs (no nugget to add)."""
+        if fused is not None and out.dtype == np.float64 and _fused_tiles(fused, P, I, J, out):
+            if nug and diagonal:
+                out += nug * (I[:, :, None] == J[:, None, :])
+            return out
         tmp = xp.empty_like(out) if (tmp is None and d > 1) else tmp
         for c in range(d):
             dst = out if c == 0 else tmp
@@ -281,6 +319,43 @@ def entry_function(pts, kernel: Kernel, xp=np):
     fn.n = p.shape[0]
     fn.tiles = tiles
     return fn
+
+
+#: GPU ranks evaluate covariance tiles with one fused CUDA kernel per stack (distance, kernel
+#: and store in one pass) where the kernel has a :meth:`Kernel.cuda_expr`; False: CuPy ufuncs.
+FUSED_GPU = True
+_FUSED_FAILED: list = []
+
+
+def _fused_tiles(spec, P, I, J, out) -> bool:  # pragma: no cover - needs a GPU
+    """``out[a, i, j] = k(|P[I[a, i]] - P[J[a, j]]|)`` in one CuPy elementwise kernel; False
+    (after one warning) if the kernel cannot be built, so that the ufunc path runs instead."""
+    if _FUSED_FAILED:
+        return False
+    expr, d, s2, ib = spec
+    try:
+        kern = _fused_kernel(expr, d)
+        args = []
+        for c in range(d):
+            args += [P[I, c][:, :, None], P[J, c][:, None, :]]
+        kern(*args, s2, ib, out)
+        return True
+    except Exception as e:  # noqa: BLE001 - fall back to the ufunc path, once warned
+        import warnings
+        _FUSED_FAILED.append(e)
+        warnings.warn(f"fused GPU covariance kernel unavailable ({type(e).__name__}: {e}); "
+                      f"using CuPy ufuncs", RuntimeWarning, stacklevel=3)
+        return False
+
+
+@functools.cache
+def _fused_kernel(expr: str, d: int):  # pragma: no cover - needs a GPU
+    import cupy
+    params = ", ".join(f"float64 a{c}, float64 b{c}" for c in range(d))
+    body = "double r2 = 0.0;\n" + "".join(
+        f"{{ double t = a{c} - b{c}; r2 += t * t; }}\n" for c in range(d)) + f"out = {expr};"
+    return cupy.ElementwiseKernel(f"{params}, float64 s2, float64 ib", "float64 out", body,
+                                  f"distla_cov_tiles_{d}d")
 
 
 def covariance_matrix(grid, pts, kernel: Kernel, block=(64, 64), *, device="cpu",

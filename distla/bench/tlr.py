@@ -12,8 +12,11 @@ without ``--no-dense``, evaluated in column chunks and never more than one at a 
 (dense Cholesky timed in place on a fresh matrix; the accuracy checks use skinny products
 ``A X`` with ``n x 8`` probes, never ``L L^T``), so n = 65536 fits one 141 GB GPU.
 
-Reported per n: compression time, TLR factor time (copy outside the timed region), dense
-factor time and the speedup; memory of the TLR matrix (compressed footprint and allocated
+Reported per n: build time (``build_s`` = ``compress_s``, after one untimed warm-up build on
+GPU) beside the TLR factor time (``factor_s``, copy outside the timed region) and their ratio,
+logdet and solve times, the end-to-end rate ``unknowns_per_s = n / (build + factor +
+logdet)``, the memory per phase (``mem_build_gib``, ``mem_factor_gib``, ``mem_solve_gib``:
+largest footprint on one rank), dense factor time and the speedup; memory of the TLR matrix (compressed footprint and allocated
 padded stacks) as a fraction of the dense n x n matrix; ranks min/mean/max before and after
 factoring; accuracy: ``||A - L L^T||_2 / ||A||_2`` (10 steps of subspace iteration with 8 random
 probe vectors, a lower bound; with the exact dense A, or with the TLR matrix under
@@ -44,8 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tol", type=float, default=1e-8,
                         help="fixed accuracy (default 1e-8; see distla.tlr.matrix)")
     parser.add_argument("--max-rank", type=int, default=None, help="cap on every tile rank")
-    parser.add_argument("--method", choices=("svd", "rsvd", "aca"), default="rsvd",
-                        help="compression method (default rsvd)")
+    parser.add_argument("--method", choices=("auto", "dense", "aca", "rsvd", "svd"),
+                        default="auto", help="build method (default auto: see "
+                        "distla.tlr.build; dense = every entry + randomized compression)")
     parser.add_argument("--grid", default=None, metavar="PxQ",
                         help="process grid (default: the squarest P x Q)")
     parser.add_argument("--device", choices=("cpu", "gpu"), default=None,
@@ -67,12 +71,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="SVD of the small cores: auto (LAPACK on cpu, the batched Jacobi "
                              "CUDA kernel on gpu), lapack (xp.linalg.svd) or kernel")
     parser.add_argument("--workspace", type=int, default=None,
-                        help="MiB of scratch per batched call (default 256 on cpu, 2048 on gpu)")
+                        help="MiB of scratch per batched call (default: a quarter of the "
+                             "free memory, see distla.tlr._memory)")
 
 
-def _timed(fn, device, comm):
-    """Collective: seconds of ``fn()`` (device synced, ranks barriered, max over ranks)."""
-    return common.timed_result(fn, device, comm, reps=1)
+def common_xp(device):
+    """numpy, or cupy on GPU ranks (local)."""
+    if device == "gpu":  # pragma: no cover - needs a GPU
+        import cupy
+        return cupy
+    return np
 
 
 def _free(xp):
@@ -138,102 +146,125 @@ def run(args) -> list[dict]:
     from mpi4py import MPI
 
     from .. import covariance as cov
-    from .. import tlr
     from ..tlr import batched
     comm = MPI.COMM_WORLD
     device = args.device or common.default_device()
     batched.QR_METHOD, batched.SVD_METHOD = args.qr, args.svd
     grid = common.make_grid(args.grid, comm)
-    gname = f"{grid.nprow}x{grid.npcol}"
-    work = int(args.workspace or (2048 if device == "gpu" else 256)) << 20
     rows = []
     for n in common.parse_sizes(args.n):
         nb = args.tile or min(1024 if device == "gpu" else 256,
                               max(1, -(-n // max(grid.nprow, grid.npcol))))
         pts, ker = cov.default_problem(n, seed=args.seed, beta=args.beta, nugget=args.nugget)
-        base = dict(n=n, nb=nb, grid=gname, ranks=grid.size, device=device, dtype="float64",
-                    tol=args.tol, qr=args.qr, svd=args.svd)
-        # --- TLR: compress (never dense), factor --------------------------------------
-        t_comp, T = _timed(lambda: tlr.from_kernel(
-            grid, pts, ker, nb, tol=args.tol, max_rank=args.max_rank, method=args.method,
-            device=device, seed=args.seed, workspace=work), device, comm)
-        best, L = math.inf, None
-        warm = 1 if device == "gpu" else 0   # first run compiles kernels: untimed on GPU
-        for rep in range(warm + max(1, args.reps)):
-            Tc = T.copy()
-            dt, L = _timed(lambda: tlr.cholesky(Tc, overwrite=True, workspace=work),
-                           device, comm)
-            if rep >= warm:
-                best = min(best, dt)
-            Tc = None  # free the copy
-            _free(L.xp)
-        t_fact = best
-        ld_tlr = L.logdet()
-        xp = L.xp
-        b = xp.asarray(np.random.default_rng(args.seed + 1).standard_normal(n))
-        t_solve, x = _timed(lambda: tlr.cho_solve(L, b), device, comm)
-        rec = common.record(NAME, "distla-tlr", seconds=t_fact, **base,
-                            compress_s=t_comp, solve_s=t_solve,
-                            mem_frac=T.nbytes / T.nbytes_dense,
-                            alloc_frac=T.nbytes_allocated / T.nbytes_dense,
-                            mem_gib=T.nbytes / 2 ** 30,
-                            rank_min=T.ranks.min, rank_mean=round(T.ranks.mean, 2),
-                            rank_max=T.ranks.max, L_rank_mean=round(L.ranks.mean, 2),
-                            L_rank_max=L.ranks.max, capped=T.info.get("capped", 0)
-                            + L.info.get("factor_capped", 0))
-        if getattr(args, "profile", False):   # phases from distla.trace, max over ranks
-            Tp = T.copy()
-            prof = common.profiled(lambda: tlr.cholesky(Tp, overwrite=True, workspace=work),
-                                   device, comm)
-            rec.update({f"prof_{k[2:]}": v for k, v in prof.items()})
-            Tp = None
-            _free(xp)
-        dense_rec = None
+        base = {"n": n, "nb": nb, "grid": f"{grid.nprow}x{grid.npcol}", "ranks": grid.size,
+                "device": device, "dtype": "float64", "tol": args.tol, "qr": args.qr,
+                "svd": args.svd}
+        run = _TLRRun(args, grid, device, pts, ker, nb)
+        rec = run.measure(base)
         if args.dense:
-            # at most one dense n x n matrix alive at a time (plus the dense Cholesky's own
-            # workspace): fresh matrix -> factor in place -> logdet -> freed; then a fresh
-            # matrix for the accuracy checks by skinny products with random probes.
-            from ..linalg.cholesky import cholesky as dense_cholesky
-            from ..linalg.cholesky import logdet as dense_logdet
-
-            def make():
-                return _dense_matrix(grid, pts, ker, nb, device)
-            best = math.inf
-            for rep in range(warm + max(1, args.reps)):
-                A = make()
-                dt, Ld = _timed(lambda: dense_cholesky(A, overwrite_a=True), device, comm)
-                if rep >= warm:
-                    best = min(best, dt)
-                ld_dense = dense_logdet(Ld)
-                del A, Ld
-                _free(xp)
-            dense_rec = common.record(NAME, "distla-dense", seconds=best,
-                                      nflops=common.flops("cholesky", n), **base)
-            A = make()
-            nA = _power(lambda X: _dense_matmul(A, X), n, xp)
-            e_fact = _power(lambda X: _dense_matmul(A, X) - L.matvec(L.matvec(X, trans=True)),
-                            n, xp) / nA
-            e_comp = _power(lambda X: _dense_matmul(A, X) - T.matvec(X), n, xp) / nA
-            r = _dense_matmul(A, x[:, None])[:, 0] - b
-            del A
-            _free(xp)
-            rec.update(speedup=best / t_fact if t_fact > 0 else float("nan"),
-                       err_fact=e_fact, err_comp=e_comp,
-                       err_logdet=abs(ld_tlr - ld_dense) / abs(ld_dense))
+            rows += [rec, run.against_dense(rec, base)]
         else:
-            nA = _power(T.matvec, n, xp)
-            e_fact = _power(lambda X: T.matvec(X) - L.matvec(L.matvec(X, trans=True)),
-                            n, xp) / nA
-            r = T.matvec(x) - b
-            rec.update(err_fact_vs_tlr=e_fact)
-        rec["backward"] = float(xp.linalg.norm(r)) / (nA * float(xp.linalg.norm(x)))
-        rec["logdet"] = ld_tlr
-        rows.append(rec)
-        if dense_rec is not None:
-            rows.append(dense_rec)
-        T = L = x = b = r = None  # free before the next size
-        _free(xp)
+            run.against_tlr(rec)
+            rows.append(rec)
+        run = None  # free before the next size
+        _free(common_xp(device))
     return rows
+
+
+class _TLRRun:
+    """One size of the benchmark: the TLR build, factor, logdet and solve, then the checks
+    (collective over the grid)."""
+
+    def __init__(self, args, grid, device, pts, ker, nb):
+        self.args, self.grid, self.device = args, grid, device
+        self.pts, self.ker, self.nb, self.n = pts, ker, nb, len(pts)
+        self.work = int(args.workspace) << 20 if args.workspace else None
+        self.warm = 1 if device == "gpu" else 0   # first run compiles kernels: untimed on GPU
+
+    def build(self):
+        from .. import tlr
+        a = self.args
+        return tlr.from_kernel(self.grid, self.pts, self.ker, self.nb, tol=a.tol,
+                               max_rank=a.max_rank, method=a.method, device=self.device,
+                               seed=a.seed, workspace=self.work)
+
+    def factor(self, T):
+        from .. import tlr
+        return tlr.cholesky(T, overwrite=True, workspace=self.work)
+
+    def measure(self, base):
+        """Build (best after the warm-up), factor (best of reps, each on a fresh copy),
+        logdet, solve; the record with times, rates, memory per phase and ranks."""
+        from .. import tlr
+        dev, comm = self.device, self.grid.comm
+        t_build, T = common.timed_result(self.build, dev, comm, warmup=self.warm)
+        t_fact, L = common.timed_result(self.factor, dev, comm, reps=max(1, self.args.reps),
+                                        warmup=self.warm, setup=T.copy)
+        xp = L.xp
+        b = xp.asarray(np.random.default_rng(self.args.seed + 1).standard_normal(self.n))
+        t_ld, ld = common.timed_result(L.logdet, dev, comm)
+        t_solve, x = common.timed_result(lambda: tlr.cho_solve(L, b), dev, comm)
+        self.T, self.L, self.b, self.x, self.logdet = T, L, b, x, ld
+        gib = 2.0 ** 30
+        rec = common.record(
+            NAME, "distla-tlr", seconds=t_fact, **base, method=T.info["method"],
+            compress_s=t_build, build_s=t_build, factor_s=t_fact, logdet_s=t_ld,
+            solve_s=t_solve, build_over_factor=t_build / t_fact if t_fact > 0 else None,
+            unknowns_per_s=self.n / (t_build + t_fact + t_ld),
+            mem_build_gib=T.info["mem_build"] / gib, mem_factor_gib=L.info["mem_factor"] / gib,
+            mem_solve_gib=L.info.get("mem_solve", 0) / gib,
+            mem_frac=T.nbytes / T.nbytes_dense, alloc_frac=T.nbytes_allocated / T.nbytes_dense,
+            mem_gib=T.nbytes / gib, rank_min=T.ranks.min, rank_mean=round(T.ranks.mean, 2),
+            rank_max=T.ranks.max, L_rank_mean=round(L.ranks.mean, 2), L_rank_max=L.ranks.max,
+            capped=T.info.get("capped", 0) + L.info.get("factor_capped", 0), logdet=ld)
+        if getattr(self.args, "profile", False):   # phases from distla.trace, max over ranks
+            prof = common.profiled(lambda: self.factor(T.copy()), dev, comm)
+            rec.update({f"prof_{k[2:]}": v for k, v in prof.items()})
+            prof = common.profiled(self.build, dev, comm)
+            rec.update({f"prof_build_{k[2:]}": v for k, v in prof.items()})
+            _free(xp)
+        return rec
+
+    def against_dense(self, rec, base):
+        """At most one dense n x n matrix alive at a time (plus the dense Cholesky's own
+        workspace): fresh matrix -> factor in place -> logdet -> freed; then a fresh matrix for
+        the accuracy checks by skinny products with random probes. Returns the dense row."""
+        from ..linalg.cholesky import cholesky as dense_cholesky
+        from ..linalg.cholesky import logdet as dense_logdet
+        dev, comm, xp, n = self.device, self.grid.comm, self.L.xp, self.n
+        T, L, x, b = self.T, self.L, self.x, self.b
+        best, Ld = common.timed_result(lambda A: dense_cholesky(A, overwrite_a=True), dev,
+                                       comm, reps=max(1, self.args.reps), warmup=self.warm,
+                                       setup=self.dense)
+        ld_dense = dense_logdet(Ld)
+        del Ld
+        _free(xp)
+        A = self.dense()
+        nA = _power(lambda X: _dense_matmul(A, X), n, xp)
+        e_fact = _power(lambda X: _dense_matmul(A, X) - L.matvec(L.matvec(X, trans=True)),
+                        n, xp) / nA
+        e_comp = _power(lambda X: _dense_matmul(A, X) - T.matvec(X), n, xp) / nA
+        r = _dense_matmul(A, x[:, None])[:, 0] - b
+        A = None
+        _free(xp)
+        rec.update(speedup=best / rec["factor_s"] if rec["factor_s"] > 0 else float("nan"),
+                   err_fact=e_fact, err_comp=e_comp,
+                   err_logdet=abs(self.logdet - ld_dense) / abs(ld_dense),
+                   backward=float(xp.linalg.norm(r)) / (nA * float(xp.linalg.norm(x))))
+        return common.record(NAME, "distla-dense", seconds=best,
+                             nflops=common.flops("cholesky", n), **base)
+
+    def dense(self):
+        return _dense_matrix(self.grid, self.pts, self.ker, self.nb, self.device)
+
+    def against_tlr(self, rec):
+        """Accuracy against the TLR matrix itself (no dense matrix)."""
+        T, L, x, b, xp, n = self.T, self.L, self.x, self.b, self.L.xp, self.n
+        nA = _power(T.matvec, n, xp)
+        e_fact = _power(lambda X: T.matvec(X) - L.matvec(L.matvec(X, trans=True)), n, xp) / nA
+        r = T.matvec(x) - b
+        rec.update(err_fact_vs_tlr=e_fact,
+                   backward=float(xp.linalg.norm(r)) / (nA * float(xp.linalg.norm(x))))
 
 
 if __name__ == "__main__":

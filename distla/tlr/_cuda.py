@@ -261,7 +261,7 @@ extern "C" __global__ void jacobi_svd(const T* M, T* X, T* S, T* Yt, const int w
 """
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module(dtype_name: str):
     import cupy
     ctype, lo, hi = {"float64": ("double", "1e-280", "1e300"),
@@ -374,7 +374,7 @@ def svd(M, max_sweeps: int = 40):
     return X, s, Yt
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _diff_norm_kernel():
     import cupy
     return cupy.ReductionKernel("T x, T y", "T z", "(x - y) * (x - y)", "a + b",

@@ -12,7 +12,7 @@ import os
 
 from ..errors import DistlaError, agree
 
-__all__ = ["available", "workspace", "require", "fit_message", "GiB"]
+__all__ = ["GiB", "available", "fit_message", "require", "workspace"]
 
 GiB = float(2 ** 30)
 _MIN_WORKSPACE = 2 ** 26        # 64 MiB
@@ -93,7 +93,7 @@ def max_over(comm, value: float) -> float:
 
 def tiles_fit(free: float, nb: int, itemsize: int, per_tile: float) -> int:
     """How many ``nb x nb`` tiles of ``per_tile`` arrays each fit in ``free`` bytes (>= 1)."""
-    return max(1, int(math.floor(free / max(1.0, per_tile * nb * nb * itemsize))))
+    return max(1, math.floor(free / max(1.0, per_tile * nb * nb * itemsize)))
 
 
 

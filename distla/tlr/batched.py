@@ -23,8 +23,16 @@ import numpy as np
 
 from ..trace import trace
 
-__all__ = ["host", "get_xp", "truncation_ranks", "recompress", "compress_tiles",
-           "stacked_qr", "stacked_r", "stacked_svd"]
+__all__ = [
+    "compress_tiles",
+    "get_xp",
+    "host",
+    "recompress",
+    "stacked_qr",
+    "stacked_r",
+    "stacked_svd",
+    "truncation_ranks",
+]
 
 
 def get_xp(a):
@@ -105,7 +113,7 @@ def stacked_qr(A):
     """Reduced QR of a stack ``A (t, m, w)``: ``Q (t, m, p)``, ``R (t, p, w)``,
     ``p = min(m, w)`` (see :data:`QR_METHOD`)."""
     xp = get_xp(A)
-    t, m, w = A.shape
+    _, m, w = A.shape
     if _use_kernel(QR_METHOD, xp, A.dtype, lambda c: w <= m <= c.MAX_QR_ROWS):
         from . import _cuda
         return _cuda.qr(A)
@@ -115,7 +123,7 @@ def stacked_qr(A):
 def stacked_r(A):
     """The ``R (t, p, w)`` of :func:`stacked_qr` alone (no ``Q`` is formed)."""
     xp = get_xp(A)
-    t, m, w = A.shape
+    _, m, w = A.shape
     if _use_kernel(QR_METHOD, xp, A.dtype, lambda c: w <= m <= c.MAX_QR_ROWS):
         from . import _cuda
         return _cuda.qr(A, want_q=False)[1]
@@ -125,7 +133,7 @@ def stacked_r(A):
 def stacked_svd(M):
     """Reduced SVD ``X, s, Yt`` of a stack of small cores (see :data:`SVD_METHOD`)."""
     xp = get_xp(M)
-    t, a, b = M.shape
+    _, a, b = M.shape
     if a == b and _use_kernel(SVD_METHOD, xp, M.dtype, lambda c: a <= c.MAX_SVD_WIDTH):
         from . import _cuda
         return _cuda.svd(M)
@@ -264,9 +272,9 @@ def aca(get_rows, get_cols, t, m, n, delta, max_rank, xp, dtype=np.float64, rng=
     ``get_cols(ids, j)`` -> ``(a, m)``, the columns ``j[a]``.
 
     Each iteration adds the cross through the pivot ``(i, argmax_j |residual row i|)``; the next
-    row is the largest unused entry of the new residual column. A tile stops when the new
-    cross is small, ``||u|| ||v|| <= ACA_TARGET delta``, *and* ``probes`` random residual rows
-    and columns agree: ``sqrt(max(m mean_i ||r_i||^2, n mean_j ||c_j||^2)) <= ACA_TARGET
+    row is the largest unused entry of the new residual column. A tile stops when two
+    consecutive crosses are small, ``||u|| ||v|| <= ACA_TARGET delta``, *and* ``probes``
+    random residual rows and columns (distinct for small tiles) agree: ``sqrt(max(m mean_i ||r_i||^2, n mean_j ||c_j||^2)) <= ACA_TARGET
     delta`` (unbiased estimates of the residual's squared Frobenius norm); otherwise the worst
     sampled row is the next pivot. A heuristic, not a bound (as every ACA), matched to the
     Frobenius tolerance of the truncation. Finished tiles leave the stack; their crosses are
@@ -276,30 +284,50 @@ def aca(get_rows, get_cols, t, m, n, delta, max_rank, xp, dtype=np.float64, rng=
     rng = rng if rng is not None else np.random.default_rng(12345)   # host: probe indices
     K = min(m, n) if max_rank is None else min(m, n, int(max_rank) + 8)
     target = ACA_TARGET * delta
-    ids = np.arange(t)                               # running tiles (host)
+    ids = np.arange(t)                  # tile of each stack row (host)
+    alive = np.ones(t, dtype=bool)      # stack rows still running
+    streak = np.zeros(t, dtype=np.int64)   # consecutive small crosses
     st = _AcaStack(xp, dtype, t, m, n, min(K, 32))
     i = xp.zeros(t, dtype=np.int64)
     parts, capped = [], 0
-    while ids.size and K:
+    while alive.any() and K:
         d = xp.asarray(ids)
         small, nxt = st.add_cross(get_rows(d, i), get_cols, d, i, target)
-        if st.it == K or bool(host(xp.any(small))):
-            est, worst = st.probe(get_rows, get_cols, d, rng, probes)
-            done = host((small & (est <= target)) | (st.it == K))
-            if max_rank is not None and st.it == K:
-                capped += int(np.sum(host(est > target)))
-            nxt = xp.where(small, worst, nxt)
-            if done.any():
-                keep = xp.asarray(np.flatnonzero(done))
-                U, V, k, c = recompress(st.U[keep, :, :st.it], st.V[keep, :, :st.it],
+        streak = np.where(host(small), streak + 1, 0)
+        check = alive & ((streak >= 2) | (st.it == K))
+        if check.any():                 # probe the tiles whose last cross was small
+            sub = np.flatnonzero(check)
+            sd = xp.asarray(sub)
+            est, worst = st.probe(get_rows, get_cols, d[sd], sd, rng, probes)
+            ok = host(est <= target)
+            if st.it == K:
+                capped += int(np.sum(~ok)) if max_rank is not None else 0
+                ok[:] = True
+            nxt[sd] = xp.where(xp.asarray(ok), nxt[sd], worst)
+            streak[sub[~ok]] = 0
+            fin = sub[ok]
+            if fin.size:
+                fd = xp.asarray(fin)
+                U, V, k, c = recompress(st.U[fd, :, :st.it], st.V[fd, :, :st.it],
                                         delta - target, max_rank)
-                parts.append((ids[done], U, V, k))
+                parts.append((ids[fin], U, V, k))
                 capped += c
-                live = xp.asarray(np.flatnonzero(~done))
-                st.keep(live)
-                ids, nxt = ids[~done], nxt[live]
+                alive[fin] = False
+            if 4 * np.sum(~alive) > alive.size:     # drop the finished rows
+                live = np.flatnonzero(alive)
+                st.keep(xp.asarray(live))
+                ids, alive, streak = ids[live], alive[live], streak[live]
+                nxt = nxt[xp.asarray(live)]
         i = nxt
     return _gather_parts(parts, t, m, n, dtype, xp) + (capped,)
+
+
+def _distinct(rng, a, m, p):
+    """``(a, p)`` random indices in ``[0, m)``, distinct within a row when ``m`` is small (for
+    ``m >= 64 p`` repeats are rare and harmless, and drawing is O(a p) instead of O(a m))."""
+    if m >= 64 * p:
+        return rng.integers(0, m, (a, p))
+    return np.argsort(rng.random((a, m)), axis=1)[:, :p]
 
 
 class _AcaStack:
@@ -312,24 +340,31 @@ class _AcaStack:
         self.V = xp.zeros((t, n, cap), dtype)
         self.used = xp.zeros((t, m), dtype=bool)
 
-    def probe(self, get_rows, get_cols, ids, rng, p):
-        """Residual Frobenius estimates from ``p`` random rows and columns per tile, and the
-        sampled row of largest residual (the next pivot where the estimate is too large)."""
+    def probe(self, get_rows, get_cols, ids, rows, rng, p):
+        """For the stack rows ``rows`` (tiles ``ids``): residual Frobenius estimates from
+        ``p`` random rows and columns per tile, and the sampled row of largest residual (the
+        next pivot where the estimate is too large)."""
         xp, it = self.xp, self.it
-        a, m, _ = self.U.shape
+        _, m, _ = self.U.shape
         n = self.V.shape[1]
-        ar = xp.arange(a)
-        qi = xp.asarray(rng.integers(0, m, (a, p)))
-        qj = xp.asarray(rng.integers(0, n, (a, p)))
+        a = int(rows.shape[0])
+        ar = rows
+        p = min(p, m, n)
+        qi, qj = xp.asarray(_distinct(rng, a, m, p)), xp.asarray(_distinct(rng, a, n, p))
         rn, cn = xp.empty((a, p), self.U.dtype), xp.empty((a, p), self.U.dtype)
-        Vt, Ut = _T(self.V[:, :, :it]), _T(self.U[:, :, :it])
-        for c in range(p):
-            r = get_rows(ids, qi[:, c]) - xp.matmul(self.U[ar, qi[:, c], :it][:, None], Vt)[:, 0]
-            rn[:, c] = xp.sum(r * r, axis=1)
-            q = get_cols(ids, qj[:, c]) - xp.matmul(self.V[ar, qj[:, c], :it][:, None], Ut)[:, 0]
-            cn[:, c] = xp.sum(q * q, axis=1)
+        step = max(1, 2 ** 27 // max(1, (m + n) * it * self.U.itemsize))   # <= 128 MiB copies
+        for b0 in range(0, a, step):       # the probed tiles' factors, a chunk at a time
+            b = slice(b0, min(a, b0 + step))
+            Vt, Ut = _T(self.V[ar[b], :, :it]), _T(self.U[ar[b], :, :it])
+            for c in range(p):
+                u = self.U[ar[b], qi[b, c], :it][:, None]
+                r = get_rows(ids[b], qi[b, c]) - xp.matmul(u, Vt)[:, 0]
+                rn[b, c] = xp.sum(r * r, axis=1)
+                v = self.V[ar[b], qj[b, c], :it][:, None]
+                q = get_cols(ids[b], qj[b, c]) - xp.matmul(v, Ut)[:, 0]
+                cn[b, c] = xp.sum(q * q, axis=1)
         est = xp.sqrt(xp.maximum(m * xp.mean(rn, axis=1), n * xp.mean(cn, axis=1)))
-        return est, qi[ar, xp.argmax(rn, axis=1)]
+        return est, qi[xp.arange(a), xp.argmax(rn, axis=1)]
 
     def add_cross(self, row, get_cols, ids, i, target):
         """Add the cross through row ``i`` (``row``: the tiles' rows ``i``); returns (tiles

@@ -42,12 +42,13 @@ from . import _memory, batched
 from .batched import host
 from .matrix import _EPS_FLOOR, TLRMatrix
 
-__all__ = ["compress", "from_function", "from_kernel", "BUILD_METHODS", "ACA_MIN_TILE"]
+__all__ = ["ACA_MIN_TILE", "BUILD_METHODS", "compress", "from_function", "from_kernel"]
 
 BUILD_METHODS = ("auto", "dense", "aca", "rsvd", "svd")
 
-#: 'auto' picks 'aca' on CPU ranks from this tile size on (2-core CPU measurements,
-#: docs/tlr_build.md); GPU ranks use 'dense' until measured.
+#: 'auto' picks 'aca' on CPU ranks from this tile size on (2-core CPU, n = 8192, tol 1e-8, CPU
+#: seconds: a tie at tile 128 for exponential/Matern kernels, ACA 1.3-1.7x faster at 256, 2-2.5x
+#: at 512; docs/tlr_build.md). GPU ranks use 'dense' until measured.
 ACA_MIN_TILE = 256
 
 _PER_TILE_DENSE = 4.0   # nb x nb arrays per tile in a 'dense' batch (stack, scratch, residual)
@@ -85,23 +86,24 @@ def _finish(T, parts, tol, max_rank, F, t0, method, capped, delta1, peak):
     T.delta = _delta(T, tol, F)
     left = (max(T.delta - delta1, 0.0) if method == "aca"
             else math.sqrt(max(T.delta ** 2 - delta1 ** 2, 0.0)))
-    done, kmax = [], 0
-    for slots, U, V, _ in parts:
-        k, _ = batched.truncation_ranks(xp.sqrt(xp.sum(V * V, axis=1)), left, max_rank)
-        kh = host(k)
-        kk = int(kh.max()) if kh.size else 0
-        mask = (xp.arange(kk)[None, :] < k[:, None]).astype(T.dtype)[:, None, :]
-        done.append((slots, U[:, :, :kk] * mask, V[:, :, :kk] * mask, kh))
-        kmax = max(kmax, kk)
-    parts.clear()
+    ks = [host(batched.truncation_ranks(xp.sqrt(xp.sum(V * V, axis=1)), left, max_rank)[0])
+          for _, _, V, _ in parts]
+    kmax = max((int(k.max()) for k in ks if k.size), default=0)
     need = 2 * _memory.stack_bytes(len(T.keys), T.nb, kmax, T.dtype.itemsize)
     _memory.require(T.grid.comm, need, _memory.available(T.device),
                     f"build (low-rank stacks of rank {kmax})", T.n)
     T.U = xp.zeros((len(T.keys), T.nb, kmax), T.dtype)
     T.V = xp.zeros((len(T.keys), T.nb, kmax), T.dtype)
-    with trace("store"):
-        for slots, U, V, kh in done:
-            T.set_tiles(slots, U, V, kh)
+    with trace("store"):       # part by part, each freed once stored
+        for a, kh in enumerate(ks):
+            slots, U, V, _ = parts[a]
+            parts[a] = None
+            kk = int(kh.max()) if kh.size else 0
+            mask = (xp.arange(kk)[None, :] < xp.asarray(kh)[:, None]).astype(T.dtype)
+            T.set_tiles(slots, U[:, :, :kk] * mask[:, None, :], V[:, :, :kk] * mask[:, None, :],
+                        kh)
+            del U, V
+    parts.clear()
     T.backend.synchronize()
     from mpi4py import MPI
     v = np.array([time.perf_counter() - t0, float(T.D.nbytes + 2 * need + peak)])

@@ -27,16 +27,13 @@ The constructors :func:`~distla.tlr.compress`, :func:`~distla.tlr.from_function`
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..device import get_backend
-from ..errors import DistlaError, agree, collective
-from ..grid import ProcessGrid
-from . import _memory, batched
-from .batched import host
+from ..errors import DistlaError, agree
+from . import _memory
 
 __all__ = ["RankSummary", "TLRMatrix"]
 
@@ -148,7 +145,7 @@ class TLRMatrix:
         K = self.K
         if k <= K:
             return
-        newK = max(int(k), int(math.ceil(1.25 * K)))
+        newK = max(int(k), math.ceil(1.25 * K))
         newK = -(-newK // 4) * 4
         xp = self.xp
         grow = 2 * _memory.stack_bytes(self.U.shape[0], self.nb, newK, self.dtype.itemsize)
@@ -181,7 +178,7 @@ class TLRMatrix:
             self.V[d, :, k:old] = 0
         self.rank[slots] = ranks
 
-    def copy(self) -> "TLRMatrix":
+    def copy(self) -> TLRMatrix:
         """A deep copy (local, no communication)."""
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)
