@@ -206,7 +206,7 @@ def test_laswp_and_genp_local_kernels(dtype):
     assert np.linalg.norm(L @ U - d, np.inf) <= 50 * n * _eps(dtype) * np.linalg.norm(d, np.inf)
 
 
-@pytest.mark.parametrize("device", ["cpu", "gpu"])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_take_and_put_rows_on_column_major_views(device):
     """take_rows/put_rows == fancy row indexing, on strided column-major views (the swaps'
     gathers and scatters; on GPU they walk columns)."""
@@ -561,6 +561,7 @@ def test_larger_case():
 
 
 @pytest.mark.mpi
+@pytest.mark.gpu
 @pytest.mark.timeout(300)
 def test_gpu_matches_cpu():
     """GPU ranks (CuPy/NCCL): same pivots as CPU for partial pivoting, residuals pass."""

@@ -10,7 +10,7 @@ import pytest
 import scipy.linalg as sla
 
 from distla import DistMatrix, ProcessGrid, checks
-from distla.device import get_backend, gpu_available
+from distla.device import get_backend
 from distla.pblas import matmul, norm, triangular_solve
 from distla.testing import grid_shapes
 
@@ -458,7 +458,7 @@ def test_checks_bad_shapes(comm, grids):
     comm.Barrier()
 
 
-@pytest.mark.skipif(not gpu_available(), reason="needs CuPy and a GPU")
+@pytest.mark.gpu
 def test_checks_and_pblas_on_gpu(comm, grids):
     n = 40
     a, b = rand((n, n), seed=27), rand((n, 2), seed=28)

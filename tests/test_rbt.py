@@ -511,6 +511,7 @@ def test_bad_input_raises_on_every_rank():
 
 
 @pytest.mark.mpi
+@pytest.mark.gpu
 def test_gpu_solve_matches_cpu():
     from distla.device import gpu_available
     if not gpu_available():
