@@ -33,6 +33,8 @@ permutation per block column (each row moves once) instead of one pass per later
 Pivot vector (``LUFactor.piv``): LAPACK's ipiv, 0-based and global: row ``i`` was interchanged
 with row ``piv[i]`` (``piv[i] >= i``), applied in order ``i = 0, 1, ..., min(m, n) - 1``.
 ``LUFactor.perm`` is the same as a permutation: ``P A = L U`` with ``(P A)[i] = A[perm[i]]``.
+
+Algorithm notes: docs/lu.md.
 """
 from __future__ import annotations
 

@@ -16,6 +16,8 @@ Truncation rule (fixed accuracy, absolute, Frobenius): a tile is kept with the s
 
 Nothing here communicates. The only host synchronization is reading the new ranks of a stack
 (a ``t``-vector of ints) after a truncation.
+
+Algorithm notes: docs/tlr.md (compression).
 """
 from __future__ import annotations
 

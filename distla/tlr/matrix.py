@@ -23,6 +23,8 @@ every updated tile with the same ``delta``. ``max_rank`` caps every rank (fixed-
 
 The constructors :func:`~distla.tlr.compress`, :func:`~distla.tlr.from_function`,
 :func:`~distla.tlr.from_kernel` (collective) live in :mod:`distla.tlr.build`.
+
+Algorithm notes: docs/tlr.md.
 """
 from __future__ import annotations
 
