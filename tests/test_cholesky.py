@@ -16,8 +16,8 @@ import scipy.linalg
 from distla import DistMatrix, NotPositiveDefiniteError, ProcessGrid
 from distla.checks import factor_residual_cholesky, passes, solve_residual
 from distla.linalg import cho_factor, cho_solve, cholesky, logdet, solve_cholesky
-from distla.trace import Tracer
 from distla.testing import grid_shapes
+from distla.trace import Tracer
 
 THRESH = 3.0  # LLT.dat
 

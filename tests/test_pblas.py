@@ -194,8 +194,9 @@ def test_triangular_solve_dtypes(grids, dtype):
             Bmany = DistMatrix.from_global(g, np.tile(b, (1, 7)), block=(3, 2))
             for trans in (False, True):
                 Xm = triangular_solve(A, Bmany, lower=lower, trans=trans)
+                # trans: plain transpose, also for complex
                 close(Xm.to_global(None), reference_solve(a, np.tile(b, (1, 7)), lower,
-                                                          trans, False, "left", 1.0), dtype)   # trans: plain transpose, also for complex
+                                                          trans, False, "left", 1.0), dtype)
                 X = triangular_solve(A, B, lower=lower, trans=trans)
                 close(X.to_global(None),
                       reference_solve(a, b, lower, trans, False, "left", 1.0), dtype)

@@ -166,7 +166,7 @@ def mix(X: DistMatrix, axis: int, N: int, a: np.ndarray, b: np.ndarray) -> None:
             comm.exchange(sends, recvs)
         Pm = xp.empty(Xc.shape, dtype=dt, order="F")
         local_copy(Pm, Xc, axis)
-        for (q, k, _, unpack), (_, buf) in zip(plan, recvs):
+        for (_q, _k, _, unpack), (_, buf) in zip(plan, recvs):
             unpack(Pm, buf, axis)
         del sends, recvs
         X.backend.axpby(Xc, Pm, av, bv)

@@ -520,7 +520,8 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: 
         if sdt != wdt:
             C = C.astype(sdt)
         s1 = _sync(A)
-        S = _genp_solve_few(F, C) if C.n <= _FEW_RHS else lu_solve(F, C, overwrite_b=True, check_finite=False)
+        S = _genp_solve_few(F, C) if C.n <= _FEW_RHS else \
+            lu_solve(F, C, overwrite_b=True, check_finite=False)
         if sdt != wdt:
             S = S.astype(wdt)
         if not S.same_layout(R):

@@ -12,9 +12,9 @@ to ``||A||_F``, see :mod:`distla.tlr.matrix`) or a fixed ``max_rank``; lower tri
 The per-tile work of one step runs as stacked (batched) ``xp`` calls: :mod:`.batched`.
 All functions here are collective over the matrix's grid.
 """
+from .build import compress, from_function, from_kernel
 from .cholesky import cholesky
 from .factor import TLRCholesky
-from .build import compress, from_function, from_kernel
 from .matrix import RankSummary, TLRMatrix
 from .solve import cho_solve, solve
 

@@ -379,8 +379,8 @@ def compress_tiles(A, delta, max_rank=None, method="svd", rng=None, r0=16):
 
     ``method``: 'svd' (truncated SVD, optimal), 'rsvd' (adaptive randomized range finder
     with an exact residual check, then truncated SVD of the small projection; ``rng`` is an
-    ``xp.random.RandomState``) or 'aca' (adaptive cross approximation, heuristic). Returns ``(U (t, m, kmax), V (t, n, kmax),
-    ranks (host), capped)``.
+    ``xp.random.RandomState``) or 'aca' (adaptive cross approximation, heuristic). Returns
+    ``(U (t, m, kmax), V (t, n, kmax), ranks (host), capped)``.
     """
     if method == "svd":
         return _svd_compress(A, delta, max_rank)

@@ -29,16 +29,13 @@ Algorithm notes: docs/tlr.md.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..device import get_backend
-from ..errors import DistlaError, agree, collective
-from ..grid import ProcessGrid
-from . import _memory, batched
-from .batched import host
+from ..errors import DistlaError, agree
+from . import _memory
 
 __all__ = ["RankSummary", "TLRMatrix"]
 
@@ -103,7 +100,7 @@ class TLRMatrix:
         self.keys = [(i, j) for j in self.cols for i in self.rows if i > j]
         self.slot = {key: s for s, key in enumerate(self.keys)}
         self.col_slots = {}
-        for s, (i, j) in enumerate(self.keys):
+        for s, (_i, j) in enumerate(self.keys):
             a, _ = self.col_slots.get(j, (s, s))
             self.col_slots[j] = (a, s + 1)
         self.key_rows = np.array([k[0] for k in self.keys], dtype=np.int64)

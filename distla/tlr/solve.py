@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from ..errors import collective
 from ..matrix import DistMatrix
+from .build import compress
 from .cholesky import cholesky
 from .factor import TLRCholesky
-from .build import compress
 from .matrix import TLRMatrix
 
 __all__ = ["cho_solve", "solve"]
