@@ -3,8 +3,9 @@
     python benchmarks/records_table.py benchmarks/results/FILE.jsonl [...]
 
 One row per record, in file order: benchmark, implementation, n, grid (or ranks), the
-variant fields a record carries (dtype, pivoting, precision, gemm, tile, tol, nb), seconds and
-TFLOP/s. Serial, no MPI.
+variant fields a record carries (dtype, pivoting, precision, gemm, tile, tol, nb, tree),
+seconds and TFLOP/s. Lines without a "bench" field (a file's "note": how it was measured) are
+printed above the table. Serial, no MPI.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def table(records) -> str:
     head = ["bench", "impl", "n", "grid", "variant", "seconds", "TFLOP/s"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in records:
+        if "bench" not in r:
+            continue
         grid = r.get("grid") or (f"{r['ranks']} ranks" if "ranks" in r else "")
         variant = ", ".join(f"{k} {fmt(r[k])}" for k in VARIANTS if r.get(k) is not None)
         cells = [r.get("bench"), r.get("impl"), r.get("n"), grid, variant,
@@ -46,7 +49,11 @@ def table(records) -> str:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="+", metavar="FILE.jsonl")
-    print(table(rows(p.parse_args(argv).files)))
+    records = list(rows(p.parse_args(argv).files))
+    for r in records:
+        if "bench" not in r:
+            print(r.get("note", r))
+    print(table(records))
 
 
 if __name__ == "__main__":
