@@ -10,7 +10,6 @@ import argparse
 import json
 import time
 
-import numpy as np
 from mpi4py import MPI
 
 from distla import DistMatrix, ProcessGrid

@@ -66,7 +66,7 @@ def main():
             with open(path, "rb", buffering=0) as f:
                 f.readinto(buf)
     rec("sequential read (rank 0)", best(comm, seq, a.reps))
-    del buf
+    buf = None
     rec("read mpiio", best(comm, lambda: io.read_matrix(path, g, (nb, nb)), a.reps))
     os.environ["DISTLA_IO"] = "memmap"
     rec("read memmap", best(comm, lambda: io.read_matrix(path, g, (nb, nb)), a.reps))

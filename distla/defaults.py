@@ -48,7 +48,8 @@ def make_grid(spec=None, comm=None, order: str = "row"):
         raise ValueError(
             f"grid {p}x{q} needs {p * q} MPI ranks, but {size} "
             f"{'was' if size == 1 else 'were'} started: run with mpiexec -n {p * q}, or "
-            f"pick a grid with P*Q = {size} (e.g. --grid {'x'.join(map(str, squarest_shape(size)))})")
+            f"pick a grid with P*Q = {size} "
+            f"(e.g. --grid {'x'.join(map(str, squarest_shape(size)))})")
     return ProcessGrid(p, q, comm=comm, order=order)
 
 

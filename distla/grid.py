@@ -61,7 +61,8 @@ class ProcessGrid:
             nprow, npcol = int(nprow), int(npcol)
             if nprow < 1 or npcol < 1 or nprow * npcol != size:
                 raise ValueError(
-                    f"a {nprow} x {npcol} process grid needs {nprow * npcol if nprow > 0 and npcol > 0 else 'a positive number of'} "
+                    f"a {nprow} x {npcol} process grid needs "
+                    f"{nprow * npcol if nprow > 0 and npcol > 0 else 'a positive number of'} "
                     f"ranks, but the communicator has {size}; start {size} ranks with a grid "
                     f"whose nprow * npcol == {size} (e.g. {squarest_shape(size)})")
         except Exception as e:  # noqa: BLE001

@@ -15,19 +15,17 @@ runs the optimizer on the same (allreduced) numbers, so all ranks take the same 
 """
 from __future__ import annotations
 
-import _env  # noqa: F401  (threads per rank; must come before NumPy and MPI)
-
 import argparse
 import math
 import time
 
+import _env  # noqa: F401  (threads per rank; must come before NumPy and MPI)
 import numpy as np
 from mpi4py import MPI
 from scipy.optimize import minimize_scalar
 
-from distla import DistMatrix
+from distla import DistMatrix, tlr
 from distla import covariance as cov
-from distla import tlr
 from distla.grid import ProcessGrid
 from distla.linalg.cholesky import cho_solve, cholesky, logdet
 

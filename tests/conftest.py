@@ -15,6 +15,11 @@ Under --with-mpi this file
     this off);
   * makes hypothesis deterministic and identical on every rank.
 
+Tests marked ``gpu`` skip, on every rank alike, unless CuPy imports and sees a CUDA device
+on every rank; ``--require-gpu`` turns that skip into a failure (on the GPU machine, so that
+a broken CuPy install cannot pass as "all skipped"): ``python -m pytest -m gpu --require-gpu``
+and ``mpirun -n 2 python -m pytest --with-mpi -m gpu --require-gpu``.
+
 The run dir is $DISTLA_TEST_TMPDIR if set (tests/run.sh sets it), else
 <--basetemp> if given, else a fresh directory under the system temp dir.
 
@@ -100,6 +105,55 @@ class _ResultLog:
 
 
 _RESULTS: _ResultLog | None = None
+
+
+# --------------------------------------------------------------------------
+# GPU tests
+
+
+_GPU_MISSING: list = []  # why gpu-marked tests cannot run here (set at collection)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--require-gpu", action="store_true", default=False,
+                     help="fail (instead of skip) gpu-marked tests when CuPy or a CUDA "
+                          "device is missing")
+
+
+def _gpu_missing() -> str:
+    """Why this rank cannot run GPU tests ('' when it can): CuPy and a CUDA device."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a CUDA library that fails to load
+        return f"CuPy is not importable ({type(exc).__name__}: {exc})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return f"no CUDA device ({type(exc).__name__}: {exc})"
+    return "" if count > 0 else "no CUDA device"
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    why = _gpu_missing()
+    if _MPI_STATE:  # every rank skips, or none: a GPU test is collective like any other
+        reasons = _MPI_STATE["comm"].allgather(why)
+        why = next((f"rank {r}: {w}" for r, w in enumerate(reasons) if w), "")
+    if not why:
+        return
+    _GPU_MISSING.append(why)
+    if config.getoption("--require-gpu"):
+        return  # pytest_runtest_setup fails them
+    for item in gpu_items:
+        item.add_marker(pytest.mark.skip(reason=f"gpu test: {why}"))
+
+
+def pytest_runtest_setup(item):
+    if (_GPU_MISSING and item.get_closest_marker("gpu") is not None
+            and item.config.getoption("--require-gpu")):
+        pytest.fail(f"--require-gpu: {_GPU_MISSING[0]}", pytrace=False)
 
 
 # --------------------------------------------------------------------------

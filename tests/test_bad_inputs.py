@@ -5,8 +5,13 @@ import warnings
 import numpy as np
 import pytest
 
-from distla import (DistMatrix, LinAlgWarning, NotPositiveDefiniteError, ProcessGrid,
-                    SingularMatrixError)
+from distla import (
+    DistMatrix,
+    LinAlgWarning,
+    NotPositiveDefiniteError,
+    ProcessGrid,
+    SingularMatrixError,
+)
 from distla.linalg import solve
 from distla.testing import grid_shapes
 

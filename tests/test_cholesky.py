@@ -15,10 +15,9 @@ import scipy.linalg
 
 from distla import DistMatrix, NotPositiveDefiniteError, ProcessGrid
 from distla.checks import factor_residual_cholesky, passes, solve_residual
-from distla.device import gpu_available
 from distla.linalg import cho_factor, cho_solve, cholesky, logdet, solve_cholesky
-from distla.trace import Tracer
 from distla.testing import grid_shapes
+from distla.trace import Tracer
 
 THRESH = 3.0  # LLT.dat
 
@@ -322,7 +321,7 @@ def test_benchmark_runs_serial(loop_on_one_rank):
 
 
 @pytest.mark.mpi
-@pytest.mark.skipif(not gpu_available(), reason="no GPU")
+@pytest.mark.gpu
 def test_gpu_every_grid(comm, grids):
     """GPU ranks (NCCL broadcasts, side stream): residuals, lookahead depths, non-SPD index."""
     n, nb = 301, 32
@@ -348,7 +347,7 @@ def test_gpu_every_grid(comm, grids):
         assert ei.value.index == 150
 
 
-@pytest.mark.skipif(not gpu_available(), reason="no GPU")
+@pytest.mark.gpu
 def test_gpu_matches_cpu(grid1):
     a = spd(300, 1e6, seed=8)
     b = rhs(300, 3)

@@ -21,7 +21,7 @@ HAVE_GPU = gpu_available()
 # ======================================================================================
 # communicators (mpi)
 # ======================================================================================
-@pytest.fixture(params=["mpi", "nccl"])
+@pytest.fixture(params=["mpi", pytest.param("nccl", marks=pytest.mark.gpu)])
 def impl(request, comm):
     """(communicator factory, array namespace) for each implementation of the interface."""
     if request.param == "mpi":

@@ -7,7 +7,6 @@ from scipy.special import gamma, kv
 
 from distla import covariance as cov
 
-
 # ---- points --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["random", "grid", "jittered"])

@@ -9,8 +9,14 @@ import pickle
 import numpy as np
 import pytest
 
-from distla import (ConvergenceError, DistlaError, DistMatrix, NotPositiveDefiniteError,
-                    ProcessGrid, SingularMatrixError)
+from distla import (
+    ConvergenceError,
+    DistlaError,
+    DistMatrix,
+    NotPositiveDefiniteError,
+    ProcessGrid,
+    SingularMatrixError,
+)
 from distla.errors import agree, collective
 from distla.testing import grid_shapes
 
@@ -153,7 +159,7 @@ def test_bad_constructor_arguments(comm, grids, bad, exc):
         bad_ = dict(bad)
         if bad_.get("src") == "far":
             bad_["src"] = (0, g.npcol)  # one column past the grid
-        for name, make in constructors(g):
+        for _name, make in constructors(g):
             with pytest.raises(exc):
                 make(**bad_)
     comm.Barrier()

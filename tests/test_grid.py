@@ -137,7 +137,7 @@ def test_comms_cpu_are_mpi_and_cached(comm):
         g.comms("tpu")
 
 
-@pytest.mark.parametrize("device", ["cpu", "gpu"])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_free_releases_and_rebuilds_device_comms(comm, device):
     """grid.free() is collective; the grid keeps working (its communicators are rebuilt)."""
     from distla.device import gpu_available

@@ -7,7 +7,6 @@ do not divide n) and compare with NumPy.
 from __future__ import annotations
 
 import io as _io
-
 import os
 
 import numpy as np
@@ -187,8 +186,8 @@ def test_timings_nested_phases():
 @pytest.mark.mpi
 @pytest.mark.parametrize("fortran", [False, True])
 def test_read_npy_every_grid(comm, mpi_tmp_path, fortran):
-    from distla.testing import grid_shapes
     from distla import ProcessGrid
+    from distla.testing import grid_shapes
     rng = np.random.default_rng(7)
     a = rng.standard_normal((37, 29))
     path = mpi_tmp_path / f"a{int(fortran)}.npy"
@@ -209,6 +208,7 @@ def test_read_npy_every_grid(comm, mpi_tmp_path, fortran):
 @pytest.mark.mpi
 def test_read_vector_int_and_mtx(comm, mpi_tmp_path):
     import scipy.io
+
     from distla import ProcessGrid
     v = np.arange(23, dtype=np.int16)
     m = np.arange(30.0).reshape(6, 5)

@@ -126,7 +126,7 @@ def _brute_swaps(piv, start, m):
 def test_swaps_to_moves_matches_sequential_swaps():
     from distla.linalg._pivoting import swaps_to_moves
     r = _rng(3)
-    for trial in range(200):
+    for _trial in range(200):
         m = int(r.integers(1, 40))
         start = int(r.integers(0, m))
         k = int(r.integers(0, m - start + 1))
@@ -157,7 +157,7 @@ def test_suffix_moves_compose_later_steps():
 def test_winners_to_ipiv_brings_winners_on_top():
     from distla.linalg._pivoting import winners_to_ipiv
     r = _rng(4)
-    for trial in range(200):
+    for _trial in range(200):
         m = int(r.integers(1, 50))
         start = int(r.integers(0, m))
         k = int(r.integers(0, m - start + 1))
@@ -206,7 +206,7 @@ def test_laswp_and_genp_local_kernels(dtype):
     assert np.linalg.norm(L @ U - d, np.inf) <= 50 * n * _eps(dtype) * np.linalg.norm(d, np.inf)
 
 
-@pytest.mark.parametrize("device", ["cpu", "gpu"])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_take_and_put_rows_on_column_major_views(device):
     """take_rows/put_rows == fancy row indexing, on strided column-major views (the swaps'
     gathers and scatters; on GPU they walk columns)."""
@@ -379,8 +379,8 @@ def test_float32_and_complex():
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_genp_diagonally_dominant():
-    from distla.linalg import lu_factor, solve_lu
     from distla.checks import passes, solve_residual
+    from distla.linalg import lu_factor, solve_lu
     n, nb = 43, 5
     a = _structured("dominant", n)
     b = _rng(40).standard_normal((n, 2))
@@ -562,6 +562,7 @@ def test_larger_case():
 
 
 @pytest.mark.mpi
+@pytest.mark.gpu
 @pytest.mark.timeout(300)
 def test_gpu_matches_cpu():
     """GPU ranks (CuPy/NCCL): same pivots as CPU for partial pivoting, residuals pass."""

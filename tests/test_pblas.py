@@ -10,7 +10,7 @@ import pytest
 import scipy.linalg as sla
 
 from distla import DistMatrix, ProcessGrid, checks
-from distla.device import get_backend, gpu_available
+from distla.device import get_backend
 from distla.pblas import matmul, norm, triangular_solve
 from distla.testing import grid_shapes
 
@@ -194,8 +194,9 @@ def test_triangular_solve_dtypes(grids, dtype):
             Bmany = DistMatrix.from_global(g, np.tile(b, (1, 7)), block=(3, 2))
             for trans in (False, True):
                 Xm = triangular_solve(A, Bmany, lower=lower, trans=trans)
+                # trans: plain transpose, also for complex
                 close(Xm.to_global(None), reference_solve(a, np.tile(b, (1, 7)), lower,
-                                                          trans, False, "left", 1.0), dtype)   # trans: plain transpose, also for complex
+                                                          trans, False, "left", 1.0), dtype)
                 X = triangular_solve(A, B, lower=lower, trans=trans)
                 close(X.to_global(None),
                       reference_solve(a, b, lower, trans, False, "left", 1.0), dtype)
@@ -458,7 +459,7 @@ def test_checks_bad_shapes(comm, grids):
     comm.Barrier()
 
 
-@pytest.mark.skipif(not gpu_available(), reason="needs CuPy and a GPU")
+@pytest.mark.gpu
 def test_checks_and_pblas_on_gpu(comm, grids):
     n = 40
     a, b = rand((n, n), seed=27), rand((n, 2), seed=28)

@@ -1,6 +1,6 @@
 """Tests of the RBT solver (distla.linalg.rbt) and its butterflies (distla.linalg._butterfly).
 
-Transform: the distributed U^T A V equals the elementwise quarter formula of ALGORITHMS.md and
+Transform: the distributed U^T A V equals the elementwise quarter formula of docs/rbt.md and
 the dense product, on every grid shape and order, for n not a multiple of 2^d or of nb and a
 nonzero source process. Solve: LAPACK componentwise backward error comparable to SciPy's GEPP
 on random, ill-conditioned, triangular, diagonal and near-underflow/overflow matrices; GENP
@@ -24,7 +24,7 @@ EPS = np.finfo(np.float64).eps
 # references (NumPy, global)
 # ---------------------------------------------------------------------------------------
 def quarter_formula(A, u, v, depth):
-    """U^T A V by ALGORITHMS.md's elementary product on the quarters, deepest level first."""
+    """U^T A V by the elementary product of docs/rbt.md on the quarters, deepest level first."""
     n = A.shape[0]
     A = np.array(A, dtype=np.float64)
     for k in reversed(range(depth)):
@@ -511,6 +511,7 @@ def test_bad_input_raises_on_every_rank():
 
 
 @pytest.mark.mpi
+@pytest.mark.gpu
 def test_gpu_solve_matches_cpu():
     from distla.device import gpu_available
     if not gpu_available():

@@ -8,8 +8,7 @@ import pytest
 import scipy.linalg as sla
 
 from distla import DistMatrix, LinAlgWarning, ProcessGrid
-from distla.linalg import (cho_factor, cholesky, lu_factor, rcond, solve, solve_cholesky,
-                           solve_lu)
+from distla.linalg import cho_factor, cholesky, lu_factor, rcond, solve, solve_cholesky, solve_lu
 from distla.testing import grid_shapes
 
 

@@ -2,7 +2,7 @@
 # One GPU machine, repository root, with the previous tree unpacked in .base/ (carried):
 # the GPU tests of this tree, then Cholesky, LU (partial, tournament) and RBT factorization
 # benchmarks of both trees in the same call, alternating, JSON lines under $OUT.
-. tests/gpu/device_env.sh
+. benchmarks/gpu/device_env.sh
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 timeout 420 $M -n 1 python3 -m pytest --with-mpi -m mpi -q --color=no -p no:cacheprovider \
     --timeout 200 -k "gpu or tf32" tests/ > "$O/tests.log" 2>&1

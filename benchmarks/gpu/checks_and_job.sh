@@ -7,7 +7,7 @@
 #    cuSOLVER beside (the benchmarks' own reference row);
 # 3. the whole job: generate n=32768 (8 CPU ranks) and 'distla solve --device gpu' twice
 #    (cold: empty kernel cache; warm), old and new tree.
-. tests/gpu/device_env.sh
+. benchmarks/gpu/device_env.sh
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 NEW=$PWD:/tmp/site; OLD=$PWD/.base:/tmp/site
 echo "== tests"

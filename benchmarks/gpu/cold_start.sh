@@ -2,7 +2,7 @@
 # One GPU machine, repository root: the whole solve job with an empty kernel cache, after
 # 'distla warmup' filled it, and warm; plus the I/O floor (np.load, one process) and the
 # MPI-IO read with the library's default hints.
-. tests/gpu/device_env.sh
+. benchmarks/gpu/device_env.sh
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 T() { python3 -c "import time; print(f'{time.time():.3f}')"; }
 D() { python3 -c "print(f'{$(T) - $1:.2f}')"; }

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # One GPU machine, repository root: GPU tests, then the whole solve job (n=32768, Cholesky)
 # after 'distla warmup' with a fresh kernel cache, and warm.
-. tests/gpu/device_env.sh
+. benchmarks/gpu/device_env.sh
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 T() { python3 -c "import time; print(f'{time.time():.3f}')"; }
 D() { python3 -c "print(f'{$(T) - $1:.2f}')"; }
-timeout 300 $M -n 1 python3 -m pytest --with-mpi -m mpi -q --color=no -p no:cacheprovider \
-    --timeout 150 -k "gpu or tf32" tests/ > "$O/tests.log" 2>&1
+timeout 300 $M -n 1 python3 -m pytest --with-mpi -q --color=no -p no:cacheprovider \
+    --timeout 150 -m gpu --require-gpu tests/ > "$O/tests.log" 2>&1
 echo "tests rc=$?"; tail -2 "$O/tests.log"
 cd /tmp
 timeout 150 $M -n 8 python3 -m distla generate --kind spd --n 32768 --out /tmp/A.npy -q

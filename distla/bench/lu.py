@@ -105,7 +105,8 @@ def run(args) -> list[dict]:
                 del W
             rows.append(rec)
         if getattr(args, "reference", True):
-            threads = args.ref_threads or common.ranks_on_node(comm)  # collective: not in the lambda
+            # collective: not in the lambda
+            threads = args.ref_threads or common.ranks_on_node(comm)
             ref = common.reference_rank0(
                 lambda: _reference(n, args.seed, dtype, device, args.reps, threads), comm)
             if ref is not None:

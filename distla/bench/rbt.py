@@ -167,7 +167,7 @@ def run(args) -> list[dict]:
             if not quiet and comm.rank == 0:
                 print(f"gepp n={n}: {best:.4g} s ({rec['tflops']:.4g} TFLOP/s), "
                       f"berr {rec['berr']:.2e}", flush=True)
-        del A, B
+        A = B = None  # free the matrices before the reference runs
         _free(device)
         if getattr(args, "reference", True):
             threads = common.ranks_on_node(comm)  # collective: outside the rank-0-only reference

@@ -20,8 +20,9 @@ largest footprint on one rank), dense factor time and the speedup; memory of the
 padded stacks) as a fraction of the dense n x n matrix; ranks min/mean/max before and after
 factoring; accuracy: ``||A - L L^T||_2 / ||A||_2`` (10 steps of subspace iteration with 8 random
 probe vectors, a lower bound; with the exact dense A, or with the TLR matrix under
-``--no-dense``), the compression error ``||A - A_tlr||_2 / ||A||_2`` (dense only), the log-determinant relative error against the dense factor, and the
-backward error ``||A x - b|| / (||A|| ||x||)`` of a TLR solve. Times are maxima over ranks.
+``--no-dense``), the compression error ``||A - A_tlr||_2 / ||A||_2`` (dense only), the
+log-determinant relative error against the dense factor, and the backward error
+``||A x - b|| / (||A|| ||x||)`` of a TLR solve. Times are maxima over ranks.
 ``--profile`` adds ``prof_<phase>`` seconds (bcast, update, reduce, panel, potrf, header,
 compress, trsm, store, ...) of one extra factorization read from a :class:`distla.trace.Tracer`
 (device seconds on GPU ranks, maxima over ranks; ``prof_profiled`` is its wall time).

@@ -3,7 +3,7 @@
 A butterfly of size N is ``B<N> = [R S; R -S]`` with R, S random diagonal (the 1/sqrt2 is
 dropped). The recursive butterfly of depth d on n (a multiple of 2^d) is
 ``W = W_{d-1} ... W_1 W_0`` where level k, ``W_k = diag(B_1, ..., B_{2^k})``, holds 2^k
-butterflies of size ``N_k = n / 2^k``. Packed storage (ALGORITHMS.md): a (d, n) array ``w``
+butterflies of size ``N_k = n / 2^k``. Packed storage (docs/rbt.md): a (d, n) array ``w``
 whose row k holds, for each of the 2^k blocks, R then S (so ``w[k, g]`` is the diagonal entry
 of row g in its block). Small (O(dn)) and replicated on every rank.
 
@@ -166,7 +166,7 @@ def mix(X: DistMatrix, axis: int, N: int, a: np.ndarray, b: np.ndarray) -> None:
             comm.exchange(sends, recvs)
         Pm = xp.empty(Xc.shape, dtype=dt, order="F")
         local_copy(Pm, Xc, axis)
-        for (q, k, _, unpack), (_, buf) in zip(plan, recvs):
+        for (_q, _k, _, unpack), (_, buf) in zip(plan, recvs):
             unpack(Pm, buf, axis)
         del sends, recvs
         X.backend.axpby(Xc, Pm, av, bv)

@@ -2,8 +2,10 @@
 
 Pivot vectors follow LAPACK's ``ipiv`` semantics, 0-based and global: ``piv[i] = p`` means row
 ``i`` was interchanged with row ``p`` (``p >= i``), the interchanges applied in order
-``i = 0, 1, ...``. Everything here except :func:`permute_rows` and :func:`swap_rows` is host-side index
-math on small NumPy arrays (no communication).
+``i = 0, 1, ...``. Everything here except :func:`permute_rows` and :func:`swap_rows` is
+host-side index math on small NumPy arrays (no communication).
+
+Algorithm notes: docs/lu.md (row interchanges).
 """
 from __future__ import annotations
 

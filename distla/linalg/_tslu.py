@@ -12,6 +12,8 @@ space as all its input rows, so every tree node keeps the panel's row space, and
 first exactly zero pivot of the final GEPP is the panel's first dependent column. CALU's
 worst-case growth bound is larger than GEPP's (Grigori, Demmel and Xiang: 2^(n(H+1)-1) for a
 tree of height H, vs 2^(n-1)), but it behaves like GEPP in practice.
+
+Algorithm notes: docs/lu.md (tournament pivoting).
 """
 from __future__ import annotations
 

@@ -29,6 +29,8 @@ Ibcast, waited for one step later. Panel buffers are preallocated once and reuse
 A non-positive leading minor is recorded (GPU: on the device) and the loop runs on unchanged,
 so every rank executes the same collectives; the first failing column is agreed once at the
 end and raised as :class:`~distla.errors.NotPositiveDefiniteError` on every rank.
+
+Algorithm notes: docs/cholesky.md.
 """
 from __future__ import annotations
 

@@ -33,6 +33,8 @@ permutation per block column (each row moves once) instead of one pass per later
 Pivot vector (``LUFactor.piv``): LAPACK's ipiv, 0-based and global: row ``i`` was interchanged
 with row ``piv[i]`` (``piv[i] >= i``), applied in order ``i = 0, 1, ..., min(m, n) - 1``.
 ``LUFactor.perm`` is the same as a permutation: ``P A = L U`` with ``(P A)[i] = A[perm[i]]``.
+
+Algorithm notes: docs/lu.md.
 """
 from __future__ import annotations
 
@@ -149,10 +151,11 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     ``pivoting``: 'partial' (GEPP, pdgetrf), 'tournament' (CALU; ``tree`` 'binary' or 'flat'
     shapes the reduction over each process column) or 'none' (GENP). ``overwrite_a``: factor in
     A's storage. ``lookahead``: 0 or 1 (values > 1 act as 1: one panel ahead is what hides the
-    panel). Phases are timed by an active :class:`distla.trace.Tracer`. ``gemm``: 'native' (trailing updates in A's precision) or 'tf32x3' (float32
-    only: on GPU ranks each update is one TF32 tensor-core GEMM of split operands, three
-    products of 10-bit-mantissa halves, about float32's accuracy (~2^-21 relative) at several
-    times float32's rate; CPU ranks compute it in float32 as usual).
+    panel). Phases are timed by an active :class:`distla.trace.Tracer`. ``gemm``: 'native'
+    (trailing updates in A's precision) or 'tf32x3' (float32 only: on GPU ranks each update is
+    one TF32 tensor-core GEMM of split operands, three products of 10-bit-mantissa halves,
+    about float32's accuracy (~2^-21 relative) at several times float32's rate; CPU ranks
+    compute it in float32 as usual).
 
     ``check_finite``: scan A for NaN/Inf first (ValueError naming one such entry).
 

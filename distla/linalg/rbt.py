@@ -2,12 +2,12 @@
 
 Solve ``A X = B`` with ``A_r = U^T A V`` (U, V recursive random butterflies of depth d), GENP of
 ``A_r`` and ``X = V A_r^-1 U^T B``, then iterative refinement (Parker; Baboulin, Dongarra,
-Herrmann, Tomov; ALGORITHMS.md). The butterflies make pivoting unnecessary with high
+Herrmann, Tomov; docs/rbt.md). The butterflies make pivoting unnecessary with high
 probability.
 
 Refinement runs on the ORIGINAL system with the transformed factorization as the solver:
 ``r = B - A X``, ``X += V A_r^-1 U^T r``, until ``max|r| <= max|x| ||A||_inf eps sqrt(n)`` for
-every column (the criterion of ALGORITHMS.md / dsgesv) and at least one correction was applied
+every column (dsgesv's criterion, docs/rbt.md) and at least one correction was applied
 (Skeel: one step of working-precision refinement makes the solve componentwise backward
 stable). After that it goes on while each correction still halves the residual, down to
 ``max|r| <= max|x| ||A||_inf eps``, so that mixed precision ends at double's backward error.
@@ -520,7 +520,8 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: 
         if sdt != wdt:
             C = C.astype(sdt)
         s1 = _sync(A)
-        S = _genp_solve_few(F, C) if C.n <= _FEW_RHS else lu_solve(F, C, overwrite_b=True, check_finite=False)
+        S = _genp_solve_few(F, C) if C.n <= _FEW_RHS else \
+            lu_solve(F, C, overwrite_b=True, check_finite=False)
         if sdt != wdt:
             S = S.astype(wdt)
         if not S.same_layout(R):

@@ -16,6 +16,8 @@ Truncation rule (fixed accuracy, absolute, Frobenius): a tile is kept with the s
 
 Nothing here communicates. The only host synchronization is reading the new ranks of a stack
 (a ``t``-vector of ints) after a truncation.
+
+Algorithm notes: docs/tlr.md (compression).
 """
 from __future__ import annotations
 
@@ -412,8 +414,8 @@ def compress_tiles(A, delta, max_rank=None, method="svd", rng=None, r0=16):
 
     ``method``: 'svd' (truncated SVD, optimal), 'rsvd' (adaptive randomized range finder
     with an exact residual check, then truncated SVD of the small projection; ``rng`` is an
-    ``xp.random.RandomState``) or 'aca' (adaptive cross approximation, heuristic). Returns ``(U (t, m, kmax), V (t, n, kmax),
-    ranks (host), capped)``.
+    ``xp.random.RandomState``) or 'aca' (adaptive cross approximation, heuristic). Returns
+    ``(U (t, m, kmax), V (t, n, kmax), ranks (host), capped)``.
     """
     if method == "svd":
         return _svd_compress(A, delta, max_rank)

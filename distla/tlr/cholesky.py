@@ -39,6 +39,8 @@ formed whole. ``L.info['mem_factor']`` reports the largest footprint (stacks + c
 
 Phases traced (:mod:`distla.trace`): bcast, update, reduce, potrf, header, panel, compress,
 trsm, store (and the compression's range, residual, qr, svd, assemble).
+
+Algorithm notes: docs/tlr.md.
 """
 from __future__ import annotations
 

@@ -23,6 +23,8 @@ every updated tile with the same ``delta``. ``max_rank`` caps every rank (fixed-
 
 The constructors :func:`~distla.tlr.compress`, :func:`~distla.tlr.from_function`,
 :func:`~distla.tlr.from_kernel` (collective) live in :mod:`distla.tlr.build`.
+
+Algorithm notes: docs/tlr.md.
 """
 from __future__ import annotations
 
@@ -98,7 +100,7 @@ class TLRMatrix:
         self.keys = [(i, j) for j in self.cols for i in self.rows if i > j]
         self.slot = {key: s for s, key in enumerate(self.keys)}
         self.col_slots = {}
-        for s, (i, j) in enumerate(self.keys):
+        for s, (_i, j) in enumerate(self.keys):
             a, _ = self.col_slots.get(j, (s, s))
             self.col_slots[j] = (a, s + 1)
         self.key_rows = np.array([k[0] for k in self.keys], dtype=np.int64)

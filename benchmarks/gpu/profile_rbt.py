@@ -1,5 +1,5 @@
 """Profile one RBT solve (cProfile on rank 0; every phase syncs the device, so time lands in
-the phase that queued the work). mpirun -n 2 python tests/gpu/profile_rbt.py --n 65536"""
+the phase that queued the work). mpirun -n 2 python benchmarks/gpu/profile_rbt.py --n 65536"""
 import argparse
 import cProfile
 import pstats

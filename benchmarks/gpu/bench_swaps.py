@@ -1,11 +1,13 @@
 """Row gather/scatter on a column-major local matrix (LU's row swaps): fancy indexing vs
-take/put on transposed views vs distla's kernels (take_rows/put_rows). One GPU."""
+take/put on transposed views vs the GPU backend's kernels (take_rows/put_rows). One GPU."""
 import time
 
 import cupy as cp
 import numpy as np
 
-from distla.linalg._pivoting import put_rows, take_rows
+from distla.device import get_backend
+
+be = get_backend("gpu")
 
 m, n, k = 32768, 64512, 1024
 a = cp.asfortranarray(cp.random.standard_normal((m, n)))
@@ -40,11 +42,11 @@ def tp_put():
 
 
 ref = a[idx]
-take_rows(a, idx, out, cp)
+be.take_rows(a, idx, out)
 assert bool(cp.all(out == ref))
 gb = k * n * 8 / 1e9
 for name, f in [("fancy take", fancy_take), ("fancy put", fancy_put), ("T take", tp_take),
-                ("T put", tp_put), ("kernel take", lambda: take_rows(a, idx, out, cp)),
-                ("kernel put", lambda: put_rows(a, idx, out, cp))]:
+                ("T put", tp_put), ("kernel take", lambda: be.take_rows(a, idx, out)),
+                ("kernel put", lambda: be.put_rows(a, idx, out))]:
     ms = t(f)
     print(f"{name:12s} {ms:8.3f} ms  {gb / ms * 1e3:7.1f} GB/s moved")
