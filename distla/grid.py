@@ -63,7 +63,7 @@ def check_launch(world_size: int, environ=None, library: str | None = None) -> N
             if library is None:
                 from mpi4py import MPI
                 library = MPI.Get_library_version()
-            name = library.strip().splitlines()[0] if library.strip() else "unknown MPI"
+            name = " ".join(library.strip().split("\n")[0].split()) or "unknown MPI"
             raise DistlaError(
                 f"the launcher started {val} tasks ({var}={val}) but MPI's COMM_WORLD has "
                 f"{world_size} rank(s): the tasks did not join one MPI job, because the "
