@@ -25,6 +25,7 @@
 # Environment: SLURM_TEST_PORT (first of four TCP ports on 127.0.0.1, default 16817),
 # SLURM_TEST_KEEP=1 (keep the directory), SLURM_TEST_N (matrix order, default 2000).
 set -euo pipefail
+trap 'exit 143' TERM INT   # so that the EXIT trap below cleans up on a timeout
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$(pwd)
@@ -198,7 +199,9 @@ say "cluster up: $(sinfo -h -o '%P %a %D %t %N'), $(srun --version), ports $CTLD
 # ---- the jobs (the README's commands) ---------------------------------------------------------------
 cd "$D/work"
 N=${SLURM_TEST_N:-2000}
-"$PYTHON" -m distla generate --kind spd --n "$N" --out A.npy -q
+DISTLA=("$(dirname "$PYTHON")/distla")
+[[ -x ${DISTLA[0]} ]] || DISTLA=("$PYTHON" -m distla)
+"${DISTLA[@]}" generate --kind spd --n "$N" --out A.npy -q
 export DISTLA_VENV=${VENV:-} OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 SB=(sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 --time=5 --output=%x-%j.out)
 J_SOLVE=$("${SB[@]}" --job-name=solve "$ROOT/launch/slurm.sbatch" distla solve --matrix A.npy)
