@@ -20,7 +20,8 @@
 #
 # The base also gets the host's CA bundle (a TLS proxy's root, if any), so pip inside the builds
 # trusts what the host trusts. It is kept between runs (CONTAINER_TEST_FRESH_BASE=1 remakes it);
-# the distla images are removed at exit (CONTAINER_TEST_KEEP=1 keeps them).
+# the images built here (and their intermediate layers) are removed at exit (CONTAINER_TEST_KEEP=1
+# keeps them).
 #
 # Podman is tried as configured first; where that cannot run a container (e.g. inside a
 # sandbox: no cgroup v2, rlimits that cannot be raised) the script writes a containers.conf
@@ -59,10 +60,16 @@ D=$(mktemp -d /tmp/distla-containers.XXXXXX)
 BASE=localhost/distla-base:bookworm
 IMAGES=(distla:cpu distla:test distla:gpu)
 OK=""
+BEFORE=$(podman images -a -q --no-trunc 2>/dev/null | sort -u || true)
 cleanup() {
     set +e
     if [[ -z ${CONTAINER_TEST_KEEP:-} ]]; then
+        # the images built here, and their intermediate layers; not the base, not older images
         podman rmi -f "${IMAGES[@]}" >/dev/null 2>&1
+        local base new
+        base=$(podman image inspect -f '{{.Id}}' "$BASE" 2>/dev/null)
+        new=$(comm -13 <(echo "$BEFORE") <(podman images -a -q --no-trunc 2>/dev/null | sort -u) | grep -vx "sha256:${base:-none}")
+        [[ -n $new ]] && podman rmi -f $new >/dev/null 2>&1
     fi
     [[ -n $OK ]] || { for f in "$D"/*.log; do [[ -s $f ]] && { echo "----- tail of $f -----" >&2; tail -n 30 "$f" >&2; }; done; }
     rm -rf "$D"
