@@ -9,6 +9,7 @@
 # proctrack/linuxproc, no cgroups), then submits CPU jobs on 2 tasks exactly as the README's
 # "Launching on a cluster" section shows:
 #
+#   distla generate --kind spd --n 2000 --out A.npy
 #   sbatch --ntasks-per-node=2 --cpus-per-task=1 launch/slurm.sbatch distla solve --matrix A.npy
 #   sbatch --ntasks-per-node=2 --cpus-per-task=1 launch/slurm.sbatch examples/spd_solve.py --n 1000
 #
@@ -198,16 +199,16 @@ say "cluster up: $(sinfo -h -o '%P %a %D %t %N'), $(srun --version), ports $CTLD
 
 # ---- the jobs (the README's commands) ---------------------------------------------------------------
 cd "$D/work"
+ln -s "$ROOT/launch" launch      # so that the commands below are the README's, word for word
+ln -s "$ROOT/examples" examples
 N=${SLURM_TEST_N:-2000}
-DISTLA=("$(dirname "$PYTHON")/distla")
-[[ -x ${DISTLA[0]} ]] || DISTLA=("$PYTHON" -m distla)
-"${DISTLA[@]}" generate --kind spd --n "$N" --out A.npy -q
-export DISTLA_VENV=${VENV:-} OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-SB=(sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 --time=5 --output=%x-%j.out)
-J_SOLVE=$("${SB[@]}" --job-name=solve "$ROOT/launch/slurm.sbatch" distla solve --matrix A.npy)
-J_EXAMPLE=$("${SB[@]}" --job-name=example "$ROOT/launch/slurm.sbatch" "$ROOT/examples/spd_solve.py" --n 1000)
-J_NONE=$(SRUN_MPI=none "${SB[@]}" --job-name=pmi-none "$ROOT/launch/slurm.sbatch" distla solve --matrix A.npy)
-J_NONE2=$(SRUN_MPI=none SRUN_CHECK=0 "${SB[@]}" --job-name=pmi-none-distla "$ROOT/launch/slurm.sbatch" distla solve --matrix A.npy)
+export PATH=$(dirname "$PYTHON"):$PATH DISTLA_VENV=${VENV:-} OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+command -v distla >/dev/null 2>&1 || distla() { "$PYTHON" -m distla "$@"; }
+distla generate --kind spd --n "$N" --out A.npy -q
+J_SOLVE=$(sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 launch/slurm.sbatch distla solve --matrix A.npy)
+J_EXAMPLE=$(sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 launch/slurm.sbatch examples/spd_solve.py --n 1000)
+J_NONE=$(SRUN_MPI=none sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 launch/slurm.sbatch distla solve --matrix A.npy)
+J_NONE2=$(SRUN_MPI=none SRUN_CHECK=0 sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 launch/slurm.sbatch distla solve --matrix A.npy)
 ALL=("$J_SOLVE" "$J_EXAMPLE" "$J_NONE" "$J_NONE2")
 say "submitted jobs ${ALL[*]}"
 
@@ -230,7 +231,7 @@ acct() {
 FAIL=0
 check() {   # check JOB NAME SACCT_REGEX OUTPUT_REGEX...
     local j=$1 name=$2 want=$3 out got p; shift 3
-    out=$name-$j.out
+    out=distla-$j.out   # the script's #SBATCH --output
     got=$(acct "$j" "$want")
     if ! [[ $got =~ ^($want)$ ]]; then
         echo "slurm-test: job $j ($name): sacct says '$got', expected '$want'" >&2; FAIL=1
