@@ -3,6 +3,7 @@ ones run in tests/integration/, outside the unit suite)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -112,3 +113,40 @@ def test_slurm_refuses_tasks_that_are_not_one_job(tmp_path):
     assert p.returncode == 3 and len(calls) == 1
     assert "did not start as one MPI job under srun --mpi=none" in p.stderr
     assert "SRUN_MPI=" in p.stderr
+
+
+def _commands(text):
+    """Shell lines of text: continuations joined, comments and leading '#   ' dropped."""
+    lines, buf = [], ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("#"):
+            line = line[1:].strip()
+        if line.endswith("\\"):
+            buf += line[:-1].strip() + " "
+            continue
+        line = re.split(r"\s{2,}#", buf + line)[0].strip()
+        buf = ""
+        if line:
+            lines.append(" ".join(line.split()))
+    return lines
+
+
+@pytest.mark.parametrize("script, section", [("slurm.sh", "## Launching on a cluster"),
+                                             ("containers.sh", "## Containers")])
+def test_readme_shows_the_ci_commands(script, section):
+    """The README's CI code block in each section is the integration script's own list."""
+    src = (ROOT / "tests" / "integration" / script).read_text()
+    readme = (ROOT / "README.md").read_text()
+    body = readme[readme.index(section):]
+    body = body[:body.find("\n## ", 4)] if "\n## " in body[4:] else body
+    subset = src.split('SUBSET="', 1)[1].split('"', 1)[0] if 'SUBSET="' in src else ""
+    header = src.split("set -euo pipefail", 1)[0].replace("$SUBSET", subset)
+    blocks = [b.split("```", 1)[0] for b in body.split("```bash\n")[1:]]
+    ci = max(blocks, key=lambda b: sum(c in _commands(header) for c in _commands(b)))
+    cmds = _commands(ci)
+    assert len(cmds) >= 3
+    missing = [c for c in cmds if c not in _commands(header)]
+    assert not missing, f"README commands not run by tests/integration/{script}: {missing}"
+    for c in cmds:   # and the script runs them (the head word of each appears in its body)
+        assert c.split()[0] in src.split("set -euo pipefail", 1)[1], c

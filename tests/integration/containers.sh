@@ -8,13 +8,15 @@
 # imported, then the Dockerfile's targets are built on it and run, exactly as the README's
 # "Containers" section shows:
 #
-#   mmdebstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm base.tar
+#   mmdebstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+#       --customize-hook='upload /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt' \
+#       bookworm base.tar
 #   podman import base.tar localhost/distla-base:bookworm
 #   podman build --build-arg CPU_IMAGE=localhost/distla-base:bookworm --target cpu -t distla:cpu .
 #   launch/container.sh --cpu distla generate --kind spd --n 2000 --out A.npy
 #   launch/container.sh --cpu mpiexec -n 2 distla solve --matrix A.npy        # SRESID checked
 #   podman build --build-arg CPU_IMAGE=localhost/distla-base:bookworm --target test -t distla:test .
-#   podman run --rm -e DISTLA_TEST_RANKS="1 2" -e PYTEST_ADDOPTS="<a quick subset>" distla:test
+#   podman run --rm -e DISTLA_TEST_RANKS="1 2" -e PYTEST_ADDOPTS="$SUBSET" distla:test  # see below
 #   podman build --build-arg CUDA_IMAGE=localhost/distla-base:bookworm --target gpu -t distla:gpu .
 #   podman run --rm distla:gpu python -c "import cupy, mpi4py.MPI, distla"   # no GPU here
 #
