@@ -18,7 +18,7 @@
 #   podman build --build-arg CPU_IMAGE=localhost/distla-base:bookworm --target test -t distla:test .
 #   podman run --rm -e DISTLA_TEST_RANKS="1 2" -e PYTEST_ADDOPTS="$SUBSET" distla:test  # see below
 #   podman build --build-arg CUDA_IMAGE=localhost/distla-base:bookworm --target gpu -t distla:gpu .
-#   podman run --rm distla:gpu python -c "import cupy, mpi4py.MPI, distla"   # no GPU here
+#   podman run --rm distla:gpu mpiexec -n 2 distla info   # no GPU here: CPU ranks, CuPy imported
 #
 # The base also gets the host's CA bundle (a TLS proxy's root, if any), so pip inside the builds
 # trusts what the host trusts. It is kept between runs (CONTAINER_TEST_FRESH_BASE=1 remakes it);
@@ -155,10 +155,12 @@ if [[ ${CONTAINER_TEST_GPU:-1} == 0 ]]; then
     say "gpu target skipped (CONTAINER_TEST_GPU=0)"
 else
     build gpu CUDA_IMAGE=$BASE
-    out=$(podman run --rm distla:gpu python -c "import cupy, mpi4py.MPI as M, distla
-print('distla', distla.__version__, '| cupy', cupy.__version__, '|', M.Get_library_version().splitlines()[0])" 2>&1) ||
-        die "imports in distla:gpu failed: $out"
-    say "distla:gpu imports: $out"
+    # Open MPI and the mpi4py compiled against it, CuPy importable (no device: CPU ranks)
+    out=$(timeout 300 podman run --rm distla:gpu mpiexec -n 2 distla info 2>&1) ||
+        die "mpiexec -n 2 distla info in distla:gpu failed: $out"
+    grep -qE '^cupy +[0-9]' <<<"$out" || die "no CuPy in distla:gpu: $out"
+    [[ $(grep -cE '^ +[01] +[^ ]+ +[01] +\(0,[01]\)' <<<"$out") == 2 ]] || die "distla info did not list 2 ranks: $out"
+    say "distla:gpu: mpiexec -n 2 distla info ran 2 ranks (Open MPI, $(grep -m1 -E '^cupy' <<<"$out" | tr -s ' '))"
 fi
 
 OK=1
