@@ -108,6 +108,12 @@ def test_slurm_gpu_job_and_override(tmp_path):
     assert "--gpus-per-task=1 --gpu-bind=closest" in calls[0] and "GPU ranks" in p.stdout
 
 
+def test_slurm_gpus_per_node(tmp_path):
+    p, calls = sbatch(tmp_path, "distla", "info", SLURM_GPUS_ON_NODE="4")
+    assert p.returncode == 0, p.stderr
+    assert "GPU ranks" in p.stdout and "--gpus-per-task" not in calls[-1]
+
+
 def test_slurm_refuses_tasks_that_are_not_one_job(tmp_path):
     p, calls = sbatch(tmp_path, "distla", "info", SRUN_MPI="none", FAKE_SRUN_RC="3")
     assert p.returncode == 3 and len(calls) == 1
