@@ -1,9 +1,14 @@
-# syntax=docker/dockerfile:1
+# distla container images (multi-stage). Build from the repository root with Docker, Podman or
+# Buildah:
 #
-# distla container images (multi-stage). Build from the repository root:
-#
-#   docker build --target cpu -t distla:cpu .     # CPU ranks: python slim + MPICH (pip wheel)
+#   docker build --target cpu -t distla:cpu .     # CPU ranks: Python + MPICH (pip wheel)
 #   docker build --target gpu -t distla:gpu .     # GPU ranks: CUDA runtime + Open MPI + CuPy
+#   docker build --target test -t distla:test .   # the cpu image plus the test suite
+#
+# The base images are build arguments: CPU_IMAGE (any image with python3 and its venv module,
+# default python:3.12-slim) and CUDA_IMAGE (a Debian/Ubuntu image, normally NVIDIA's CUDA
+# runtime). tests/integration/containers.sh builds all three offline from a local Debian
+# base, e.g. `podman build --build-arg CPU_IMAGE=localhost/debian-base --target cpu ...`.
 #
 # Run with launch/container.sh (mounts the working directory, passes the host's GPUs):
 #
@@ -13,7 +18,7 @@
 # On a cluster prefer the site's MPI (build mpi4py against it) or a container MPI that is
 # ABI-compatible with it; see README "Containers".
 
-ARG PYTHON_VERSION=3.12
+ARG CPU_IMAGE=python:3.12-slim
 ARG CUDA_IMAGE=nvidia/cuda:12.6.3-runtime-ubuntu24.04
 
 # ---- sources (shared by every target) ------------------------------------------------------
@@ -24,7 +29,7 @@ COPY launch /src/launch
 COPY examples /src/examples
 
 # ---- CPU target ----------------------------------------------------------------------------
-FROM python:${PYTHON_VERSION}-slim AS cpu
+FROM ${CPU_IMAGE} AS cpu
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -32,11 +37,14 @@ ENV PIP_NO_CACHE_DIR=1 \
     PATH=/opt/venv/bin:$PATH
 COPY --from=src /src /opt/distla
 # The `mpi` extra brings MPICH as a wheel (mpiexec lands in /opt/venv/bin), so no system MPI.
-RUN python -m venv /opt/venv \
+RUN python3 -m venv /opt/venv \
     && pip install "/opt/distla[mpi]" \
     && distla --version
-# Waiting ranks yield the CPU (matters when ranks outnumber the container's cores).
+# Waiting ranks yield the CPU (matters when ranks outnumber the container's cores). MPICH's
+# cross-memory attach (process_vm_readv) is refused by Docker's default seccomp profile and a
+# 2-rank job then hangs: keep it off (shared-memory copies instead).
 ENV MPIR_CVAR_POLLS_BEFORE_YIELD=1 \
+    MPIR_CVAR_CH4_CMA_ENABLE=0 \
     OPENBLAS_NUM_THREADS=1
 WORKDIR /work
 CMD ["distla", "info"]
@@ -80,9 +88,9 @@ ENV VIRTUAL_ENV=/opt/venv \
 WORKDIR /work
 CMD ["distla", "info"]
 
-# ---- test target: the CPU image plus the test suite ---------------------------------------------
+# ---- test target: the CPU image plus the repository (less .dockerignore) and the test suite ----
 FROM cpu AS test
-COPY tests /opt/distla/tests
+COPY . /opt/distla
 RUN pip install "/opt/distla[test]"
 WORKDIR /opt/distla
 CMD ["bash", "tests/run.sh"]

@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 
 import numpy as np
 
 from .comm import make_grid_comms
-from .errors import agree, install_excepthook
+from .errors import DistlaError, agree, install_excepthook
 
-__all__ = ["ProcessGrid", "squarest_shape"]
+__all__ = ["ProcessGrid", "check_launch", "squarest_shape"]
+
+# Task count announced by the launcher that started this process, most specific first: MPICH's
+# Hydra and srun --mpi=pmi2 (PMI_SIZE), Open MPI's mpirun (OMPI_COMM_WORLD_SIZE), any srun
+# step (SLURM_STEP_NUM_TASKS; unlike SLURM_NTASKS it is not set in the batch script itself,
+# where one serial process is legitimate).
+LAUNCH_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
 
 
 def squarest_shape(size: int) -> tuple[int, int]:
@@ -28,6 +35,42 @@ def squarest_shape(size: int) -> tuple[int, int]:
 def _world():
     from mpi4py import MPI
     return MPI.COMM_WORLD
+
+
+def _pmi_hint(library: str) -> str:
+    lib = library.lower()
+    if "open mpi" in lib:
+        return "srun --mpi=pmix (Open MPI)"
+    if any(k in lib for k in ("mpich", "intel", "mvapich")):
+        return "srun --mpi=pmi2 (MPICH and its derivatives, such as the pip mpich wheel)"
+    return "the srun --mpi= plugin that this MPI supports (srun --mpi=list)"
+
+
+def check_launch(world_size: int, environ=None, library: str | None = None) -> None:
+    """Raise :class:`DistlaError` when the launcher started a different number of tasks than
+    MPI's ``COMM_WORLD`` has ranks (``world_size``): each task then initialized MPI on its own
+    (e.g. ``srun --mpi=none``, or a PMI plugin that the MPI library does not speak) and would
+    silently run alone. ``environ`` defaults to ``os.environ``; ``library`` is the MPI library
+    version string used for the hint. Not collective; ``DISTLA_LAUNCH_CHECK=0`` disables it."""
+    env = os.environ if environ is None else environ
+    if env.get("DISTLA_LAUNCH_CHECK", "1") == "0":
+        return
+    for var in LAUNCH_SIZE_VARS:
+        val = env.get(var, "").strip()
+        if val.isdigit():
+            if int(val) == world_size:
+                return
+            if library is None:
+                from mpi4py import MPI
+                library = MPI.Get_library_version()
+            name = " ".join(library.strip().split("\n")[0].split()) or "unknown MPI"
+            raise DistlaError(
+                f"the launcher started {val} tasks ({var}={val}) but MPI's COMM_WORLD has "
+                f"{world_size} rank(s): the tasks did not join one MPI job, because the "
+                f"launcher's process-management interface (PMI) does not match the MPI "
+                f"library ({name}). Start with the mpiexec of that MPI, or with "
+                f"{_pmi_hint(name)}; launch/slurm.sbatch picks it itself (SRUN_MPI overrides). "
+                f"DISTLA_LAUNCH_CHECK=0 skips this check")
 
 
 class ProcessGrid:
@@ -47,6 +90,7 @@ class ProcessGrid:
             install_excepthook()
         err = None
         try:
+            check_launch(_world().Get_size())
             if order not in ("row", "col", "column"):
                 raise ValueError(f"order must be 'row' or 'col', not {order!r}")
             for x in (nprow, npcol):

@@ -8,13 +8,15 @@
 #   launch/container.sh distla info
 #   launch/container.sh mpiexec -n 2 distla bench matmul --device gpu --n 16384
 #   launch/container.sh launch/local.sh --gpu distla solve --matrix A.npy --device gpu
-#   launch/container.sh --image distla:cpu --cpu mpiexec -n 4 python examples/spd_solve.py
+#   launch/container.sh --image distla:cpu --cpu mpiexec -n 2 distla solve --matrix A.npy
 #   launch/container.sh --engine apptainer --image distla.sif distla info
 #
 # The current directory is mounted at /work (the container's working directory), so relative
-# paths to matrices and outputs work as outside. Docker/Podman get the host's GPUs
-# (--gpus all, unless --cpu), --ipc=host and a large /dev/shm (NCCL and MPI shared-memory
-# transports need it), unlimited locked memory, and run as your user so output files are yours.
+# paths to matrices and outputs work as outside. Docker/Podman share the host's IPC namespace
+# and /dev/shm (--ipc=host: NCCL and MPI shared-memory transports need room there; --shm SIZE
+# gives a private /dev/shm of that size instead) and run as your user (rootless Podman: as you,
+# through --userns=keep-id) so output files are yours. GPU runs (no --cpu) get the host's GPUs
+# (Docker: --gpus all; Podman: the CDI device nvidia.com/gpu=all) and unlimited locked memory.
 # Apptainer gets --nv (host driver) and --bind. Variables NCCL_*, OMPI_*, MPIR_*, UCX_*,
 # CUDA_VISIBLE_DEVICES, *_NUM_THREADS and DISTLA_* set in your shell are passed in.
 #
@@ -23,7 +25,9 @@
 #   srun --gpus-per-task=1 apptainer exec --nv distla.sif distla solve ...
 #
 # Environment: DISTLA_IMAGE (default image: distla:gpu, or distla:cpu with --cpu),
-# CONTAINER_ENGINE (default: docker, else podman, else apptainer/singularity found on PATH).
+# CONTAINER_ENGINE (default: the first of docker, podman, apptainer, singularity that answers:
+# `docker info` / `podman info` succeed, apptainer runs; an installed docker without a running
+# daemon is passed over).
 set -euo pipefail
 
 usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
@@ -31,7 +35,7 @@ usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 IMAGE=${DISTLA_IMAGE:-}
 ENGINE=${CONTAINER_ENGINE:-}
 CPU=""
-SHM=16g
+SHM=""
 DRY=""
 while (($#)); do
     case $1 in
@@ -49,12 +53,26 @@ done
 (($#)) || set -- distla info
 [[ -n $IMAGE ]] || IMAGE=$([[ -n $CPU ]] && echo distla:cpu || echo distla:gpu)
 
+# An engine that answers: a docker client without a daemon, or a podman that cannot reach its
+# storage, is passed over.
+answers() {
+    case $(basename "$1") in
+        docker|podman) timeout 60 "$1" info >/dev/null 2>&1 ;;
+        *) timeout 60 "$1" --version >/dev/null 2>&1 ;;
+    esac
+}
 if [[ -z $ENGINE ]]; then
+    TRIED=()
     for e in docker podman apptainer singularity; do
-        if command -v "$e" >/dev/null 2>&1; then ENGINE=$e; break; fi
+        command -v "$e" >/dev/null 2>&1 || continue
+        if answers "$e"; then ENGINE=$e; break; fi
+        TRIED+=("$e")
     done
+    if [[ -z $ENGINE ]]; then
+        echo "container.sh: no container engine answers (found but not answering: ${TRIED[*]:-none}; is the docker daemon running?); set CONTAINER_ENGINE" >&2
+        exit 2
+    fi
 fi
-[[ -n $ENGINE ]] || { echo "container.sh: no docker, podman, apptainer or singularity on PATH" >&2; exit 2; }
 
 # Environment passed into the container: whatever of these the caller has set.
 PASS=()
@@ -70,10 +88,19 @@ case $(basename "$ENGINE") in
     docker|podman)
         CMD=("$ENGINE" run --rm -i)
         [[ -t 0 && -t 1 ]] && CMD+=(-t)
-        [[ -n $CPU ]] || CMD+=(--gpus all)
-        CMD+=(--ipc=host --shm-size="$SHM" --ulimit memlock=-1 --ulimit stack=67108864
-              --user "$(id -u):$(id -g)" -e HOME=/tmp
-              -v "$HERE:/work" -w /work)
+        if [[ -z $CPU ]]; then
+            if [[ $(basename "$ENGINE") == podman ]]; then CMD+=(--device nvidia.com/gpu=all)
+            else CMD+=(--gpus all); fi
+            CMD+=(--ulimit memlock=-1 --ulimit stack=67108864)
+        fi
+        # --ipc=host already shares the host's /dev/shm (Podman refuses --shm-size with it).
+        if [[ -n $SHM ]]; then CMD+=(--shm-size="$SHM"); else CMD+=(--ipc=host); fi
+        if [[ $(basename "$ENGINE") == podman && $(id -u) != 0 ]]; then
+            CMD+=(--userns=keep-id)
+        else
+            CMD+=(--user "$(id -u):$(id -g)")
+        fi
+        CMD+=(-e HOME=/tmp -v "$HERE:/work" -w /work)
         for v in "${PASS[@]}"; do CMD+=(-e "$v"); done
         CMD+=("$IMAGE" "$@")
         ;;

@@ -287,7 +287,7 @@ def test_container_launcher_dry_run(tmp_path):
                         "--dry-run", "mpiexec", "-n", "2", "distla", "info"], env=env,
                        capture_output=True, text=True, timeout=30, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    for flag in ("--gpus all", "--ipc=host", "--shm-size", f"{tmp_path}:/work", "-e NCCL_DEBUG",
+    for flag in ("--gpus all", "--ipc=host", f"{tmp_path}:/work", "-e NCCL_DEBUG",
                  "distla:gpu mpiexec -n 2 distla info"):
         assert flag in p.stdout, (flag, p.stdout)
     p = subprocess.run(["bash", str(ROOT / "launch" / "container.sh"), "--engine",

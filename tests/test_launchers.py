@@ -1,0 +1,158 @@
+"""launch/container.sh and launch/slurm.sbatch against fake engines and a fake srun (the real
+ones run in tests/integration/, outside the unit suite)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="bash scripts")
+
+
+def fake_bin(tmp_path, **scripts):
+    """A directory of executables NAME whose body is the given bash text; returns it."""
+    d = tmp_path / "bin"
+    d.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        f = d / name
+        f.write_text("#!/usr/bin/env bash\n" + body + "\n")
+        f.chmod(0o755)
+    return d
+
+
+def env_with(bindir, **extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "SRUN_", "CONTAINER_ENGINE", "DISTLA_"))}
+    env["PATH"] = f"{bindir}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}/usr/bin:/bin"
+    env.update(extra)
+    return env
+
+
+def container(tmp_path, *args, **env):
+    bindir = env.pop("bindir")
+    return subprocess.run(["bash", str(ROOT / "launch" / "container.sh"), "--dry-run", *args],
+                          env=env_with(bindir, **env), capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+
+
+def test_container_engine_must_answer(tmp_path):
+    # docker is installed but its daemon is down; podman answers: podman is chosen.
+    b = fake_bin(tmp_path, docker="exit 1", podman="exit 0", apptainer="exit 0")
+    p = container(tmp_path, "--cpu", "distla", "info", bindir=b)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("podman run") and "distla:cpu distla info" in p.stdout
+    # nothing answers: a clear error, no run
+    b = fake_bin(tmp_path, docker="exit 1", podman="exit 1", apptainer="exit 1", singularity="exit 1")
+    p = container(tmp_path, "distla", "info", bindir=b)
+    assert p.returncode == 2 and "no container engine answers" in p.stderr
+    assert "docker" in p.stderr and "podman" in p.stderr
+
+
+@pytest.mark.parametrize("engine", ["docker", "podman"])
+def test_container_flags(tmp_path, engine):
+    b = fake_bin(tmp_path, **{engine: "exit 0"})
+    gpu = container(tmp_path, "mpiexec", "-n", "2", "distla", "info", bindir=b).stdout
+    assert "--ipc=host" in gpu and "--shm-size" not in gpu  # podman refuses both together
+    assert ("--gpus all" if engine == "docker" else "--device nvidia.com/gpu=all") in gpu
+    assert "--ulimit memlock=-1" in gpu and f"{tmp_path}:/work" in gpu
+    cpu = container(tmp_path, "--cpu", "--shm", "4g", "distla", "info", bindir=b).stdout
+    assert "--shm-size=4g" in cpu and "--ipc=host" not in cpu
+    assert "gpu" not in cpu.replace("distla:cpu", "") and "memlock" not in cpu
+
+
+SRUN = """
+if [[ $1 == --mpi=list ]]; then printf 'MPI plugin types are...\\n\\tpmix\\n\\tnone\\n\\tpmi2\\n'; exit 0; fi
+{ printf '%q ' srun "$@"; echo; } >> "$SRUN_LOG"
+exit "${FAKE_SRUN_RC:-0}"
+"""
+
+
+def sbatch(tmp_path, *cmd, **env):
+    b = fake_bin(tmp_path, srun=SRUN)
+    log = tmp_path / "srun.log"
+    log.unlink(missing_ok=True)
+    base = dict(SRUN_LOG=str(log), SLURM_NTASKS="2", SLURM_CPUS_PER_TASK="1",
+                SLURM_JOB_NUM_NODES="1")
+    base.update(env)
+    p = subprocess.run(["bash", str(ROOT / "launch" / "slurm.sbatch"), *cmd],
+                       env=env_with(b, **base), capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    calls = log.read_text().splitlines() if log.exists() else []
+    return p, calls
+
+
+def test_slurm_cpu_job_picks_pmi_of_the_mpi(tmp_path):
+    from mpi4py import MPI
+    lib = MPI.Get_library_version()
+    want = "pmix" if "Open MPI" in lib else "pmi2" if "MPICH" in lib else None
+    p, calls = sbatch(tmp_path, "distla", "info")
+    assert p.returncode == 0, p.stderr
+    assert len(calls) == 2, calls  # the one-MPI-job check, then the command
+    assert all("--gpus" not in c and "--gpu-bind" not in c for c in calls)  # none asked for
+    if want:
+        assert all(f"--mpi={want}" in c for c in calls), calls
+    assert calls[1].rstrip().endswith("distla info")
+    assert "CPU ranks" in p.stdout
+
+
+def test_slurm_gpu_job_and_override(tmp_path):
+    p, calls = sbatch(tmp_path, "distla", "info", SLURM_GPUS_PER_TASK="1", SRUN_MPI="pmix",
+                      SRUN_CHECK="0")
+    assert p.returncode == 0, p.stderr
+    assert len(calls) == 1 and "--mpi=pmix" in calls[0]
+    assert "--gpus-per-task=1 --gpu-bind=closest" in calls[0] and "GPU ranks" in p.stdout
+
+
+def test_slurm_gpus_per_node(tmp_path):
+    p, calls = sbatch(tmp_path, "distla", "info", SLURM_GPUS_ON_NODE="4")
+    assert p.returncode == 0, p.stderr
+    assert "GPU ranks" in p.stdout and "--gpus-per-task" not in calls[-1]
+
+
+def test_slurm_refuses_tasks_that_are_not_one_job(tmp_path):
+    p, calls = sbatch(tmp_path, "distla", "info", SRUN_MPI="none", FAKE_SRUN_RC="3")
+    assert p.returncode == 3 and len(calls) == 1
+    assert "did not start as one MPI job under srun --mpi=none" in p.stderr
+    assert "SRUN_MPI=" in p.stderr
+
+
+def _commands(text):
+    """Shell lines of text: continuations joined, comments and leading '#   ' dropped."""
+    lines, buf = [], ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("#"):
+            line = line[1:].strip()
+        if line.endswith("\\"):
+            buf += line[:-1].strip() + " "
+            continue
+        line = re.split(r"\s{2,}#", buf + line)[0].strip()
+        buf = ""
+        if line:
+            lines.append(" ".join(line.split()))
+    return lines
+
+
+@pytest.mark.parametrize("script, section", [("slurm.sh", "## Launching on a cluster"),
+                                             ("containers.sh", "## Containers")])
+def test_readme_shows_the_ci_commands(script, section):
+    """The README's CI code block in each section is the integration script's own list."""
+    src = (ROOT / "tests" / "integration" / script).read_text()
+    readme = (ROOT / "README.md").read_text()
+    body = readme[readme.index(section):]
+    body = body[:body.find("\n## ", 4)] if "\n## " in body[4:] else body
+    subset = src.split('SUBSET="', 1)[1].split('"', 1)[0] if 'SUBSET="' in src else ""
+    header = src.split("set -euo pipefail", 1)[0].replace("$SUBSET", subset)
+    blocks = [b.split("```", 1)[0] for b in body.split("```bash\n")[1:]]
+    ci = max(blocks, key=lambda b: sum(c in _commands(header) for c in _commands(b)))
+    cmds = _commands(ci)
+    assert len(cmds) >= 3
+    missing = [c for c in cmds if c not in _commands(header)]
+    assert not missing, f"README commands not run by tests/integration/{script}: {missing}"
+    for c in cmds:   # and the script runs them (the head word of each appears in its body)
+        assert c.split()[0] in src.split("set -euo pipefail", 1)[1], c
