@@ -8,8 +8,13 @@ import numpy as np
 import pytest
 
 from distla.model import PROFILES, Machine, load_machine, predict
-from distla.model.costs import (gemm_flops, getrf_flops, potrf_flops, syrk_flops,
-                                trsm_flops)
+from distla.model.costs import (
+    gemm_flops,
+    getrf_flops,
+    potrf_flops,
+    syrk_flops,
+    trsm_flops,
+)
 
 
 def _machine(**over):

@@ -6,5 +6,13 @@ from .calibrate import calibrate
 from .drivers import ALGORITHMS, Prediction, nominal_flops, predict
 from .machine import PROFILES, Machine, load_machine
 
-__all__ = ["predict", "Prediction", "Machine", "load_machine", "PROFILES", "calibrate",
-           "ALGORITHMS", "nominal_flops"]
+__all__ = [
+           "ALGORITHMS",
+           "PROFILES",
+           "Machine",
+           "Prediction",
+           "calibrate",
+           "load_machine",
+           "nominal_flops",
+           "predict",
+]

@@ -47,24 +47,23 @@ def _local(be, device, nbs, quick):
     out = dict(gemm={}, trsm={}, syrk={}, potrf={}, getrf={})
     for k in nbs:
         a, b, c = arr(big, k), arr(k, big), arr(big, big)
-        t = _best(lambda: be.gemm("N", "N", -1.0, a, b, 1.0, c), sync)
+        t = _best(lambda a=a, b=b, c=c: be.gemm("N", "N", -1.0, a, b, 1.0, c), sync)
         out["gemm"][k] = 2.0 * big * big * k / t
-        tri = arr(k, k)
         tri = be.asarray(np.asfortranarray(np.tril(rng.standard_normal((k, k))) + k * np.eye(k)))
         bm = arr(big, k)
-        t = _best(lambda: be.trsm("R", "L", "T", "N", 1.0, tri, bm), sync)
+        t = _best(lambda tri=tri, bm=bm: be.trsm("R", "L", "T", "N", 1.0, tri, bm), sync)
         out["trsm"][k] = big * k * k / t
         s_a, s_c = arr(k, k), arr(k, k)
-        t = _best(lambda: be.syrk("L", "T", -1.0, s_a, 1.0, s_c), sync, reps=5)
+        t = _best(lambda s_a=s_a, s_c=s_c: be.syrk("L", "T", -1.0, s_a, 1.0, s_c), sync, reps=5)
         out["syrk"][k] = min(out["gemm"][k], k * (k + 1) * k / t)
         spd = np.asfortranarray(rng.standard_normal((k, k)))
         spd = spd @ spd.T + k * np.eye(k)
         host = np.asfortranarray(spd)
 
-        def pot():
+        def pot(host=host):
             w = be.asarray(host.copy(order="F"))
             be.potrf("L", w)
-        t_copy = _best(lambda: be.asarray(host.copy(order="F")), sync, reps=5)
+        t_copy = _best(lambda host=host: be.asarray(host.copy(order="F")), sync, reps=5)
         out["potrf"][k] = max(_best(pot, sync, reps=5) - t_copy, 1e-7)
         pts = []
         for m in (k, (8 if quick else 32) * k if device == "gpu" else 16 * k):

@@ -17,7 +17,7 @@ import math
 from .drivers import ALGORITHMS, predict
 from .machine import PROFILES, load_machine
 
-__all__ = ["main_argv", "build_parser", "shapes", "validate_records", "recommend"]
+__all__ = ["build_parser", "main_argv", "recommend", "shapes", "validate_records"]
 
 _BENCH_ALGO = {("cholesky", None): "cholesky", ("lu", "partial"): "lu",
                ("lu", "tournament"): "calu", ("lu", "none"): "genp", ("rbt", None): "rbt",

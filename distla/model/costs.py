@@ -8,8 +8,17 @@ import math
 
 import numpy as np
 
-__all__ = ["gemm_flops", "syrk_flops", "trsm_flops", "potrf_flops", "getrf_flops",
-           "numroc_v", "rows_from", "Topology", "log2c"]
+__all__ = [
+    "Topology",
+    "gemm_flops",
+    "getrf_flops",
+    "log2c",
+    "numroc_v",
+    "potrf_flops",
+    "rows_from",
+    "syrk_flops",
+    "trsm_flops",
+]
 
 
 def gemm_flops(m, n, k):

@@ -15,15 +15,21 @@ seconds of each message, then advances one clock by the lookahead recurrence (do
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .costs import (Topology, gemm_flops, getrf_flops, log2c, numroc_v, potrf_flops,
-                    rows_from, syrk_flops, trsm_flops)
+from .costs import (
+    Topology,
+    gemm_flops,
+    getrf_flops,
+    log2c,
+    numroc_v,
+    potrf_flops,
+    rows_from,
+)
 
-__all__ = ["Prediction", "predict", "ALGORITHMS", "nominal_flops"]
+__all__ = ["ALGORITHMS", "Prediction", "nominal_flops", "predict"]
 
 ALGORITHMS = ("cholesky", "lu", "calu", "genp", "rbt", "tlr")
 _ISZ = 8  # float64
@@ -301,13 +307,19 @@ def _lu(n, nb, P, Q, M, topo, lookahead, pivoting, tree="binary"):
                 L = log2c(P)
                 a, b = topo.col
                 comm += L * (2 * a + (kb * kb + kb + 1) * _ISZ / b)
-                comp += L * getrf_t(2 * kb, kb)
-                # merges: rank r does one GEPP per level at which it receives
-                r = (ps - pk) % P
+                # the binary tree as _tslu runs it: at level s the rank r (relative to the
+                # root) with r % 2s == 0 merges its candidates with those of r + s
+                cand_r = np.roll(cand, -pk)         # candidates by relative rank
                 s, merges = 1, np.zeros(P)
                 while s < P:
-                    recv = (r % (2 * s) == 0) & (r + s < P)
-                    merges += recv * getrf_flops(2 * kb, kb)
+                    lvl = 0.0
+                    for r in range(0, P - s, 2 * s):
+                        stack = cand_r[r] + cand_r[r + s]
+                        if stack > 0:
+                            merges[(r + pk) % P] += getrf_flops(stack, kb)
+                            lvl = max(lvl, getrf_t(stack, kb))
+                        cand_r[r] = min(stack, kb)
+                    comp += lvl
                     s *= 2
                 fl += merges
                 comm += Topology.bcast(topo.col, P, (kb * kb + kb + 1) * _ISZ)
@@ -345,7 +357,7 @@ def _lu(n, nb, P, Q, M, topo, lookahead, pivoting, tree="binary"):
     acc.t("comm", comm + bc)
     qs = np.arange(Q)
     for k in range(ns):
-        j0, kb = k * nb, min(nb, n - k * nb)
+        kb = min(nb, n - k * nb)
         pr = k % P
         Bk = rows[k + 1]                    # rows below the panel (P,)
         Ck = cols[k + 1]                    # trailing columns (Q,)
@@ -473,7 +485,7 @@ def _tlr(n, nb, P, Q, M, topo, rank=16, oversample=12):
     acc = _Acc(P, Q)
     nt = -(-n // nb)
     r, K = float(rank), float(rank)
-    sh, gpu = topo.share, M.device == "gpu"
+    sh = topo.share
     rate = M.gemm_rate(nb) * M.tlr / sh
     total = 0.0
     for k in range(nt):

@@ -29,7 +29,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-__all__ = ["Machine", "load_machine", "PROFILES", "profile_path"]
+__all__ = ["PROFILES", "Machine", "load_machine", "profile_path"]
 
 _DIR = os.path.join(os.path.dirname(__file__), "machines")
 PROFILES = ("h200-nvlink", "h200-ib", "cpu-dev")
@@ -135,7 +135,7 @@ class Machine:
             f.write("\n")
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Machine":
+    def from_dict(cls, d: dict) -> Machine:
         need = ("gemm", "trsm", "potrf", "getrf", "mem_bw", "call", "intra", "inter")
         miss = [k for k in need if k not in d]
         if miss:
