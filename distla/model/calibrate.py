@@ -22,7 +22,7 @@ from .machine import Machine
 __all__ = ["calibrate"]
 
 
-def _best(fn, sync, reps=3):
+def _best(fn, sync, reps=5):
     fn()
     sync()
     best = float("inf")
@@ -84,6 +84,19 @@ def _local(be, device, nbs, quick):
     y = be.zeros((n,), np.float64)
     t = _best(lambda: y.__setitem__(Ellipsis, x), sync)
     out["mem_bw"] = 2.0 * n * 8 / t
+    # row interchanges: gather nb scattered rows of a tall column-major matrix, then put them
+    m = (1 << 15) if device == "gpu" else (1 << 12)
+    k = max(nbs)
+    a = be.zeros((m, m // 4 if device == "cpu" else m // 2), np.float64)
+    a = be.asarray(np.asfortranarray(np.zeros((1, 1)))) if a.size == 0 else a
+    idx = be.asarray(np.sort(rng.choice(a.shape[0], size=min(k, a.shape[0]), replace=False)))
+    rows = be.empty((idx.shape[0], a.shape[1]), np.float64)
+
+    def swap(a=a, idx=idx, rows=rows):
+        be.take_rows(a, idx, rows)
+        be.put_rows(a, idx, rows)
+    t = _best(swap, sync)
+    out["swap_bw"] = 4.0 * rows.size * 8 / t
     a8, b8, c8 = arr(8, 8), arr(8, 8), arr(8, 8)
     reps = 200
     be.gemm("N", "N", 1.0, a8, b8, 1.0, c8)
@@ -162,7 +175,7 @@ def calibrate(comm=None, device: str = "cpu", nbs=None, grid=None, quick: bool =
     m = Machine(
         name=name or f"calibrated-{device}", device=device, gemm=loc["gemm"],
         trsm=loc["trsm"], syrk=loc["syrk"], potrf=loc["potrf"], getrf=loc["getrf"],
-        mem_bw=loc["mem_bw"], call=loc["call"], intra=intra,
+        mem_bw=loc["mem_bw"], swap_bw=loc["swap_bw"], call=loc["call"], intra=intra,
         inter=dict(base.inter) if base is not None else dict(intra),
         devices_per_node=dpn, overlap=1.0 if device == "gpu" else 0.0,
         row=links.get("row"), col=links.get("col"),

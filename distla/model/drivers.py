@@ -265,6 +265,8 @@ def _lu(n, nb, P, Q, M, topo, lookahead, pivoting, tree="binary"):
     rows = [rows_from(n, j * nb, nb, P).astype(float) for j in range(ns + 1)]
     cols = [rows_from(n, j * nb, nb, Q).astype(float) for j in range(ns + 1)]
     bw = M.mem_bw / sh
+    sbw = M.swap_bw / sh        # row gathers/scatters of column-major storage
+    lbw = sbw if gpu else M.mem_bw / 4 / sh     # LAPACK laswp (one process row, CPU)
 
     def getrf_t(m, kb):
         return M.getrf_time(m, kb, getrf_flops(m, kb)) * sh if m > 0 else 0.0
@@ -290,7 +292,7 @@ def _lu(n, nb, P, Q, M, topo, lookahead, pivoting, tree="binary"):
                 comm += Topology.allgather(topo.col, P, mx * kb * _ISZ)
                 acc.b("col allgather", _col(P, Q, pc, np.full(P, (P - 1) * mx * kb * _ISZ)))
                 acc.msgs += P - 1
-                comp += getrf_t(n - j0, kb) + 3 * (n - j0) * kb * _ISZ / bw
+                comp += getrf_t(n - j0, kb) + 3 * (n - j0) * kb * _ISZ / sbw
                 fl += getrf_flops(n - j0, kb)       # every rank of the column, redundantly
         elif piv == "tournament":
             comp += np.array([getrf_t(a, kb) for a in A_]) + 2 * A_ * kb * _ISZ / bw
@@ -365,11 +367,11 @@ def _lu(n, nb, P, Q, M, topo, lookahead, pivoting, tree="binary"):
         sync = np.zeros(Q)
         if pivoting != "none":
             if P == 1:
-                sync += 4 * kb * Ck * _ISZ / bw
+                sync += 4 * kb * Ck * _ISZ / lbw
             else:
                 moved = kb * (P - 1) / P
                 a, b = topo.col
-                sync += min(P - 1, kb) * a + 2 * moved * Ck * _ISZ / b + 4 * kb * Ck * _ISZ / bw
+                sync += min(P - 1, kb) * a + 2 * moved * Ck * _ISZ / b + 4 * kb * Ck * _ISZ / sbw
                 acc.b("col swap", np.broadcast_to(moved * Ck * _ISZ / P, (P, Q)))
                 acc.msgs += min(P - 1, kb)
         sync += Ck * kb * (kb - 1) / rt * sh + 2 * kb * Ck * _ISZ / bw
@@ -404,7 +406,7 @@ def _lu(n, nb, P, Q, M, topo, lookahead, pivoting, tree="binary"):
             q = k % Q
             wk = min(nb, n - k * nb)
             below = rows[k + 1]
-            tl[:, q] += 4 * below * wk * _ISZ / bw
+            tl[:, q] += 4 * below * wk * _ISZ / (lbw if P == 1 else sbw)
             if P > 1:
                 a, b = topo.col
                 tl[:, q] += (P - 1) * a + below * wk * _ISZ * (P - 1) / P / b
