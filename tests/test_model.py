@@ -222,3 +222,25 @@ def test_cli_predicts_and_validates(tmp_path, capsys):
     assert main_argv(["--machine", "nope"]) == 2
     assert main_argv(["--machine", "h200-ib", "--recommend", "--algo", "cholesky",
                       "--n", "65536", "--ranks", "4"]) == 0
+
+
+def test_scalapack_broadcasts_move_fewer_bytes_than_whole_panel():
+    """The textbook two broadcasts (1/P of the panel along rows, 1/Q down columns) move less
+    than distla's whole-panel row broadcast once both grid dimensions exceed 2, and the
+    flops do not change."""
+    m = load_machine("h200-ib")
+    for P, Q in ((4, 4), (4, 8), (8, 8)):
+        a = predict("cholesky", 32768, 512, P, Q, m)
+        b = predict("cholesky", 32768, 512, P, Q, m, variant="scalapack")
+        assert b.bytes_per_rank() < a.bytes_per_rank()
+        assert a.total_flops() == pytest.approx(b.total_flops(), rel=1e-12)
+
+
+def test_rank_order_decides_which_direction_leaves_the_node():
+    from distla.model.costs import Topology
+    m = load_machine("h200-ib")
+    t = Topology(m, 8, 16, order="row")        # rows of 16 ranks span two 8-GPU nodes
+    assert t.row_inter and t.col_inter
+    t = Topology(m, 8, 16, order="col")        # columns of 8 consecutive ranks: one node
+    assert not t.col_inter and t.row_inter
+    assert t.col == m.link("col", False)

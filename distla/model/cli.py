@@ -48,6 +48,10 @@ def build_parser(prog="distla model"):
     p.add_argument("--ranks-per-node", type=int, help="ranks per node (default: the "
                    "machine's devices per node for GPUs, all on one node for CPUs)")
     p.add_argument("--lookahead", type=int, default=1)
+    p.add_argument("--order", choices=("row", "col"), default="row",
+                   help="rank order of the grid (row: a process row is consecutive ranks)")
+    p.add_argument("--variant", choices=("as-written", "scalapack"), default="as-written",
+                   help="Cholesky panel broadcasts: as written, or ScaLAPACK's two broadcasts")
     p.add_argument("--tree", choices=("binary", "flat"), default="binary")
     p.add_argument("--depth", type=int, default=2, help="RBT butterfly depth")
     p.add_argument("--iterations", type=int, default=2, help="RBT refinement iterations")
@@ -96,6 +100,13 @@ def _weak_n(gb, R, nb):
 
 
 def _opts(args, algo):
+    base = dict(order=args.order)
+    if algo == "cholesky":
+        base["variant"] = args.variant
+    return {**base, **_opts_algo(args, algo)}
+
+
+def _opts_algo(args, algo):
     if algo == "rbt":
         return dict(depth=args.depth, iterations=args.iterations)
     if algo == "tlr":

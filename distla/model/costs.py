@@ -68,13 +68,14 @@ def rows_from(n: int, g: int, nb: int, P: int) -> np.ndarray:
 
 
 class Topology:
-    """Where the ranks of a P x Q grid (row-major rank order: a process row is Q consecutive
-    ranks) sit: ``ranks_per_node`` ranks per node (default: every rank on one node for CPU
+    """Where the ranks of a P x Q grid sit (``order`` 'row': a process row is Q consecutive
+    ranks, distla's default; 'col': a process column is P consecutive ranks): ``ranks_per_node`` ranks per node (default: every rank on one node for CPU
     machines, ``devices_per_node`` per node for GPU ones). Gives (alpha, beta) per message
     along process rows and columns, and ``share``: ranks per device (> 1 when CPU ranks
     outnumber the cores, which then time-share)."""
 
-    def __init__(self, machine, P: int, Q: int, ranks_per_node: int | None = None):
+    def __init__(self, machine, P: int, Q: int, ranks_per_node: int | None = None,
+                 order: str = "row"):
         R = P * Q
         dpn = max(1, int(machine.devices_per_node))
         if ranks_per_node is None:
@@ -83,14 +84,20 @@ class Topology:
         self.P, self.Q, self.rpn = P, Q, rpn
         self.share = max(1.0, rpn / dpn)
         self.nodes = -(-R // rpn)
-        self.row_inter = Q > rpn
-        self.col_inter = P > 1 and R > rpn
-        a, b = machine.link("row", self.row_inter)
-        self.row = (a, b)                      # a row spans few nodes: one stream per node
-        a, b = machine.link("col", self.col_inter)
-        if self.col_inter:                     # every column of the node crosses its NICs
-            b = b / min(Q, rpn)
-        self.col = (a, b)
+        # the direction whose ranks are consecutive stays in a node while it fits; the other
+        # leaves the node as soon as the grid does, and all its groups on a node share the NICs
+        inner, outer = (Q, P) if order == "row" else (P, Q)
+        inner_inter = inner > rpn
+        outer_inter = outer > 1 and R > rpn
+        links = {}
+        for kind, inter, crossing in (("row" if order == "row" else "col", inner_inter, 1),
+                                      ("col" if order == "row" else "row", outer_inter,
+                                       min(inner, rpn))):
+            a, b = machine.link(kind, inter)
+            links[kind] = (a, b / crossing if inter else b)
+        self.row, self.col = links["row"], links["col"]
+        self.row_inter = inner_inter if order == "row" else outer_inter
+        self.col_inter = outer_inter if order == "row" else inner_inter
 
     @staticmethod
     def bcast(link, p: int, nbytes: float) -> float:

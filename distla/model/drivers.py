@@ -117,7 +117,7 @@ def _col(P, Q, q, vals):
 
 
 def _step(acc, ready_la, panel_comp, panel_comm, bcast, work, panel_rank, overlap,
-          lookahead, host=0.0):
+          lookahead, host=0.0, sync=0.0):
     """One step of the recurrence; returns its seconds and books the limiting terms.
     ``ready_la``: seconds before the next panel can start (its column's sync + lookahead
     update); ``work`` (P, Q): each rank's whole step (sync + la + rest); ``panel_rank`` (P, Q):
@@ -132,11 +132,13 @@ def _step(acc, ready_la, panel_comp, panel_comm, bcast, work, panel_rank, overla
     if host >= max(ready, done):
         acc.t("overhead", host)
     elif ready > done:
-        acc.t("update", ready_la)
+        acc.t("sync", min(sync, ready_la))
+        acc.t("update", max(ready_la - sync, 0.0))
         acc.t("panel", panel_comp)
         acc.t("comm", panel_comm + bcast)
     else:
-        acc.t("update", done if lookahead else done - pan - bcast)
+        acc.t("sync", sync)
+        acc.t("update", (done if lookahead else done - pan - bcast) - sync)
         if not lookahead:
             acc.t("panel", panel_comp)
             acc.t("comm", panel_comm + bcast)
@@ -161,7 +163,7 @@ def _first_from(k0, q, Q):
 # ------------------------------------------------------------------------------------------
 # Cholesky (distla/linalg/cholesky.py)
 # ------------------------------------------------------------------------------------------
-def _cholesky(n, nb, P, Q, M, topo, lookahead):
+def _cholesky(n, nb, P, Q, M, topo, lookahead, variant="as-written"):
     acc = _Acc(P, Q)
     nt = -(-n // nb)
     sh, gpu, ov = topo.share, M.device == "gpu", M.overlap
@@ -193,19 +195,35 @@ def _cholesky(n, nb, P, Q, M, topo, lookahead):
         comm = 0.0
         if P > 1:
             comm += Topology.bcast(topo.col, P, kb * kb * _ISZ)
-            if cmax:
+            acc.b("col bcast", _col(P, Q, pc, np.where(np.arange(P) == k % P, 0, kb * kb * _ISZ)))
+            acc.msgs += log2c(P)
+        bc = 0.0
+        if variant == "scalapack":
+            # each rank's own panel rows along its process row, then the transposed pieces
+            # (the panel rows matching each rank's local columns) down the process columns
+            if Q > 1 and cmax:
+                bc += Topology.bcast(topo.row, Q, cmax * kb * _ISZ)
+                recv = np.broadcast_to((Rb * kb * _ISZ)[:, None], (P, Q)).copy()
+                recv[:, pc] = 0
+                acc.b("row bcast", recv)
+                acc.msgs += log2c(Q)
+            nc = cols_from[k + 1].astype(float)
+            if P > 1 and nc.max():
+                bc += Topology.bcast(topo.col, P, float(nc.max()) * kb * _ISZ)
+                acc.b("col bcast", np.broadcast_to(nc * kb * _ISZ * (P - 1) / P, (P, Q)))
+                acc.msgs += log2c(P)
+        else:
+            if P > 1 and cmax:
                 comm += Topology.allgather(topo.col, P, cmax * kb * _ISZ)
                 acc.b("col allgather", _col(P, Q, pc, np.full(P, (P - 1) * cmax * kb * _ISZ)))
-            acc.b("col bcast", _col(P, Q, pc, np.where(np.arange(P) == k % P, 0, kb * kb * _ISZ)))
-            acc.msgs += 1 + (P - 1)
-        bc = 0.0
-        if Q > 1 and cmax:
-            full = P * cmax * kb * _ISZ
-            bc = Topology.bcast(topo.row, Q, full)
-            recv = np.full((P, Q), full)
-            recv[:, pc] = 0
-            acc.b("row bcast", recv)
-            acc.msgs += log2c(Q)
+                acc.msgs += P - 1
+            if Q > 1 and cmax:
+                full = P * cmax * kb * _ISZ
+                bc = Topology.bcast(topo.row, Q, full)
+                recv = np.full((P, Q), full)
+                recv[:, pc] = 0
+                acc.b("row bcast", recv)
+                acc.msgs += log2c(Q)
         acc.f("potrf", _col(P, Q, pc, np.where(np.arange(P) == k % P, potrf_flops(kb), 0)))
         acc.f("trsm", _col(P, Q, pc, Rb * kb * kb))
         return comp, comm, bc, t_po * (np.arange(P) == k % P) + t_tr
@@ -394,8 +412,7 @@ def _lu(n, nb, P, Q, M, topo, lookahead, pivoting, tree="binary"):
             ready_la = float((sync[None, :] + la)[:, qla].max())
             host = float(calls.max() + Ck.max() / nb) * M.call if gpu else 0.0
             total += _step(acc, ready_la, comp, comm, bc, work, _col(P, Q, qla, prank), ov,
-                           lookahead, host)
-            acc.t("sync", 0.0)
+                           lookahead, host, float(sync.max()))
         else:
             t = float((sync[None, :] + upd / rg * sh).max())
             total += t
@@ -513,11 +530,15 @@ def _tlr(n, nb, P, Q, M, topo, rank=16, oversample=12):
 
 
 def predict(algo: str, n: int, nb: int, P: int, Q: int, machine, *, lookahead: int = 1,
-            tree: str = "binary", ranks_per_node: int | None = None, **opts) -> Prediction:
+            tree: str = "binary", ranks_per_node: int | None = None, order: str = "row",
+            variant: str = "as-written", **opts) -> Prediction:
     """The model's :class:`Prediction` for ``algo`` ('cholesky', 'lu' (partial pivoting),
     'calu', 'genp', 'rbt', 'tlr') on an n x n float64 matrix, blocks nb, grid P x Q, on
     ``machine`` (a :class:`distla.model.Machine`). ``opts``: RBT ``depth``, ``iterations``,
-    ``nrhs``; TLR ``rank``. Not collective."""
+    ``nrhs``; TLR ``rank``. ``order``: rank order of the grid ('row', distla's default, or
+    'col'). ``variant``: 'as-written', or for Cholesky 'scalapack' (the textbook two
+    broadcasts of the panel instead of the column allgather + whole-panel row broadcast: what
+    a change of the driver would give). Not collective."""
     from .machine import load_machine
     M = load_machine(machine)
     if algo not in ALGORITHMS:
@@ -525,10 +546,12 @@ def predict(algo: str, n: int, nb: int, P: int, Q: int, machine, *, lookahead: i
     if n < 1 or nb < 1 or P < 1 or Q < 1:
         raise ValueError(f"n, nb, P, Q must be positive (got {n}, {nb}, {P}, {Q})")
     nb = min(nb, n)
-    topo = Topology(M, P, Q, ranks_per_node)
+    if variant not in ("as-written", "scalapack"):
+        raise ValueError(f"variant must be 'as-written' or 'scalapack', not {variant!r}")
+    topo = Topology(M, P, Q, ranks_per_node, order)
     la = 1 if lookahead else 0
     if algo == "cholesky":
-        t, acc, tb = _cholesky(n, nb, P, Q, M, topo, la)
+        t, acc, tb = _cholesky(n, nb, P, Q, M, topo, la, variant)
     elif algo in ("lu", "calu", "genp"):
         piv = {"lu": "partial", "calu": "tournament", "genp": "none"}[algo]
         t, acc, tb = _lu(n, nb, P, Q, M, topo, la, piv, tree)
