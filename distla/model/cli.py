@@ -197,7 +197,7 @@ def _body(argv, prog):
                 raise CommandError(f"--validate: {f}: {e.strerror}") from None
         rows = validate_records(recs, M, args.ranks_per_node)
         for r in rows:
-            r["ok"] = abs(r["err"]) <= args.tolerance
+            r["ok"] = bool(abs(r["err"]) <= args.tolerance)
         if not args.quiet:
             print(f"machine: {M.name} ({M.source})")
             print(format_table([{**r, "err": f"{100 * r['err']:+.1f}%"} for r in rows]))
