@@ -244,3 +244,39 @@ def test_rank_order_decides_which_direction_leaves_the_node():
     t = Topology(m, 8, 16, order="col")        # columns of 8 consecutive ranks: one node
     assert not t.col_inter and t.row_inter
     assert t.col == m.link("col", False)
+
+
+@pytest.mark.mpi
+@pytest.mark.gpu
+def test_calibrate_gpu_messages_along_rows_and_columns(tmp_path):
+    """GPU ranks: kernels through cuBLAS/cuSOLVER, messages through NCCL, on every rank."""
+    from mpi4py import MPI
+
+    from distla.device import gpu_available
+    from distla.model import calibrate
+    if not gpu_available():
+        pytest.skip("needs CuPy and a GPU")
+    comm = MPI.COMM_WORLD
+    out = str(tmp_path / "gpu.json") if comm.rank == 0 else None
+    m = calibrate(comm, device="gpu", nbs=(256, 512), quick=True, out=out)
+    assert m.device == "gpu" and min(m.gemm.values()) > 0 and m.swap_bw > 0
+    if comm.size > 1:
+        assert (m.row or m.col)["beta"] > 0
+    if comm.rank == 0:
+        assert load_machine(out).to_dict() == m.to_dict()
+
+
+@pytest.mark.mpi
+def test_calibrate_cpu_measures_both_grid_directions(tmp_path_factory):
+    from mpi4py import MPI
+
+    from distla.model import calibrate
+    from distla.testing import grid_shapes
+    comm = MPI.COMM_WORLD
+    P, Q = grid_shapes(comm.size)[len(grid_shapes(comm.size)) // 2]
+    m = calibrate(comm, device="cpu", nbs=(16,), quick=True, grid=f"{P}x{Q}")
+    assert (m.row is not None) == (Q > 1) and (m.col is not None) == (P > 1)
+    for link in (m.row, m.col):
+        if link is not None:
+            assert link["alpha"] > 0 and link["beta"] > 0
+    assert m.to_dict() == comm.bcast(m.to_dict(), root=0)   # the same machine everywhere

@@ -141,7 +141,8 @@ def calibrate(comm=None, device: str = "cpu", nbs=None, grid=None, quick: bool =
     module docstring). ``nbs``: block sizes to measure (default 64, 128, 256 on CPU; 256, 512,
     1024 on GPU). ``grid``: "PxQ" for the message measurements (default squarest).
     ``base``: a Machine whose message parameters stand in for directions that cannot be
-    measured (one rank; or between nodes). ``out``: rank 0 writes the JSON there."""
+    measured (one rank; or between nodes). ``out``: rank 0 writes the JSON there (the
+    other ranks may pass None)."""
     from mpi4py import MPI
 
     from ..bench.common import make_grid
@@ -185,9 +186,8 @@ def calibrate(comm=None, device: str = "cpu", nbs=None, grid=None, quick: bool =
                 + ("" if links else "; message parameters not measured (one rank)")),
         extra=dict(calibrated_ranks=comm.size,
                    grid=f"{g.nprow}x{g.npcol}"))
-    if out is not None:
-        from ..errors import collective as _c
-        with _c(comm):
-            if comm.rank == 0:
-                m.save(out)
+    m = Machine.from_dict(comm.bcast(m.to_dict(), root=0))   # rank 0's, on every rank
+    with collective(comm):      # every rank: an unwritable path fails on all of them
+        if out is not None and comm.rank == 0:
+            m.save(out)
     return m
