@@ -84,6 +84,8 @@ def _local(be, device, nbs, quick):
     y = be.zeros((n,), np.float64)
     t = _best(lambda: y.__setitem__(Ellipsis, x), sync)
     out["mem_bw"] = 2.0 * n * 8 / t
+    t = _best(lambda: bool(xp.isfinite(x).all()), sync)
+    out["scan_bw"] = n * 8 / t
     # row interchanges: gather nb scattered rows of a tall column-major matrix, then put them
     m = (1 << 15) if device == "gpu" else (1 << 12)
     k = max(nbs)
@@ -106,7 +108,6 @@ def _local(be, device, nbs, quick):
         be.gemm("N", "N", 1.0, a8, b8, 1.0, c8)
     sync()
     out["call"] = (time.perf_counter() - t) / reps
-    del xp
     return out
 
 
@@ -176,7 +177,8 @@ def calibrate(comm=None, device: str = "cpu", nbs=None, grid=None, quick: bool =
     m = Machine(
         name=name or f"calibrated-{device}", device=device, gemm=loc["gemm"],
         trsm=loc["trsm"], syrk=loc["syrk"], potrf=loc["potrf"], getrf=loc["getrf"],
-        mem_bw=loc["mem_bw"], swap_bw=loc["swap_bw"], call=loc["call"], intra=intra,
+        mem_bw=loc["mem_bw"], swap_bw=loc["swap_bw"], scan_bw=loc["scan_bw"],
+        call=loc["call"], intra=intra,
         inter=dict(base.inter) if base is not None else dict(intra),
         devices_per_node=dpn, overlap=1.0 if device == "gpu" else 0.0,
         row=links.get("row"), col=links.get("col"),

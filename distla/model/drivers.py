@@ -531,14 +531,16 @@ def _tlr(n, nb, P, Q, M, topo, rank=16, oversample=12):
 
 def predict(algo: str, n: int, nb: int, P: int, Q: int, machine, *, lookahead: int = 1,
             tree: str = "binary", ranks_per_node: int | None = None, order: str = "row",
-            variant: str = "as-written", **opts) -> Prediction:
+            variant: str = "as-written", checks: bool = True, **opts) -> Prediction:
     """The model's :class:`Prediction` for ``algo`` ('cholesky', 'lu' (partial pivoting),
     'calu', 'genp', 'rbt', 'tlr') on an n x n float64 matrix, blocks nb, grid P x Q, on
     ``machine`` (a :class:`distla.model.Machine`). ``opts``: RBT ``depth``, ``iterations``,
     ``nrhs``; TLR ``rank``. ``order``: rank order of the grid ('row', distla's default, or
     'col'). ``variant``: 'as-written', or for Cholesky 'scalapack' (the textbook two
     broadcasts of the panel instead of the column allgather + whole-panel row broadcast: what
-    a change of the driver would give). Not collective."""
+    a change of the driver would give). ``checks``: include the input checks the entry points
+    run by default (NaN/Inf scan, symmetry probe, norms: about four passes over the local
+    matrix), as the benchmarks time them. Not collective."""
     from .machine import load_machine
     M = load_machine(machine)
     if algo not in ALGORITHMS:
@@ -559,6 +561,12 @@ def predict(algo: str, n: int, nb: int, P: int, Q: int, machine, *, lookahead: i
         t, acc, tb = _rbt(n, nb, P, Q, M, topo, la, **opts)
     else:
         t, acc, tb = _tlr(n, nb, P, Q, M, topo, **opts)
+    if checks and algo != "tlr":
+        loc = float(numroc_v(n, nb, P).max()) * float(numroc_v(n, nb, Q).max()) * _ISZ
+        tc = 4 * loc / M.scan_bw * topo.share + \
+            4 * Topology.allreduce(topo.col if P > 1 else topo.row, P * Q, 64) + 20 * M.call
+        t += tc
+        acc.t("checks", tc)
     nf = nominal_flops(algo, n)
     tf = nf / t / 1e12 if t > 0 else 0.0
     peak = P * Q * M.gemm_rate(nb) / topo.share

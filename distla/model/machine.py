@@ -10,7 +10,8 @@ A machine is a JSON object (see ``distla/model/machines/*.json`` and docs/model.
   ``t0 + flops(m, nb) / rate`` (the latency-bound panel);
 * ``mem_bw``: bytes/s of a device copy (packing, butterflies); ``swap_bw``: bytes/s of row
   gathers/scatters of a column-major matrix (row interchanges; default mem_bw / 4);
-  ``call``: seconds of host overhead per kernel call (Python + launch);
+  ``scan_bw``: bytes/s of the input checks' passes over the matrix (NaN/Inf scan, norms;
+  default mem_bw / 4); ``call``: seconds of host overhead per kernel call (Python + launch);
 * ``intra`` / ``inter``: ``{"alpha": s, "beta": bytes/s}`` per message inside a node and
   between nodes (``beta`` between nodes is the node's injection bandwidth, shared by the
   groups that cross it); ``row``/``col`` may override ``intra`` for process rows / columns
@@ -83,6 +84,7 @@ class Machine:
     col: dict | None = None
     tlr: float = 0.3
     swap_bw: float = 0.0
+    scan_bw: float = 0.0
     source: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -119,7 +121,8 @@ class Machine:
     # ---- JSON ---------------------------------------------------------------------------
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("name", "device", "source", "devices_per_node",
-                                          "overlap", "mem_bw", "swap_bw", "call", "tlr")}
+                                          "overlap", "mem_bw", "swap_bw", "scan_bw", "call",
+                                          "tlr")}
         for k in ("gemm", "trsm", "syrk", "potrf", "getrf"):
             d[k] = {str(x): v for x, v in sorted(getattr(self, k).items())}
         d["intra"], d["inter"] = dict(self.intra), dict(self.inter)
@@ -157,6 +160,7 @@ class Machine:
                    overlap=float(d.get("overlap", 0.0)), row=d.get("row"), col=d.get("col"),
                    tlr=float(d.get("tlr", 0.3)),
                    swap_bw=float(d.get("swap_bw") or float(d["mem_bw"]) / 4),
+                   scan_bw=float(d.get("scan_bw") or float(d["mem_bw"]) / 4),
                    source=d.get("source", ""),
                    extra=d.get("extra", {}))
 
