@@ -243,12 +243,15 @@ def _body(argv, prog):
                                 base_rate.setdefault(key, row["tflops_per_rank"])
                             if key in base_rate:
                                 row["scaling_eff"] = row["tflops_per_rank"] / base_rate[key]
+                            val = M.extra.get("validation")
+                            if val:   # the spread of the machine's validation runs
+                                row["err_band"] = f"+-{100 * val['max_abs_err']:.0f}%"
                             rows.append(row)
         if not args.quiet:
             print(f"machine: {M.name} ({M.source})")
-            cols = ["algo", "n", "nb", "grid", "seconds", "tflops", "tflops_per_rank",
-                    "efficiency", "scaling_eff", "limiting", "gbytes_per_rank",
-                    "textbook_gbytes_per_rank"]
+            cols = ["algo", "n", "nb", "grid", "seconds", "err_band", "tflops",
+                    "tflops_per_rank", "efficiency", "scaling_eff", "limiting",
+                    "gbytes_per_rank", "textbook_gbytes_per_rank"]
             print(format_table(rows, [c for c in cols if any(c in r for r in rows)]))
     if args.json:
         with open(args.json, "a", encoding="utf-8") as f:
