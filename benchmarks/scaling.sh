@@ -12,6 +12,11 @@
 #   PART=tlr N="1048576 2097152" bash benchmarks/scaling.sh   TLR build + factor + logdet + solve
 #   PART=peers N=65536   bash benchmarks/scaling.sh      cuSOLVERMp alone (if a distla part timed out)
 #
+# A call is limited to 10 minutes: estimate a part first with the model, e.g.
+#   python3 -m distla model -m h200-nvlink --algo cholesky lu calu rbt --n 131072 --ranks 4 --shapes all
+# (x3 for the warm-up and two repetitions, plus matrix generation), and split big parts with
+# GRIDS="2x2" or ALGOS="cholesky lu" (n = 131072 and the weak part on 4-8 GPUs need it).
+#
 # Env: G (GPUs to use, default all visible), GRIDS (default every shape of G), NB (default
 # 1024), ALGOS (default "cholesky lu calu calu-flat rbt"), REPS (default 2), OUT (output
 # folder; $OUT on the device machine). Records: $OUT/scaling.jsonl (distla, bench records plus

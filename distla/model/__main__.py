@@ -1,7 +1,7 @@
 """``python -m distla.model``: the same as ``distla model``."""
 import sys
 
-from ..cli import apply_runtime_defaults
+from ..runtime import apply_runtime_defaults
 from .cli import main_argv
 
 apply_runtime_defaults()

@@ -146,7 +146,7 @@ def calibrate(comm=None, device: str = "cpu", nbs=None, grid=None, quick: bool =
     other ranks may pass None)."""
     from mpi4py import MPI
 
-    from ..bench.common import make_grid
+    from ..defaults import make_grid
     from ..device import get_backend
     from ..errors import collective
     comm = MPI.COMM_WORLD if comm is None else comm

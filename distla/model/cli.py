@@ -25,7 +25,7 @@ _BENCH_ALGO = {("cholesky", None): "cholesky", ("lu", "partial"): "lu",
 
 
 def build_parser(prog="distla model"):
-    from ..cli import ArgumentParser
+    from ..runtime import ArgumentParser
     p = ArgumentParser(prog=prog, description="Alpha-beta-gamma model of distla's "
                        "factorizations as written (docs/model.md): predicted time, TFLOP/s, "
                        "efficiency and limiting term for given n, nb and grids.")
@@ -87,7 +87,7 @@ def shapes(R: int, which: str = "all") -> list[tuple[int, int]]:
 
 
 def _default_nb(n, device, P, Q):
-    from ..bench.common import default_nb
+    from ..defaults import default_nb
 
     class _G:
         nprow, npcol = P, Q
@@ -158,11 +158,66 @@ def validate_records(records, machine, ranks_per_node=None):
     return out
 
 
+def _sizes(values) -> list[int]:
+    """``["1024", "64k", "2048,4096"]`` -> ints (k = 1024). Raises ValueError."""
+    out = []
+    for v in values:
+        for tok in str(v).replace(",", " ").split():
+            t = tok.lower()
+            mult = 1024 if t.endswith("k") else 1
+            try:
+                n = int(t.rstrip("k")) * mult
+            except ValueError:
+                raise ValueError(f"size must be a positive integer, not {tok!r}") from None
+            if n < 1:
+                raise ValueError(f"size must be a positive integer, not {tok!r}")
+            out.append(n)
+    return out
+
+
+def _load_records(path) -> list[dict]:
+    """The JSON objects of a JSON-lines file (blank and malformed lines skipped)."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(r, dict):
+                out.append(r)
+    return out
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, dict):
+        return ""
+    return str(v)
+
+
+def _table(rows, columns=None) -> str:
+    """An aligned text table of dict rows (columns: ``columns`` or the union of keys)."""
+    if not rows:
+        return "(no results)"
+    if columns is None:
+        columns = []
+        for r in rows:
+            columns += [k for k in r if k not in columns and not isinstance(r[k], dict)]
+    cells = [[_fmt(r.get(c, "")) for c in columns] for r in rows]
+    w = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(k) for c, k in zip(columns, w)),
+             "  ".join("-" * k for k in w)]
+    lines += ["  ".join(x.rjust(k) for x, k in zip(row, w)) for row in cells]
+    return "\n".join(lines)
+
+
 def _body(argv, prog):
     from mpi4py import MPI
 
-    from ..bench.common import format_table, parse_grid, parse_sizes
-    from ..cli import CommandError
+    from ..defaults import parse_grid
+    from ..runtime import CommandError
     args = build_parser(prog).parse_args(argv)
     comm = MPI.COMM_WORLD
     if args.calibrate:
@@ -188,11 +243,10 @@ def _body(argv, prog):
         raise CommandError(str(e)) from None
     rows = []
     if args.validate:
-        from ..bench import load_records
         recs = []
         for f in args.validate:
             try:
-                recs += load_records(f)
+                recs += _load_records(f)
             except OSError as e:
                 raise CommandError(f"--validate: {f}: {e.strerror}") from None
         rows = validate_records(recs, M, args.ranks_per_node)
@@ -200,7 +254,7 @@ def _body(argv, prog):
             r["ok"] = bool(abs(r["err"]) <= args.tolerance)
         if not args.quiet:
             print(f"machine: {M.name} ({M.source})")
-            print(format_table([{**r, "err": f"{100 * r['err']:+.1f}%"} for r in rows]))
+            print(_table([{**r, "err": f"{100 * r['err']:+.1f}%"} for r in rows]))
             if rows:
                 e = [abs(r["err"]) for r in rows]
                 print(f"{len(rows)} runs: mean |error| {100 * sum(e) / len(e):.1f}%, max "
@@ -208,7 +262,7 @@ def _body(argv, prog):
                       f"{sum(r['ok'] for r in rows)}/{len(rows)}")
     else:
         try:
-            sizes = parse_sizes(args.n)
+            sizes = _sizes(args.n)
             grids = [parse_grid(g) for g in args.grid] if args.grid else None
         except ValueError as e:
             raise CommandError(str(e)) from None
@@ -252,7 +306,7 @@ def _body(argv, prog):
             cols = ["algo", "n", "nb", "grid", "seconds", "err_band", "tflops",
                     "tflops_per_rank", "efficiency", "scaling_eff", "limiting",
                     "gbytes_per_rank", "textbook_gbytes_per_rank"]
-            print(format_table(rows, [c for c in cols if any(c in r for r in rows)]))
+            print(_table(rows, [c for c in cols if any(c in r for r in rows)]))
     if args.json:
         with open(args.json, "a", encoding="utf-8") as f:
             for r in rows:
@@ -262,5 +316,5 @@ def _body(argv, prog):
 
 def main_argv(argv, prog: str = "distla model") -> int:
     """Run ``distla model`` on ``argv``; returns the exit code (errors: one line on rank 0)."""
-    from ..cli import run_main
+    from ..runtime import run_main
     return run_main(lambda a: _body(a, prog), list(argv), prog=prog)
