@@ -62,6 +62,9 @@ def build_parser(prog="distla model"):
                    help="compare predictions with measured benchmark records")
     p.add_argument("--tolerance", type=float, default=0.15,
                    help="relative error flagged by --validate (default 0.15)")
+    p.add_argument("--per-step", action="store_true",
+                   help="also print the bytes received per step (busiest rank) beside "
+                        "ScaLAPACK's textbook volume, for about 10 sampled steps")
     p.add_argument("--json", metavar="FILE", help="append one JSON line per row")
     p.add_argument("--calibrate", action="store_true",
                    help="measure this machine (collective; run under mpiexec)")
@@ -213,6 +216,20 @@ def _table(rows, columns=None) -> str:
     return "\n".join(lines)
 
 
+def _print_steps(pr) -> None:
+    """Bytes received per step by the busiest rank beside the textbook volume (rank 0)."""
+    tb = pr.textbook.get("step_words", [])
+    sb = pr.step_bytes
+    n = min(len(tb), len(sb))
+    if not n:
+        return
+    print(f"{pr.algo} n={pr.n} nb={pr.nb} grid {pr.P}x{pr.Q}: GB received per step")
+    rows = [dict(step=k, distla_gb=sb[k] / 1e9, textbook_gb=tb[k] * 8 / 1e9,
+                 ratio=(sb[k] / (tb[k] * 8)) if tb[k] else float("nan"))
+            for k in sorted({*range(0, n, max(1, n // 10)), n - 1})]
+    print(_table(rows))
+
+
 def _body(argv, prog):
     from mpi4py import MPI
 
@@ -297,6 +314,8 @@ def _body(argv, prog):
                                 base_rate.setdefault(key, row["tflops_per_rank"])
                             if key in base_rate:
                                 row["scaling_eff"] = row["tflops_per_rank"] / base_rate[key]
+                            if args.per_step and not args.quiet:
+                                _print_steps(pr)
                             val = M.extra.get("validation")
                             if val:   # the spread of the machine's validation runs
                                 row["err_band"] = f"+-{100 * val['max_abs_err']:.0f}%"

@@ -49,8 +49,9 @@ class Prediction:
     ``efficiency`` (tflops over P Q times the GEMM rate at nb), ``terms`` (seconds of the
     critical path by term: update, panel, comm, sync, overhead...), ``flops`` ((P, Q) arrays
     of flops per kernel: the work of each rank), ``bytes`` ((P, Q) arrays of bytes received
-    per rank, by message kind), ``messages`` (per rank), ``textbook`` (words and messages per
-    rank of the same algorithm with ScaLAPACK's broadcasts)."""
+    per rank, by message kind), ``messages`` (per rank), ``textbook`` (words received and
+    messages per rank of the same algorithm with ScaLAPACK's broadcasts, ``step_words`` per
+    step), ``step_bytes`` (bytes received by the busiest rank in each step)."""
     algo: str
     n: int
     nb: int
@@ -64,6 +65,7 @@ class Prediction:
     bytes: dict = field(default_factory=dict)
     messages: float = 0.0
     textbook: dict = field(default_factory=dict)
+    step_bytes: list = field(default_factory=list)
     notes: str = ""
 
     @property
@@ -96,6 +98,11 @@ class _Acc:
         self.P, self.Q = P, Q
         self.flops, self.bytes, self.terms = {}, {}, {}
         self.msgs = 0.0
+        self.snaps = []
+
+    def snap(self):
+        """Record the bytes received so far by the busiest rank (one entry per step)."""
+        self.snaps.append(float(sum(self.bytes.values()).max()) if self.bytes else 0.0)
 
     def f(self, kind, val):
         a = self.flops.setdefault(kind, np.zeros((self.P, self.Q)))
@@ -118,6 +125,7 @@ def _col(P, Q, q, vals):
 
 def _step(acc, ready_la, panel_comp, panel_comm, bcast, work, panel_rank, overlap,
           lookahead, host=0.0, sync=0.0):
+    acc.snap()
     """One step of the recurrence; returns its seconds and books the limiting terms.
     ``ready_la``: seconds before the next panel can start (its column's sync + lookahead
     update); ``work`` (P, Q): each rank's whole step (sync + la + rest); ``panel_rank`` (P, Q):
@@ -257,18 +265,19 @@ def _cholesky(n, nb, P, Q, M, topo, lookahead, variant="as-written"):
 
 
 def _textbook_cholesky(n, nb, P, Q):
-    """ScaLAPACK pdpotrf's per-rank volume: the panel (its 1/P share) broadcast along process
-    rows and its transpose (1/Q share) along process columns, binomial trees (words received
-    per rank on the critical path, times the tree depth as the textbook counts it)."""
+    """ScaLAPACK pdpotrf's words received per rank, per step: the diagonal block down the
+    process column, each process row's share of the panel along the row (``m nb / P``) and
+    the transposed share down the columns (``m nb / Q``); messages on the critical path
+    (binomial trees)."""
     nt = -(-n // nb)
-    words = msgs = 0.0
+    steps, msgs = [], 0.0
     for k in range(nt):
-        m = n - (k + 1) * nb
-        if m <= 0:
-            continue
-        words += m * nb / P * log2c(Q) + m * nb / Q * log2c(P) + nb * nb * log2c(P)
-        msgs += log2c(Q) + 2 * log2c(P)
-    return dict(words=words, messages=msgs)
+        m = max(n - (k + 1) * nb, 0)
+        steps.append((m * nb / P if Q > 1 else 0) + (m * nb / Q if P > 1 else 0)
+                     + (nb * nb if P > 1 else 0))
+        if m:
+            msgs += log2c(Q) + 2 * log2c(P)
+    return dict(words=float(sum(steps)), messages=msgs, step_words=steps)
 
 
 # ------------------------------------------------------------------------------------------
@@ -390,7 +399,9 @@ def _lu(n, nb, P, Q, M, topo, lookahead, pivoting, tree="binary"):
                 moved = kb * (P - 1) / P
                 a, b = topo.col
                 sync += min(P - 1, kb) * a + 2 * moved * Ck * _ISZ / b + 4 * kb * Ck * _ISZ / sbw
-                acc.b("col swap", np.broadcast_to(moved * Ck * _ISZ / P, (P, Q)))
+                # the owner of block row k exchanges the kb rows with the other process rows
+                acc.b("col swap", np.where((ps == pr)[:, None], (moved * Ck * _ISZ)[None, :],
+                                           (kb / P * Ck * _ISZ)[None, :]))
                 acc.msgs += min(P - 1, kb)
         sync += Ck * kb * (kb - 1) / rt * sh + 2 * kb * Ck * _ISZ / bw
         acc.f("trsm", np.where((ps == pr)[:, None], (Ck * kb * (kb - 1))[None, :], 0.0))
@@ -435,23 +446,27 @@ def _lu(n, nb, P, Q, M, topo, lookahead, pivoting, tree="binary"):
 
 
 def _textbook_lu(n, nb, P, Q, pivoting, tree):
-    """ScaLAPACK pdgetrf (partial: one pivot search per column, a reduction down the process
-    column) or CALU (one tournament per panel): per-rank words and messages, binomial trees."""
+    """ScaLAPACK pdgetrf (partial pivoting: one pivot search per column, reductions down the
+    process column) or CALU (one tournament per panel): words received per rank per step (L
+    panel share along rows, U12 share down columns, interchanged rows) and messages on the
+    critical path (binomial trees)."""
     ns = -(-n // nb)
-    words = msgs = 0.0
+    steps, msgs = [], 0.0
     for k in range(ns):
         m = n - k * nb
-        mb_ = n - (k + 1) * nb
-        words += m * nb / P * log2c(Q) + max(mb_, 0) * nb / Q * log2c(P) \
-            + nb * max(mb_, 0) / Q      # L panel along rows, U12 down columns, swaps
+        mb_ = max(n - (k + 1) * nb, 0)
+        w = (m * nb / P if Q > 1 else 0) + (mb_ * nb / Q if P > 1 else 0)
+        if pivoting != "none" and P > 1:
+            w += nb * mb_ / Q * (P - 1) / P
         if pivoting == "partial":
             msgs += nb * 2 * log2c(P) + log2c(Q) + log2c(P) + min(P - 1, nb)
         elif pivoting == "tournament":
-            words += nb * nb * log2c(P) if tree == "binary" else nb * nb * (P - 1)
+            w += nb * nb * log2c(P) if tree == "binary" else nb * nb * (P - 1)
             msgs += 2 * log2c(P) + log2c(Q) + log2c(P) + min(P - 1, nb)
         else:
             msgs += 2 * log2c(P) + log2c(Q)
-    return dict(words=words, messages=msgs)
+        steps.append(w)
+    return dict(words=float(sum(steps)), messages=msgs, step_words=steps)
 
 
 # ------------------------------------------------------------------------------------------
@@ -573,4 +588,5 @@ def predict(algo: str, n: int, nb: int, P: int, Q: int, machine, *, lookahead: i
     return Prediction(algo=algo, n=n, nb=nb, P=P, Q=Q, seconds=t, tflops=tf,
                       efficiency=nf / t / peak if t > 0 else 0.0, terms=acc.terms,
                       flops=acc.flops, bytes=acc.bytes, messages=acc.msgs, textbook=tb,
+                      step_bytes=[float(x) for x in np.diff([0.0, *acc.snaps])],
                       notes=M.name)
