@@ -90,7 +90,6 @@ def _local(be, device, nbs, quick):
     m = (1 << 15) if device == "gpu" else (1 << 12)
     k = max(nbs)
     a = be.zeros((m, m // 4 if device == "cpu" else m // 2), np.float64)
-    a = be.asarray(np.asfortranarray(np.zeros((1, 1)))) if a.size == 0 else a
     idx = be.asarray(np.sort(rng.choice(a.shape[0], size=min(k, a.shape[0]), replace=False)))
     rows = be.empty((idx.shape[0], a.shape[1]), np.float64)
 
@@ -185,7 +184,9 @@ def calibrate(comm=None, device: str = "cpu", nbs=None, grid=None, quick: bool =
         tlr=base.tlr if base is not None else (0.3 if device == "gpu" else 0.5),
         source=(f"distla model --calibrate on {comm.size} rank(s), grid {g.nprow}x{g.npcol}, "
                 f"device {device}, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC"
-                + ("" if links else "; message parameters not measured (one rank)")),
+                + ("" if links else "; message parameters not measured (one rank)"
+                   + (f": taken from {base.name}" if base is not None else ""))
+                + (f"; between nodes: {base.name}" if base is not None else "")),
         extra=dict(calibrated_ranks=comm.size,
                    grid=f"{g.nprow}x{g.npcol}"))
     m = Machine.from_dict(comm.bcast(m.to_dict(), root=0))   # rank 0's, on every rank

@@ -29,9 +29,10 @@ def build_parser(prog="distla model"):
     p = ArgumentParser(prog=prog, description="Alpha-beta-gamma model of distla's "
                        "factorizations as written (docs/model.md): predicted time, TFLOP/s, "
                        "efficiency and limiting term for given n, nb and grids.")
-    p.add_argument("--machine", "-m", default="h200-nvlink",
-                   help=f"profile ({', '.join(PROFILES)}) or JSON machine file "
-                        "(default h200-nvlink)")
+    p.add_argument("--machine", "-m", default=None,
+                   help=f"profile ({', '.join(PROFILES)}) or JSON machine file (default "
+                        "h200-nvlink; with --calibrate: where the parameters that cannot be "
+                        "measured come from, default cpu-dev or h200-ib)")
     p.add_argument("--algo", nargs="+", default=["cholesky", "lu", "calu", "rbt"],
                    choices=ALGORITHMS, help="algorithms (default cholesky lu calu rbt)")
     p.add_argument("--n", nargs="+", default=["65536"], help="matrix sizes (1k = 1024)")
@@ -240,9 +241,8 @@ def _body(argv, prog):
     if args.calibrate:
         from .calibrate import calibrate
         dev = args.device or "cpu"
-        base = None
         try:
-            base = load_machine(args.machine) if args.machine != "h200-nvlink" else None
+            base = load_machine(args.machine or ("h200-ib" if dev == "gpu" else "cpu-dev"))
         except ValueError as e:
             raise CommandError(str(e)) from None
         m = calibrate(comm, device=dev, nbs=args.nb, grid=args.calib_grid, quick=args.quick,
@@ -255,7 +255,7 @@ def _body(argv, prog):
     if comm.rank != 0:
         return 0
     try:
-        M = load_machine(args.machine)
+        M = load_machine(args.machine or "h200-nvlink")
     except ValueError as e:
         raise CommandError(str(e)) from None
     rows = []
