@@ -1,5 +1,6 @@
 """Alpha-beta-gamma models of distla's factorizations, step by step, as the drivers are
-written (distla/linalg/cholesky.py, lu.py, _tslu.py, rbt.py; distla/tlr/cholesky.py).
+written (distla/linalg/_potrf_loop.py, _lu_loop.py, _tslu.py, rbt.py, _butterfly.py;
+distla/tlr/cholesky.py).
 
 Every model walks the blocked loop: for each step it computes, for every rank of the P x Q
 grid (NumPy arrays of shape (P, Q)), the kernel flops and seconds of the step's work and the
