@@ -159,6 +159,8 @@ def build_parser() -> ArgumentParser:
     _add_output_flags(g)
 
     sub.add_parser("bench", help="run a benchmark (distla bench NAME --help)", add_help=False)
+    sub.add_parser("model", help="performance model: predict, recommend, calibrate "
+                   "(distla model --help)", add_help=False)
 
     w = sub.add_parser("warmup", help="compile every GPU kernel once (persistent cache)",
                        description="Run each solver, the checks and the file I/O once at a "
@@ -661,6 +663,9 @@ def _main(argv) -> int:
     if argv and argv[0] == "bench":
         from .bench import main_argv
         return main_argv(argv[1:], prog="distla bench")
+    if argv and argv[0] == "model":
+        from .model.cli import main_argv as model_main
+        return model_main(argv[1:], prog="distla model")
     args = build_parser().parse_args(argv)
     comm = _world()
     return _COMMANDS[args.command](args, comm)

@@ -1,0 +1,282 @@
+"""The performance model (distla/model): its flop accounting against the drivers' own kernel
+calls, its response to the machine parameters, calibration and the command line."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from distla.model import PROFILES, Machine, load_machine, predict
+from distla.model.costs import (
+    gemm_flops,
+    getrf_flops,
+    potrf_flops,
+    syrk_flops,
+    trsm_flops,
+)
+
+
+def _machine(**over):
+    d = load_machine("cpu-dev").to_dict()
+    d.update(over)
+    return Machine.from_dict(d)
+
+
+# ------------------------------------------------------------------------------------------
+# counting the drivers' kernel flops
+# ------------------------------------------------------------------------------------------
+class _Counter:
+    """Wraps the CPU backend's kernels (class-level, restored by monkeypatch) and adds up
+    LAPACK's flop counts of every call, by kernel."""
+
+    def __init__(self, monkeypatch):
+        from distla.device import get_backend
+        self.flops = {}
+        cls = type(get_backend("cpu"))
+        orig = {k: getattr(cls, k) for k in ("gemm", "syrk", "trsm", "potrf", "getrf")}
+
+        def add(kind, v):
+            self.flops[kind] = self.flops.get(kind, 0.0) + float(v)
+
+        def gemm(be, ta, tb, alpha, a, b, beta, c, *args, **kw):
+            k = a.shape[0] if ta in "TtCc" else a.shape[1]
+            add("gemm", gemm_flops(c.shape[0], c.shape[1], k))
+            return orig["gemm"](be, ta, tb, alpha, a, b, beta, c, *args, **kw)
+
+        def syrk(be, uplo, trans, alpha, a, beta, c):
+            k = a.shape[0] if trans in "TtCc" else a.shape[1]
+            add("syrk", syrk_flops(c.shape[0], k))
+            return orig["syrk"](be, uplo, trans, alpha, a, beta, c)
+
+        def trsm(be, side, uplo, transa, diag, alpha, a, b):
+            nrhs = b.shape[1] if side in "Ll" else b.shape[0]
+            add("trsm", trsm_flops(a.shape[0], nrhs, unit=diag in "Uu"))
+            return orig["trsm"](be, side, uplo, transa, diag, alpha, a, b)
+
+        def potrf(be, uplo, a):
+            add("potrf", potrf_flops(a.shape[0]))
+            return orig["potrf"](be, uplo, a)
+
+        def getrf(be, a):
+            add("getrf", getrf_flops(*a.shape))
+            return orig["getrf"](be, a)
+        for name, fn in (("gemm", gemm), ("syrk", syrk), ("trsm", trsm), ("potrf", potrf),
+                         ("getrf", getrf)):
+            monkeypatch.setattr(cls, name, fn)
+
+    def total(self):
+        return sum(self.flops.values())
+
+
+def _run_driver(algo, grid, n, nb, tree="binary"):
+    from distla.bench.common import general_matrix, spd_matrix
+    from distla.linalg import cholesky, lu_factor
+    if algo == "cholesky":
+        A = spd_matrix(grid, n, nb)
+        cholesky(A, check_finite=False, check_symmetric=False)
+    else:
+        A = general_matrix(grid, n, nb)
+        lu_factor(A, pivoting={"lu": "partial", "calu": "tournament"}[algo], tree=tree,
+                  check_finite=False)
+
+
+@pytest.mark.parametrize("algo", ["cholesky", "lu", "calu"])
+@pytest.mark.parametrize("n,nb", [(100, 16), (61, 8), (48, 48)])
+def test_model_flops_equal_driver_flops_1x1(algo, n, nb, monkeypatch):
+    from mpi4py import MPI
+
+    from distla import ProcessGrid
+    grid = ProcessGrid(1, 1, comm=MPI.COMM_SELF)
+    cnt = _Counter(monkeypatch)
+    _run_driver(algo, grid, n, nb)
+    pred = predict(algo, n, nb, 1, 1, "cpu-dev")
+    assert pred.total_flops() == pytest.approx(cnt.total(), rel=1e-12)
+    # and both equal LAPACK's count of the unblocked factorization
+    exact = potrf_flops(n) if algo == "cholesky" else getrf_flops(n, n)
+    assert cnt.total() == pytest.approx(exact, rel=1e-12)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("algo,tree", [("cholesky", "binary"), ("lu", "binary"),
+                                       ("calu", "binary"), ("calu", "flat")])
+def test_model_flops_per_rank_equal_driver_flops(algo, tree, monkeypatch):
+    """Every rank's kernel flops (redundant panel work included) are what the model books
+    for that grid position, on every grid shape."""
+    from mpi4py import MPI
+
+    from distla import ProcessGrid
+    from distla.testing import grid_shapes
+    for P, Q in grid_shapes(MPI.COMM_WORLD.size):
+        grid = ProcessGrid(P, Q)
+        for n, nb in ((90, 8), (64, 16)):
+            cnt = _Counter(monkeypatch)
+            _run_driver(algo, grid, n, nb, tree)
+            pred = predict(algo, n, nb, P, Q, "cpu-dev", tree=tree)
+            mine = sum(float(v[grid.myrow, grid.mycol]) for v in pred.flops.values())
+            assert mine == pytest.approx(cnt.total(), rel=1e-12), (P, Q, n, nb)
+            monkeypatch.undo()
+
+
+def test_model_total_flops_cholesky_any_grid():
+    for P, Q in ((1, 1), (2, 1), (1, 3), (3, 2), (4, 4)):
+        pred = predict("cholesky", 203, 16, P, Q, "cpu-dev")
+        assert pred.total_flops() == pytest.approx(potrf_flops(203), rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------------
+# response to the machine
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("algo", ["cholesky", "lu", "calu", "genp", "rbt", "tlr"])
+def test_faster_network_never_slower(algo):
+    base = load_machine("cpu-dev")
+    prev = None
+    for f in (0.25, 1, 4, 16):
+        m = _machine(intra={"alpha": base.intra["alpha"] / f, "beta": base.intra["beta"] * f},
+                     row=None, col=None,
+                     inter={"alpha": base.inter["alpha"] / f, "beta": base.inter["beta"] * f})
+        t = predict(algo, 2048, 64, 2, 4, m).seconds
+        if prev is not None:
+            assert t <= prev * (1 + 1e-12)
+        prev = t
+    slow = _machine(intra={"alpha": 1e-2, "beta": 1e6}, inter={"alpha": 1e-2, "beta": 1e6},
+                    row=None, col=None)
+    assert predict(algo, 2048, 64, 2, 4, slow).seconds > prev * 2
+
+
+def test_one_rank_reduces_to_local_rates():
+    """1 x 1: no messages at all (network parameters do not matter), and for a large
+    matrix the rate approaches the GEMM rate at nb (the update dominates)."""
+    m1 = _machine()
+    m2 = _machine(intra={"alpha": 1.0, "beta": 1.0}, inter={"alpha": 1.0, "beta": 1.0},
+                  row=None, col=None)
+    for algo in ("cholesky", "lu", "calu", "rbt"):
+        a, b = predict(algo, 4096, 128, 1, 1, m1), predict(algo, 4096, 128, 1, 1, m2)
+        assert a.seconds == b.seconds
+        assert a.bytes_per_rank() == 0
+    big = predict("cholesky", 65536, 128, 1, 1, m1)
+    assert 0.8 < big.efficiency <= 1.0
+    gemm_only = big.flops["gemm"].sum() / m1.gemm_rate(128)
+    assert big.seconds > gemm_only
+    assert big.limiting == "update"
+
+
+def test_more_ranks_weak_scaling_moves_more_bytes():
+    m = load_machine("h200-ib")
+    b = [predict("cholesky", int(65536 * np.sqrt(R)) // 1024 * 1024, 1024, P, Q, m)
+         .bytes_per_rank() for R, (P, Q) in ((4, (2, 2)), (16, (4, 4)), (64, (8, 8)))]
+    assert b[0] < b[1] < b[2]
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_profiles_load_and_predict(name):
+    m = load_machine(name)
+    p = predict("lu", 8192, 256, 2, 2, m)
+    assert p.seconds > 0 and 0 < p.efficiency <= 1
+    assert load_machine(m.to_dict()).to_dict() == m.to_dict()
+
+
+def test_bad_machine_and_inputs():
+    with pytest.raises(ValueError, match="no such profile"):
+        load_machine("no-such-machine")
+    d = load_machine("cpu-dev").to_dict()
+    del d["gemm"]
+    with pytest.raises(ValueError, match="gemm"):
+        load_machine(d)
+    with pytest.raises(ValueError, match="algorithm"):
+        predict("qr", 100, 10, 1, 1, "cpu-dev")
+    with pytest.raises(ValueError, match="positive"):
+        predict("lu", 0, 10, 1, 1, "cpu-dev")
+
+
+# ------------------------------------------------------------------------------------------
+# calibration and the command line
+# ------------------------------------------------------------------------------------------
+def test_calibrate_writes_a_valid_machine(tmp_path):
+    from mpi4py import MPI
+
+    from distla.model import calibrate
+    out = tmp_path / "m.json"
+    m = calibrate(MPI.COMM_SELF, device="cpu", nbs=(16, 32), quick=True, out=str(out))
+    got = load_machine(str(out))
+    assert got.to_dict() == m.to_dict()
+    assert all(v > 0 for v in got.gemm.values()) and set(got.gemm) == {16, 32}
+    assert got.mem_bw > 0 and got.call > 0
+    assert predict("cholesky", 256, 32, 1, 1, got).seconds > 0
+
+
+def test_cli_predicts_and_validates(tmp_path, capsys):
+    from distla.model.cli import main_argv
+    js = tmp_path / "rows.jsonl"
+    assert main_argv(["--machine", "cpu-dev", "--algo", "cholesky", "calu", "--n", "1024",
+                      "--ranks", "1", "2", "--shapes", "all", "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    assert "cholesky" in out and "1x2" in out and "2x1" in out
+    rows = [json.loads(x) for x in js.read_text().splitlines()]
+    assert len(rows) == 2 * 3 and all(r["seconds"] > 0 for r in rows)
+    rec = tmp_path / "meas.jsonl"
+    rec.write_text(json.dumps({"bench": "lu", "impl": "distla", "n": 1024, "nb": 128,
+                               "grid": "1x2", "pivoting": "partial", "seconds": 0.5}) + "\n")
+    assert main_argv(["--machine", "cpu-dev", "--validate", str(rec)]) == 0
+    assert "1 runs" in capsys.readouterr().out
+    assert main_argv(["--machine", "nope"]) == 2
+    assert main_argv(["--machine", "h200-ib", "--recommend", "--algo", "cholesky",
+                      "--n", "65536", "--ranks", "4"]) == 0
+
+
+def test_scalapack_broadcasts_move_fewer_bytes_than_whole_panel():
+    """The textbook two broadcasts (1/P of the panel along rows, 1/Q down columns) move less
+    than distla's whole-panel row broadcast once both grid dimensions exceed 2, and the
+    flops do not change."""
+    m = load_machine("h200-ib")
+    for P, Q in ((4, 4), (4, 8), (8, 8)):
+        a = predict("cholesky", 32768, 512, P, Q, m)
+        b = predict("cholesky", 32768, 512, P, Q, m, variant="scalapack")
+        assert b.bytes_per_rank() < a.bytes_per_rank()
+        assert a.total_flops() == pytest.approx(b.total_flops(), rel=1e-12)
+
+
+def test_rank_order_decides_which_direction_leaves_the_node():
+    from distla.model.costs import Topology
+    m = load_machine("h200-ib")
+    t = Topology(m, 8, 16, order="row")        # rows of 16 ranks span two 8-GPU nodes
+    assert t.row_inter and t.col_inter
+    t = Topology(m, 8, 16, order="col")        # columns of 8 consecutive ranks: one node
+    assert not t.col_inter and t.row_inter
+    assert t.col == m.link("col", False)
+
+
+@pytest.mark.mpi
+@pytest.mark.gpu
+def test_calibrate_gpu_messages_along_rows_and_columns(tmp_path):
+    """GPU ranks: kernels through cuBLAS/cuSOLVER, messages through NCCL, on every rank."""
+    from mpi4py import MPI
+
+    from distla.device import gpu_available
+    from distla.model import calibrate
+    if not gpu_available():
+        pytest.skip("needs CuPy and a GPU")
+    comm = MPI.COMM_WORLD
+    out = str(tmp_path / "gpu.json") if comm.rank == 0 else None
+    m = calibrate(comm, device="gpu", nbs=(256, 512), quick=True, out=out)
+    assert m.device == "gpu" and min(m.gemm.values()) > 0 and m.swap_bw > 0
+    if comm.size > 1:
+        assert (m.row or m.col)["beta"] > 0
+    if comm.rank == 0:
+        assert load_machine(out).to_dict() == m.to_dict()
+
+
+@pytest.mark.mpi
+def test_calibrate_cpu_measures_both_grid_directions(tmp_path_factory):
+    from mpi4py import MPI
+
+    from distla.model import calibrate
+    from distla.testing import grid_shapes
+    comm = MPI.COMM_WORLD
+    P, Q = grid_shapes(comm.size)[len(grid_shapes(comm.size)) // 2]
+    m = calibrate(comm, device="cpu", nbs=(16,), quick=True, grid=f"{P}x{Q}")
+    assert (m.row is not None) == (Q > 1) and (m.col is not None) == (P > 1)
+    for link in (m.row, m.col):
+        if link is not None:
+            assert link["alpha"] > 0 and link["beta"] > 0
+    assert m.to_dict() == comm.bcast(m.to_dict(), root=0)   # the same machine everywhere
