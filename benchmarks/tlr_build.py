@@ -83,7 +83,8 @@ def main(argv=None):
                 rec = {"bench": "tlr-build", "impl": f"distla-tlr-{m}", "n": n, "nb": nb,
                        "ranks": comm.size, "grid": f"{grid.nprow}x{grid.npcol}",
                        "device": args.device, "kernel": args.kernel, "tol": args.tol,
-                       "seconds": dt, "cpu_s": cpu, "tflops": None, "rank_mean": round(T.ranks.mean, 2),
+                       "seconds": dt, "cpu_s": cpu, "tflops": None,
+                       "rank_mean": round(T.ranks.mean, 2),
                        "rank_max": T.ranks.max, "mem_build_gib": T.info["mem_build"] / 2 ** 30,
                        "factor_s": factor_s, "load": os.getloadavg()[0], "note": args.note,
                        "command": "python benchmarks/tlr_build.py " + " ".join(

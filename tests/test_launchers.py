@@ -47,7 +47,8 @@ def test_container_engine_must_answer(tmp_path):
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("podman run") and "distla:cpu distla info" in p.stdout
     # nothing answers: a clear error, no run
-    b = fake_bin(tmp_path, docker="exit 1", podman="exit 1", apptainer="exit 1", singularity="exit 1")
+    b = fake_bin(tmp_path, docker="exit 1", podman="exit 1", apptainer="exit 1",
+                 singularity="exit 1")
     p = container(tmp_path, "distla", "info", bindir=b)
     assert p.returncode == 2 and "no container engine answers" in p.stderr
     assert "docker" in p.stderr and "podman" in p.stderr
@@ -66,7 +67,9 @@ def test_container_flags(tmp_path, engine):
 
 
 SRUN = """
-if [[ $1 == --mpi=list ]]; then printf 'MPI plugin types are...\\n\\tpmix\\n\\tnone\\n\\tpmi2\\n'; exit 0; fi
+if [[ $1 == --mpi=list ]]; then
+    printf 'MPI plugin types are...\\n\\tpmix\\n\\tnone\\n\\tpmi2\\n'; exit 0
+fi
 { printf '%q ' srun "$@"; echo; } >> "$SRUN_LOG"
 exit "${FAKE_SRUN_RC:-0}"
 """

@@ -16,7 +16,8 @@ Reported per n: build time (``build_s`` = ``compress_s``, after one untimed warm
 GPU) beside the TLR factor time (``factor_s``, copy outside the timed region) and their ratio,
 logdet and solve times, the end-to-end rate ``unknowns_per_s = n / (build + factor +
 logdet)``, the memory per phase (``mem_build_gib``, ``mem_factor_gib``, ``mem_solve_gib``:
-largest footprint on one rank), dense factor time and the speedup; memory of the TLR matrix (compressed footprint and allocated
+largest footprint on one rank), dense factor time and the speedup; memory of the TLR matrix (compressed footprint
+and allocated
 padded stacks) as a fraction of the dense n x n matrix; ranks min/mean/max before and after
 factoring; accuracy: ``||A - L L^T||_2 / ||A||_2`` (10 steps of subspace iteration with 8 random
 probe vectors, a lower bound; with the exact dense A, or with the TLR matrix under

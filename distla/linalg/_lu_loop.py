@@ -22,8 +22,8 @@ import numpy as np
 from .. import layout, progress
 from ..errors import SingularMatrixError, agree
 from ..trace import trace
-from ._pivoting import permute_rows, suffix_moves, swap_rows, winners_to_ipiv
 from ._local import use_local
+from ._pivoting import permute_rows, suffix_moves, swap_rows, winners_to_ipiv
 from ._tslu import tournament
 
 _POLL_CHUNK = 512  # CPU update: columns per GEMM between MPI progress polls

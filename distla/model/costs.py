@@ -69,7 +69,8 @@ def rows_from(n: int, g: int, nb: int, P: int) -> np.ndarray:
 
 class Topology:
     """Where the ranks of a P x Q grid sit (``order`` 'row': a process row is Q consecutive
-    ranks, distla's default; 'col': a process column is P consecutive ranks): ``ranks_per_node`` ranks per node (default: every rank on one node for CPU
+    ranks, distla's default; 'col': a process column is P consecutive ranks): ``ranks_per_node``
+    ranks per node (default: every rank on one node for CPU
     machines, ``devices_per_node`` per node for GPU ones). Gives (alpha, beta) per message
     along process rows and columns, and ``share``: ranks per device (> 1 when CPU ranks
     outnumber the cores, which then time-share)."""

@@ -276,7 +276,8 @@ def aca(get_rows, get_cols, t, m, n, delta, max_rank, xp, dtype=np.float64, rng=
     Each iteration adds the cross through the pivot ``(i, argmax_j |residual row i|)``; the next
     row is the largest unused entry of the new residual column. A tile stops when two
     consecutive crosses are small, ``||u|| ||v|| <= ACA_TARGET delta``, *and* ``probes``
-    random residual rows and columns (distinct for small tiles) agree: ``sqrt(max(m mean_i ||r_i||^2, n mean_j ||c_j||^2)) <= ACA_TARGET
+    random residual rows and columns (distinct for small tiles) agree:
+    ``sqrt(max(m mean_i ||r_i||^2, n mean_j ||c_j||^2)) <= ACA_TARGET
     delta`` (unbiased estimates of the residual's squared Frobenius norm); otherwise the worst
     sampled row is the next pivot. A heuristic, not a bound (as every ACA), matched to the
     Frobenius tolerance of the truncation. Finished tiles leave the stack; their crosses are
