@@ -14,19 +14,18 @@ without ``--no-dense``, evaluated in column chunks and never more than one at a 
 
 Reported per n: build time (``build_s`` = ``compress_s``, after one untimed warm-up build on
 GPU) beside the TLR factor time (``factor_s``, copy outside the timed region) and their ratio,
-logdet and solve times, the end-to-end rate ``unknowns_per_s = n / (build + factor +
-logdet)``, the memory per phase (``mem_build_gib``, ``mem_factor_gib``, ``mem_solve_gib``:
-largest footprint on one rank), dense factor time and the speedup; memory of the TLR matrix (compressed footprint
-and allocated
-padded stacks) as a fraction of the dense n x n matrix; ranks min/mean/max before and after
-factoring; accuracy: ``||A - L L^T||_2 / ||A||_2`` (10 steps of subspace iteration with 8 random
-probe vectors, a lower bound; with the exact dense A, or with the TLR matrix under
-``--no-dense``), the compression error ``||A - A_tlr||_2 / ||A||_2`` (dense only), the
-log-determinant relative error against the dense factor, and the backward error
-``||A x - b|| / (||A|| ||x||)`` of a TLR solve. Times are maxima over ranks.
-``--profile`` adds ``prof_<phase>`` seconds (bcast, update, reduce, panel, potrf, header,
-compress, trsm, store, ...) of one extra factorization read from a :class:`distla.trace.Tracer`
-(device seconds on GPU ranks, maxima over ranks; ``prof_profiled`` is its wall time).
+logdet and solve times, the end-to-end rate ``unknowns_per_s = n / (build + factor + logdet)``,
+the memory per phase (``mem_build_gib``, ``mem_factor_gib``, ``mem_solve_gib``: largest
+footprint on one rank), dense factor time and the speedup; memory of the TLR matrix (compressed
+footprint and allocated padded stacks) as a fraction of the dense n x n matrix; ranks
+min/mean/max before and after factoring; accuracy: ``||A - L L^T||_2 / ||A||_2`` (10 steps of
+subspace iteration with 8 random probe vectors, a lower bound; with the exact dense A, or with
+the TLR matrix under ``--no-dense``), the compression error ``||A - A_tlr||_2 / ||A||_2`` (dense
+only), the log-determinant relative error against the dense factor, and the backward error ``||A
+x - b|| / (||A|| ||x||)`` of a TLR solve. Times are maxima over ranks. ``--profile`` adds
+``prof_<phase>`` seconds (bcast, update, reduce, panel, potrf, header, compress, trsm, store,
+...) of one extra factorization read from a :class:`distla.trace.Tracer` (device seconds on GPU
+ranks, maxima over ranks; ``prof_profiled`` is its wall time).
 """
 from __future__ import annotations
 
