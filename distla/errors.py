@@ -176,3 +176,26 @@ def install_excepthook(comm=None) -> bool:
 
     sys.excepthook = _distla_abort_hook
     return True
+
+
+def describe(x) -> str:
+    """A short, rank-independent description of one argument (for :func:`signature`):
+    a DistMatrix by its layout, arrays by shape and dtype, scalars by value."""
+    if hasattr(x, "grid") and hasattr(x, "block") and hasattr(x, "src"):
+        g = x.grid
+        return (f"DistMatrix(shape={x.shape}, block={x.block}, src={x.src}, dtype={x.dtype}, "
+                f"device={x.device}, grid={g.nprow}x{g.npcol})")
+    if isinstance(x, (tuple, list)):
+        return "(" + ", ".join(describe(v) for v in x) + ")"
+    if isinstance(x, np.ndarray):
+        return f"ndarray(shape={x.shape}, dtype={x.dtype})"
+    if x is None or isinstance(x, (bool, int, float, complex, str, np.generic)):
+        return repr(x)
+    return type(x).__name__
+
+
+def signature(what: str, *args, **kw) -> str:
+    """``what(arg, ..., key=value)`` with every argument :func:`describe`-d: passed to
+    :func:`collective` so that ranks calling with different arguments fail together."""
+    parts = [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in sorted(kw.items())]
+    return f"{what}({', '.join(parts)})"

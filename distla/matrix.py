@@ -14,7 +14,7 @@ import numpy as np
 
 from . import layout
 from .device import _lapack, array_device, get_backend
-from .errors import agree, collective
+from .errors import agree, collective, signature
 from .grid import ProcessGrid
 
 __all__ = ["DistMatrix", "check_compatible"]
@@ -429,7 +429,8 @@ class DistMatrix:
         if src is None:
             fits = self.rsrc < grid.nprow and self.csrc < grid.npcol
             src = self.src if fits else (0, 0)
-        with collective(self.grid.comm):
+        with collective(self.grid.comm, signature(
+                "redistribute", self, f"{grid.nprow}x{grid.npcol}", block=block, src=src)):
             if grid.comm is not self.grid.comm and not _same_ranks(grid.comm, self.grid.comm):
                 raise ValueError("redistribute needs a grid over the same communicator "
                                  "(the same ranks in the same order)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import layout
-from .errors import collective
+from .errors import collective, signature
 from .matrix import DistMatrix, check_compatible
 
 __all__ = ["matmul", "triangular_solve", "norm"]
@@ -31,7 +31,8 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
     must have that layout and is updated in place and returned. If A's column blocking differs
     from B's row blocking, B is redistributed to match first.
     """
-    with collective(A.grid.comm):
+    with collective(A.grid.comm, signature("matmul", A, B, C, transa=transa, transb=transb,
+                                           alpha=alpha, beta=beta)):
         check_compatible(A, B, "matmul")
         m, k = (A.n, A.m) if transa else A.shape
         k2, n = (B.n, B.m) if transb else B.shape
@@ -110,7 +111,9 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans:
     ``op(A) = A^T`` when ``trans``. A must be square with square blocks. Returns X in B's
     layout (B itself when ``overwrite_b`` and no redistribution was needed).
     """
-    with collective(A.grid.comm):
+    with collective(A.grid.comm, signature(
+            "triangular_solve", A, B, lower=lower, trans=trans, unit_diagonal=unit_diagonal,
+            side=side, alpha=alpha, overwrite_b=overwrite_b)):
         check_compatible(A, B, "triangular_solve")
         if A.m != A.n:
             raise ValueError(f"triangular_solve: A must be square, got {A.shape}")

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import DistlaError, collective
-from .matrix import DistMatrix
+from .errors import DistlaError, collective, describe, signature  # noqa: F401 - re-exported
 
 __all__ = ["check_finite", "check_finite_result", "check_symmetric", "signature",
            "describe"]
@@ -105,24 +104,3 @@ def check_symmetric(A, rtol: float | None = None, what: str = "cholesky") -> Non
                 f"{what}: A is not {'Hermitian' if A.dtype.kind == 'c' else 'symmetric'} "
                 f"(relative asymmetry about {rel:.1e} > {rtol:.1e}); {what} reads only one "
                 f"triangle, so pass check_symmetric=False if that is what you mean")
-
-
-def describe(x) -> str:
-    """A short, rank-independent description of one argument (for :func:`signature`)."""
-    if isinstance(x, DistMatrix):
-        g = x.grid
-        return (f"DistMatrix(shape={x.shape}, block={x.block}, src={x.src}, dtype={x.dtype}, "
-                f"device={x.device}, grid={g.nprow}x{g.npcol})")
-    if isinstance(x, (tuple, list)):
-        return "(" + ", ".join(describe(v) for v in x) + ")"
-    if isinstance(x, np.ndarray):
-        return f"ndarray(shape={x.shape}, dtype={x.dtype})"
-    if x is None or isinstance(x, (bool, int, float, complex, str, np.generic)):
-        return repr(x)
-    return type(x).__name__
-
-
-def signature(what: str, *args, **kw) -> str:
-    """``what(arg, ..., key=value)`` with every argument :func:`describe`-d."""
-    parts = [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in sorted(kw.items())]
-    return f"{what}({', '.join(parts)})"

@@ -85,6 +85,15 @@ def test_ranks_calling_differently_raise_instead_of_hanging(comm):
         solve(A, B, method=method)
     with pytest.raises(ValueError, match="different arguments"):
         lu_factor(A, lookahead=comm.rank % 2)
+    # the PBLAS and redistribution agree on their arguments too
+    from distla.pblas import matmul, triangular_solve
+    with pytest.raises(ValueError, match="different arguments"):
+        matmul(A, A, transa=comm.rank == 0)
+    with pytest.raises(ValueError, match="different arguments"):
+        triangular_solve(A, B, lower=comm.rank == 0)
+    with pytest.raises(ValueError, match="different arguments"):
+        A.redistribute(block=(4, 4) if comm.rank == 0 else (3, 3))
+    assert np.allclose(matmul(A, B).to_global(root=None), A.to_global(root=None) @ np.ones((n, 1)))
 
 
 # ---- condition estimates -----------------------------------------------------------------

@@ -1,13 +1,13 @@
 """When a one-process grid hands the whole factorization to the local library.
 
 On a 1 x 1 grid there is nothing to distribute: the local library's own blocked factorization
-(LAPACK on CPU ranks; cuSOLVER on a GPU) needs no panel broadcasts or packing. On one H200 the in-place
-cuSOLVER call beat distla's step loop at every size measured, n = 4096 to 32768 (potrf 1.9x at
-4096, 1.04x at 32768; getrf 1.7x to 1.03x; benchmarks/results/2026-11-24-h200-crossover.jsonl,
-made by benchmarks/crossover.py). Beyond the measured sizes the loop is kept: its lookahead
-hides the tall panels that the library factors serially, and its margin grew with n. The table
-below is that crossover; ``LOCAL_UP_TO[...] = 0`` forces the
-loop (tests do, to exercise it on one rank).
+(LAPACK on CPU ranks; cuSOLVER on a GPU) needs no panel broadcasts or packing. On one H200 the
+in-place cuSOLVER call beat distla's step loop at every size measured, n = 4096 to 32768 (potrf
+1.9x at 4096, 1.04x at 32768; getrf 1.7x to 1.03x;
+benchmarks/results/2026-11-24-h200-crossover.jsonl, made by benchmarks/crossover.py). Beyond
+the measured sizes the loop is kept: its lookahead hides the tall panels that the library
+factors serially, and the library's margin shrank as n grew. The table below is that crossover;
+``LOCAL_UP_TO[...] = 0`` forces the loop (tests do, to exercise it on one rank).
 """
 from __future__ import annotations
 
