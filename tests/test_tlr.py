@@ -335,6 +335,17 @@ def test_not_positive_definite_raises_on_every_rank():
             tlr.cholesky(T)
         assert ei.value.index == bad
         assert "tol" in str(ei.value) and "nugget" in str(ei.value)
+        assert "Either the matrix itself is not positive definite" in str(ei.value)
+
+    def fn0(I, J):   # indefinite inside the first (exact) diagonal tile
+        return np.where((I == 5) & (J == 5), -1.0, base(I, J))
+
+    for g in _grids():
+        with pytest.raises(NotPositiveDefiniteError) as ei:
+            tlr.cholesky(tlr.from_function(g, 120, 16, fn0, tol=1e-8))
+        assert ei.value.index == 5
+        assert "the matrix is not positive definite" in str(ei.value)
+        assert "tighter tol" not in str(ei.value)
         # a too-loose tolerance without nugget: PD lost through compression
     x, k0 = _problem(200, seed=1)
     k0 = k0.replace(nugget=0.0, beta=0.3)

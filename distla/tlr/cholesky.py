@@ -260,13 +260,18 @@ def _finish(st, T, t0):
 
 
 def _npd_message(L, index, tol):
+    if index < L.nb:   # the first diagonal tile is dense and exact: no compression touched it
+        return (f"TLR Cholesky: the matrix is not positive definite: its leading {index + 1} x "
+                f"{index + 1} block (in the first diagonal tile, stored exactly) is not "
+                f"(global column {index}, 0-based); no tolerance can fix that: check the "
+                f"kernel, its parameters and the nugget")
     knob = (f"a tighter tol (now {tol})" if tol is not None else "")
     if L.max_rank is not None:
         knob += (" or " if knob else "") + f"a larger max_rank (now {L.max_rank})"
     return (f"TLR Cholesky: the compressed matrix is not positive definite: the leading minor "
-            f"of order {index + 1} (global column {index}, 0-based) is not positive. Use "
-            f"{knob} or a larger nugget (diagonal shift) so that the compression error stays "
-            f"below the smallest eigenvalue.")
+            f"of order {index + 1} (global column {index}, 0-based) is not positive. Either the "
+            f"matrix itself is not positive definite, or the compression error exceeds its "
+            f"smallest eigenvalue: then use {knob} or a larger nugget (diagonal shift).")
 
 
 def _header(grid, value: int, err):

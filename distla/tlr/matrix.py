@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import layout
 from ..device import get_backend
 from ..errors import DistlaError, agree
 from . import _memory
@@ -78,7 +79,7 @@ class TLRMatrix:
         use the constructor functions)."""
         self.grid = grid
         self.n, self.nb = int(n), int(nb)
-        self.nt = -(-self.n // self.nb) if self.n else 0
+        self.nt = layout.num_blocks(self.n, self.nb)
         self.src = (int(src[0]), int(src[1]))
         self.device = device
         self.backend = get_backend(device)
