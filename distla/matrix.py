@@ -83,6 +83,11 @@ def check_compatible(A, B, what: str) -> None:
         raise TypeError(f"{what}: dtypes differ ({A.dtype} and {B.dtype}); use astype first")
 
 
+# column slabs of DistMatrix.from_function: at most this many entries and 1/32 of the local
+# matrix each, so that generators (random, problems) peak near 1x the local matrix
+_SLAB_ELEMS = {"cpu": 1 << 22, "gpu": 1 << 25}
+
+
 class DistMatrix:
     """A 2D block-cyclic distributed matrix.
 
@@ -239,21 +244,26 @@ class DistMatrix:
     @classmethod
     def from_function(cls, grid, shape, block, fn, dtype=np.float64, device="cpu",
                       src=(0, 0)):
-        """Collective: entries ``fn(I, J)`` where ``I`` (mloc x 1) and ``J`` (1 x nloc) are the
+        """Collective: entries ``fn(I, J)`` where ``I`` (mloc x 1) and ``J`` (1 x w) are the
         global row and column indices of this rank's entries, as integer arrays of the
-        device's namespace (NumPy or CuPy). ``fn`` returns the mloc x nloc local values (any
-        array broadcastable to that shape). The global matrix is never formed."""
+        device's namespace (NumPy or CuPy). ``fn`` returns the mloc x w values (any array
+        broadcastable to that shape); it is called on slabs of ``w`` local columns so that its
+        temporaries stay a fraction of the local matrix (entries must not depend on the slab).
+        The global matrix is never formed."""
         A = cls.zeros(grid, shape, block, dtype=dtype, device=device, src=src)
         xp = A.xp
         err = None
         try:
             I = xp.asarray(A.row_indices()).reshape(-1, 1)
             J = xp.asarray(A.col_indices()).reshape(1, -1)
-            vals = fn(I, J)
-            vals = A.backend.asarray(vals)
-            if vals.dtype.kind == "c" and A.dtype.kind != "c":
-                raise TypeError(f"fn returned complex values for a {A.dtype} matrix")
-            A.local[...] = xp.broadcast_to(vals, A.local_shape)
+            mloc, nloc = A.local_shape
+            w = max(1, min(nloc, _SLAB_ELEMS[device] // max(1, mloc), -(-nloc // 32)))
+            for c in range(0, nloc, w):
+                vals = A.backend.asarray(fn(I, J[:, c:c + w]))
+                if vals.dtype.kind == "c" and A.dtype.kind != "c":
+                    raise TypeError(f"fn returned complex values for a {A.dtype} matrix")
+                A.local[:, c:c + w] = xp.broadcast_to(vals, (mloc, min(w, nloc - c)))
+                del vals
         except Exception as e:  # noqa: BLE001 - agreed on below
             err = e
         agree(grid.comm, err)
