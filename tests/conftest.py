@@ -334,3 +334,12 @@ def comm():
     from mpi4py import MPI
 
     return MPI.COMM_WORLD
+
+
+@pytest.fixture(scope="module")
+def grids(comm):
+    """Every grid shape of the job's size, in both rank orders (collective to build)."""
+    from distla import ProcessGrid
+    from distla.testing import grid_shapes
+    return [ProcessGrid(p, q, comm, order=o) for p, q in grid_shapes(comm.size)
+            for o in ("row", "col")]

@@ -7,20 +7,14 @@ rank order, with odd sizes, blocks that do not divide them and nonzero source pr
 import numpy as np
 import pytest
 
-from distla import DistMatrix, ProcessGrid, layout
+from distla import DistMatrix, layout
 from distla.device import gpu_available
 from distla.random import hashed_normal, hashed_uniform
-from distla.testing import grid_shapes
+from distla.testing import random_array
 
 pytestmark = pytest.mark.mpi
 
 DTYPES = [np.float64, np.float32, np.complex128]
-
-
-@pytest.fixture(scope="module")
-def grids(comm):
-    return [ProcessGrid(p, q, comm, order=o) for p, q in grid_shapes(comm.size)
-            for o in ("row", "col")]
 
 
 def srcs(g):
@@ -28,13 +22,7 @@ def srcs(g):
     return sorted({(0, 0), (g.nprow - 1, g.npcol - 1), (g.nprow // 2, 0)})
 
 
-def global_array(shape, dtype=np.float64, seed=0):
-    """The same test matrix on every rank (values depend on position only)."""
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        a = a + 1j * rng.standard_normal(shape)
-    return a.astype(dtype)
+global_array = random_array
 
 
 def check_local(A, a):

@@ -9,24 +9,14 @@ import numpy as np
 import pytest
 import scipy.linalg as sla
 
-from distla import DistMatrix, ProcessGrid, checks
+from distla import DistMatrix, checks
 from distla.device import get_backend
 from distla.pblas import matmul, norm, triangular_solve
-from distla.testing import grid_shapes
+from distla.testing import corner, random_array
 
 pytestmark = pytest.mark.mpi
 
 TOL = {np.float64: 1e-12, np.float32: 1e-4, np.complex128: 1e-12}
-
-
-@pytest.fixture(scope="module")
-def grids(comm):
-    return [ProcessGrid(p, q, comm, order=o) for p, q in grid_shapes(comm.size)
-            for o in ("row", "col")]
-
-
-def corner(g):
-    return (g.nprow - 1, g.npcol - 1)
 
 
 def some(grids):
@@ -35,12 +25,7 @@ def some(grids):
     return list(dict.fromkeys([grids[0], grids[len(grids) // 2], grids[-1]]))
 
 
-def rand(shape, dtype=np.float64, seed=0):
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        a = a + 1j * rng.standard_normal(shape)
-    return a.astype(dtype)
+rand = random_array
 
 
 def close(got, want, dtype):

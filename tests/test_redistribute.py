@@ -4,19 +4,9 @@ import numpy as np
 import pytest
 
 from distla import DistMatrix, ProcessGrid, layout
-from distla.testing import grid_shapes
+from distla.testing import corner
 
 pytestmark = pytest.mark.mpi
-
-
-@pytest.fixture(scope="module")
-def grids(comm):
-    return [ProcessGrid(p, q, comm, order=o) for p, q in grid_shapes(comm.size)
-            for o in ("row", "col")]
-
-
-def corner(g):
-    return (g.nprow - 1, g.npcol - 1)
 
 
 def check_local(A, a):

@@ -1,15 +1,7 @@
 """``solve(A, B, method=...)``: one entry point over every solver family (like scipy.linalg.solve).
 
-Methods (``method=``):
-
-=============  ======================================================================
-'cholesky'     symmetric positive definite: Cholesky + two triangular solves (pdposv)
-'gepp'         general: LU with partial pivoting (pdgesv); alias 'lu', 'partial'
-'calu'         general: communication-avoiding LU with tournament pivoting; alias 'tournament'
-'genp'         general, no pivoting (only for matrices known to need none); alias 'none'
-'rbt'          general: random butterflies + no-pivot LU + iterative refinement
-'tlr'          SPD covariance-like: tile low-rank Cholesky at accuracy ``tol``
-=============  ======================================================================
+Methods (``method=``): the table in :mod:`distla.linalg.methods` (cholesky, gepp, calu, genp, rbt,
+tlr, with aliases).
 
 Extra keywords go to the family's driver (e.g. ``lookahead``, ``tree``, ``depth``, ``seed``,
 ``precision``, ``tol``, ``max_rank``). Collective over A's grid.
