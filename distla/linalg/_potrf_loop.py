@@ -50,6 +50,7 @@ class PotrfLoop:
         if use_local(self.A, "potrf"):                 # one process: the local library
             with trace("potrf"):
                 self.infos.append((0, be.potrf("L", self.A.local)))
+            progress.update_columns(self.n, self.n, 1.0 / 3.0)   # one call: all at once
             return self._agree_fail()
         main, side = be.current_stream(), be.stream("high")
         side.wait_for(main)      # the caller's writes to A

@@ -329,7 +329,8 @@ def _body(argv, prog):
     if args.json:
         with open(args.json, "a", encoding="utf-8") as f:
             for r in rows:
-                f.write(json.dumps({"bench": "model", "machine": M.name, **r}) + "\n")
+                f.write(json.dumps({"bench": "model", "impl": "model", "machine": M.name,
+                                    **r}) + "\n")
     return 0
 
 
