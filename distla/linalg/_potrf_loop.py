@@ -192,21 +192,28 @@ class PotrfLoop:
             with trace("wait"):
                 req.wait()
         with trace("bcast"):
-            kb, ncol, t = seg.shape[1], p["ncol"], p["t"]
-            X = self.x_bufs[k % self.nbuf][:ncol * kb].reshape(ncol, kb)
+            kb, ncol = seg.shape[1], p["ncol"]
             if p["sel"] is not None:             # 1 x 1: my columns are my rows
                 X = seg[p["sel"]]
-            elif self.P == 1:                    # one process row: my packed rows are X
-                be.take(rows, self.pack_rows[t:], X)
-            elif p["cmax2"]:                     # the same on every rank of my column
-                c2 = p["cmax2"]
-                send = self.send_buf[:c2 * kb].reshape(c2, kb)
-                be.take(rows, self.pack_rows[t:], send[:self.pack_rows.size - t])
-                gat = self.gat_bufs[k % self.nbuf][:self.P * c2 * kb].reshape(-1, kb)
-                self.comms.col.allgather(send, gat)
-                c0 = p["c0"]
-                be.take(gat, self.base[k][self.col_owner_row[c0:]] + self.cum[c0:], X)
+            else:
+                X = self.x_bufs[k % self.nbuf][:ncol * kb].reshape(ncol, kb)
+                self.transposed_rows(k, rows, X)
         self.panels[k] = (seg, X)
+
+    def transposed_rows(self, k, rows, X):
+        """``X`` = the panel rows matching my local columns below panel k, from my process
+        column: my own packed rows on one process row, else the all-gather of every rank's."""
+        p, be, t = self.plan[k], self.be, self.plan[k]["t"]
+        if self.P == 1:
+            be.take(rows, self.pack_rows[t:], X)
+        elif p["cmax2"]:                         # the same on every rank of my column
+            c2, kb = p["cmax2"], X.shape[1]
+            send = self.send_buf[:c2 * kb].reshape(c2, kb)
+            be.take(rows, self.pack_rows[t:], send[:self.pack_rows.size - t])
+            gat = self.gat_bufs[k % self.nbuf][:self.P * c2 * kb].reshape(-1, kb)
+            self.comms.col.allgather(send, gat)
+            c0 = p["c0"]
+            be.take(gat, self.base[k][self.col_owner_row[c0:]] + self.cum[c0:], X)
 
     def update(self, k, js):
         """Apply panel k to my block columns among ``js``: lower part only. Local."""
