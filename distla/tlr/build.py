@@ -89,20 +89,28 @@ def _finish(T, parts, tol, max_rank, F, t0, method, capped, delta1, peak):
     ks = [host(batched.truncation_ranks(xp.sqrt(xp.sum(V * V, axis=1)), left, max_rank)[0])
           for _, _, V, _ in parts]
     kmax = max((int(k.max()) for k in ks if k.size), default=0)
-    need = 2 * _memory.stack_bytes(len(T.keys), T.nb, kmax, T.dtype.itemsize)
-    _memory.require(T.grid.comm, need, _memory.available(T.device),
-                    f"build (low-rank stacks of rank {kmax})", T.n)
-    T.U = xp.zeros((len(T.keys), T.nb, kmax), T.dtype)
-    T.V = xp.zeros((len(T.keys), T.nb, kmax), T.dtype)
-    with trace("store"):       # part by part, each freed once stored
-        for a, kh in enumerate(ks):
-            slots, U, V, _ = parts[a]
-            parts[a] = None
-            kk = int(kh.max()) if kh.size else 0
-            mask = (xp.arange(kk)[None, :] < xp.asarray(kh)[:, None]).astype(T.dtype)
-            T.set_tiles(slots, U[:, :, :kk] * mask[:, None, :], V[:, :, :kk] * mask[:, None, :],
-                        kh)
-            del U, V
+    one = _memory.stack_bytes(len(T.keys), T.nb, kmax, T.dtype.itemsize)
+    need = 2 * one
+    with trace("store"):       # U, then V: each part's factor freed once stored
+        for which in (1, 2):
+            _memory.require(T.grid.comm, one, _memory.available(T.device),
+                            f"build (low-rank stacks of rank {kmax})", T.n)
+            S = xp.zeros((len(T.keys), T.nb, kmax), T.dtype)
+            for a, kh in enumerate(ks):
+                part = list(parts[a])
+                kk = int(kh.max()) if kh.size else 0
+                if kk:
+                    mask = xp.arange(kk)[None, :] < xp.asarray(kh)[:, None]
+                    S[xp.asarray(part[0]), :, :kk] = part[which][:, :, :kk] * mask[:, None, :]
+                part[which] = None
+                parts[a] = tuple(part)
+            if which == 1:
+                T.U = S
+            else:
+                T.V = S
+            del S
+    T.rank[np.concatenate([np.asarray(p[0], dtype=np.int64) for p in parts])
+           if parts else np.zeros(0, np.int64)] = (np.concatenate(ks) if ks else 0)
     parts.clear()
     T.backend.synchronize()
     from mpi4py import MPI
@@ -303,6 +311,9 @@ class _Builder:
                                                     self.rng, r0=self.r0)
             del A
             self.r0 = min(T.nb, max(16, -(-(int(np.percentile(k, 90)) + 8) // 8) * 8))
+        kk = int(np.max(host(k))) if len(k) else 0
+        if kk < U.shape[2]:     # keep only the columns some tile uses (the sample is wider)
+            U, V = U[:, :, :kk].copy(), V[:, :, :kk].copy()
         self.parts.append((slots, U, V, k))
         self.capped += c
 
