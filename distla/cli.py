@@ -303,6 +303,8 @@ def cmd_solve(args, comm) -> int:
         raise CommandError(f"--matrix: {ainfo.path} holds a {m} x {n} "
                            f"{'vector' if ainfo.ndim == 1 else 'matrix'}; solve needs a "
                            f"square matrix")
+    if n == 0:
+        raise CommandError(f"--matrix: {ainfo.path} is empty (0 x 0); nothing to solve")
     binfo = None
     if args.rhs is not None:
         binfo = _inspect(args.rhs, comm, "--rhs")
