@@ -1,0 +1,90 @@
+"""Cost of the condition estimate (rcond) beside the factorization it reuses.
+
+    mpiexec -n 2 python benchmarks/rcond_cost.py --n 2048 4096 --json out.jsonl
+
+For Cholesky and LU with partial pivoting, on the default grid: the factorization (the
+reference row, same run) and ``rcond`` from its factors (pdpocon / pdgecon: the block
+Higham-Tisseur estimator, three solves with n x 2-3 blocks), each best of --reps, the two
+interleaved so that a load change on the machine hits both. Prints seconds and the estimate's
+percentage of the factorization; --json appends one record per row.
+"""
+import argparse
+import json
+import shlex
+import sys
+import time
+
+from mpi4py import MPI
+
+from distla import DistMatrix, ProcessGrid
+from distla.linalg import cho_rcond, cholesky, lu_factor
+from distla.pblas import norm
+
+
+def timed(comm, fn):
+    comm.Barrier()
+    t = time.perf_counter()
+    out = fn()
+    comm.Barrier()
+    return comm.allreduce(time.perf_counter() - t, op=MPI.MAX), out
+
+
+def measure(comm, g, n, nb, reps):
+    """[(impl, seconds, flops)] for one n: factorizations and their rcond, best of reps."""
+    A = DistMatrix.from_function(g, (n, n), (nb, nb),
+                                 lambda I, J: 1.0 / (1.0 + abs(I - J)) + n * (I == J))
+    anorm = norm(A, 1)
+    best = {}
+
+    def keep(name, t, flops):
+        best[name] = min(best.get(name, (t, flops)), (t, flops))
+
+    for _ in range(reps):
+        t, L = timed(comm, lambda: cholesky(A, check_finite=False, check_symmetric=False))
+        keep("cholesky (reference)", t, n ** 3 / 3)
+        t, _ = timed(comm, lambda L=L: cho_rcond((L, True), anorm))
+        keep("rcond from the Cholesky factor", t, 0)
+        L = None
+        t, F = timed(comm, lambda: lu_factor(A, check_finite=False))
+        keep("lu_factor partial (reference)", t, 2 * n ** 3 / 3)
+        F.anorm = anorm
+        t, _ = timed(comm, F.rcond)
+        keep("rcond from the LU factors", t, 0)
+        F = None
+    return [(k, *v) for k, v in best.items()]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, nargs="+", default=[2048, 4096])
+    p.add_argument("--nb", type=int, default=128)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--json")
+    p.add_argument("--label", default="", help="appended to the command in the records")
+    a = p.parse_args()
+    comm = MPI.COMM_WORLD
+    g = ProcessGrid(comm=comm)
+    command = (f"mpiexec -n {comm.size} python benchmarks/rcond_cost.py "
+               + " ".join(map(shlex.quote, sys.argv[1:])) + a.label)
+    rows = []
+    for n in a.n:
+        res = measure(comm, g, n, a.nb, a.reps)
+        ref = {"cholesky": res[0][1], "lu": res[2][1]}
+        for impl, sec, flops in res:
+            base = ref["cholesky" if "holesky" in impl else "lu"]
+            rows.append({"bench": "rcond", "impl": impl, "n": n, "nb": a.nb,
+                         "ranks": comm.size, "grid": f"{g.nprow}x{g.npcol}", "device": "cpu",
+                         "seconds": sec, "tflops": flops / sec / 1e12 if flops else None,
+                         "percent_of_factorization": 100 * sec / base, "command": command})
+    if comm.rank == 0:
+        for r in rows:
+            print(f"n={r['n']:<6} {r['impl']:<32} {r['seconds']:9.4f} s "
+                  f"{r['percent_of_factorization']:7.2f} %")
+        if a.json:
+            with open(a.json, "a") as f:
+                for r in rows:
+                    f.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main()
