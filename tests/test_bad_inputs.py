@@ -57,6 +57,8 @@ CASES = [
      {}, NotPositiveDefiniteError, "not positive definite"),
     ("genp with a zero leading pivot", _with(_G, 0, 0, 0.0), ONES, "genp", {},
      SingularMatrixError, "needs pivoting"),
+    ("genp with a tiny leading pivot", _with(_G, 0, 0, 1e-14), ONES, "genp", {},
+     SingularMatrixError, r"tiny pivot at column 0 .*needs pivoting"),
     ("gepp of an exactly singular matrix", np.zeros((N, N)), ONES, "gepp", {},
      SingularMatrixError, "singular"),
     ("gepp of a numerically singular matrix", _near_singular(), ONES, "gepp", {},

@@ -246,3 +246,54 @@ def test_every_method_accepts_b_in_another_layout(grids, method):
         X = solve(A, B, method=method)
         assert X.same_layout(B)
         np.testing.assert_allclose(X.to_global(None), np.linalg.solve(a, b), atol=1e-10)
+
+
+# ---- GENP: a tiny pivot means "needs pivoting" -------------------------------------------
+def _needs_pivoting(n, j, tiny=1e-13, seed=3):
+    """A row permutation (rows j, j+1) of a diagonally dominant matrix: well conditioned, but
+    GENP meets the pivot ``tiny`` at column j, next to the entry n below it."""
+    m = n * np.eye(n) + np.random.default_rng(seed).uniform(0, 1, (n, n))
+    m[j:j + 2, :j] = 0           # earlier steps leave rows j, j+1 alone
+    m[j + 1, j] = tiny
+    m[[j, j + 1]] = m[[j + 1, j]]
+    return m
+
+
+@pytest.mark.mpi
+def test_genp_tiny_pivot_needs_pivoting(grids):
+    from distla import SingularMatrixError
+    n, j = 23, 9
+    a = _needs_pivoting(n, j)
+    assert np.linalg.cond(a, 1) < 10
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=4, src=(g.nprow - 1, g.npcol - 1))
+        with pytest.raises(SingularMatrixError, match="needs pivoting") as ei:
+            lu_factor(A, pivoting="none")
+        assert ei.value.index == j and f"tiny pivot at column {j}" in str(ei.value)
+        assert len(set(g.comm.allgather(str(ei.value)))) == 1
+        F = lu_factor(A, pivoting="none", pivot_threshold=0)     # accepted when asked
+        assert F.growth_factor() > 1e10
+        lu_factor(A, pivoting="none", pivot_threshold=1e-15)     # tiny = 1e-13 / 24 passes
+        # a matrix that needs no pivoting passes the default threshold
+        d = DistMatrix.from_global(g, n * np.eye(n) + np.ones((n, n)), block=4)
+        lu_factor(d, pivoting="none")
+        with pytest.raises(ValueError, match="pivot_threshold"):
+            lu_factor(A, pivoting="none", pivot_threshold=-1)
+
+
+@pytest.mark.mpi
+def test_rbt_falls_back_on_a_tiny_genp_pivot(grids):
+    from distla import SingularMatrixError
+    from distla.linalg.rbt import RBTFallbackWarning, rbt_solve
+    n, j = 20, 6
+    a = _needs_pivoting(n, j)
+    b = np.random.default_rng(1).standard_normal((n, 1))
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=4)
+        B = DistMatrix.from_global(g, b, block=4)
+        with pytest.warns(RBTFallbackWarning, match="tiny pivot"):
+            X, info = rbt_solve(A, B, depth=0, return_info=True)   # no butterflies: GENP of A
+        assert info.fallback
+        np.testing.assert_allclose(a @ X.to_global(None), b, atol=1e-12)
+        with pytest.raises(SingularMatrixError):
+            rbt_solve(A, B, depth=0, fallback=False)
