@@ -247,7 +247,8 @@ def _solver(method: str):
     """The function ``f(A, B, **kw) -> (X, rcond or None)`` for ``method`` (the solvers are
     imported lazily so that the rest of the command line works whatever is installed). A is
     left unchanged. For the LU methods and Cholesky the factors also give the reciprocal
-    condition estimate (and its LinAlgWarning); the other methods return None for it."""
+    condition estimate (and its LinAlgWarning); rbt and tlr estimate it (and warn) themselves
+    and return it in their info."""
     try:
         from . import linalg
         from .linalg.condition import warn_if_ill_conditioned
@@ -268,6 +269,10 @@ def _solver(method: str):
             c = linalg.cho_factor(A, **kw)
             X = linalg.cho_solve(c, B)
             rc = linalg.cho_rcond(c, anorm)
+        elif method in ("rbt", "tlr"):     # these warn themselves; their info has rcond
+            kw.pop("return_info", None)
+            X, info = linalg.solve(A, B, method=method, return_info=True, **kw)
+            return X, (info.get("rcond") if isinstance(info, dict) else info.rcond)
         else:
             return linalg.solve(A, B, method=method, **kw), None
         warn_if_ill_conditioned(rc, A.dtype, f"--method {method}")

@@ -297,3 +297,54 @@ def test_rbt_falls_back_on_a_tiny_genp_pivot(grids):
         np.testing.assert_allclose(a @ X.to_global(None), b, atol=1e-12)
         with pytest.raises(SingularMatrixError):
             rbt_solve(A, B, depth=0, fallback=False)
+
+
+# ---- rcond from TLR factors ---------------------------------------------------------------
+@pytest.mark.mpi
+def test_rcond_from_tlr_factor(grids):
+    from distla import covariance as cov
+    from distla import tlr
+    x, k = cov.default_problem(90, seed=3)
+    for g in grids:
+        A = cov.covariance_matrix(g, x, k, block=12, src=(g.nprow - 1, 0))
+        a = A.to_global(None)
+        true = 1 / np.linalg.cond(a, 1)
+        T = tlr.compress(A, tol=1e-10)
+        L = tlr.cholesky(T)
+        for rc in (rcond(A, factor=L), rcond(T, factor=L), rcond(None, factor=L), rcond(T)):
+            assert true / 10 <= rc <= true * 10, (rc, true)
+            assert len(set(g.comm.allgather(rc))) == 1
+        assert L.info["rcond"] > 0
+        b = np.ones(a.shape[0])
+        X, info = tlr.solve(A, b, tol=1e-10, return_info=True)
+        assert true / 10 <= info["rcond"] <= true * 10
+        np.testing.assert_allclose(a @ X, b, atol=1e-6 * np.abs(X).max())
+        # nearly singular (one row and column scaled by 1e-10: rcond ~ 1e-20) -> warns
+        s = np.ones(a.shape[0])
+        s[-1] = 1e-10
+        S = DistMatrix.from_global(g, s[:, None] * a * s[None, :], block=12)
+        with pytest.warns(LinAlgWarning, match="tlr.solve: ill-conditioned"):
+            tlr.solve(S, b, tol=1e-10)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", LinAlgWarning)
+            tlr.solve(S, b, tol=1e-10, check_rcond=False)
+            solve(A, DistMatrix.from_global(g, b[:, None], block=12), method="tlr",
+                  tol=1e-10)                                      # well conditioned
+
+
+def test_cli_prints_rcond_for_rbt_and_tlr(tmp_path):
+    from mpi4py import MPI
+
+    from distla import covariance as cov
+    x, k = cov.default_problem(60, seed=1)
+    g = ProcessGrid(comm=MPI.COMM_SELF)
+    a = cov.covariance_matrix(g, x, k, block=20).to_global(None)
+    np.save(tmp_path / "c.npy", a)
+    true = np.linalg.cond(a, 1)
+    for method in ("rbt", "tlr"):
+        p = _cli(["--matrix", tmp_path / "c.npy", "--method", method, "--nb", 20])
+        assert p.returncode == 0, p.stderr
+        line = [ln for ln in p.stdout.splitlines() if "1 / rcond" in ln]
+        assert line, p.stdout
+        est = float(line[0].split("=")[-1])
+        assert true / 10 <= est <= true * 10, (method, est, true)
