@@ -5,8 +5,9 @@
 For Cholesky and LU with partial pivoting, on the default grid: the factorization (the
 reference row, same run) and ``rcond`` from its factors (pdpocon / pdgecon: the block
 Higham-Tisseur estimator, three solves with n x 2-3 blocks), each best of --reps, the two
-interleaved so that a load change on the machine hits both. Prints seconds and the estimate's
-percentage of the factorization; --json appends one record per row.
+interleaved so that a load change on the machine hits both. Prints wall seconds (slowest rank)
+and CPU seconds (summed over ranks: steadier on a shared machine), each also as a percentage of
+the factorization; --json appends one record per row.
 """
 import argparse
 import json
@@ -22,11 +23,15 @@ from distla.pblas import norm
 
 
 def timed(comm, fn):
+    """(wall seconds, CPU seconds, result): the wall time of the slowest rank and the CPU time
+    summed over ranks (less sensitive to other jobs on a shared machine)."""
     comm.Barrier()
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     out = fn()
+    c = time.process_time() - c
     comm.Barrier()
-    return comm.allreduce(time.perf_counter() - t, op=MPI.MAX), out
+    return (comm.allreduce(time.perf_counter() - t, op=MPI.MAX),
+            comm.allreduce(c, op=MPI.SUM), out)
 
 
 def measure(comm, g, n, nb, reps):
@@ -36,20 +41,21 @@ def measure(comm, g, n, nb, reps):
     anorm = norm(A, 1)
     best = {}
 
-    def keep(name, t, flops):
-        best[name] = min(best.get(name, (t, flops)), (t, flops))
+    def keep(name, t, c, flops):
+        w, cpu, _ = best.get(name, (t, c, flops))
+        best[name] = (min(w, t), min(cpu, c), flops)
 
     for _ in range(reps):
-        t, L = timed(comm, lambda: cholesky(A, check_finite=False, check_symmetric=False))
-        keep("cholesky (reference)", t, n ** 3 / 3)
-        t, _ = timed(comm, lambda L=L: cho_rcond((L, True), anorm))
-        keep("rcond from the Cholesky factor", t, 0)
+        t, c, L = timed(comm, lambda: cholesky(A, check_finite=False, check_symmetric=False))
+        keep("cholesky (reference)", t, c, n ** 3 / 3)
+        t, c, _ = timed(comm, lambda L=L: cho_rcond((L, True), anorm))
+        keep("rcond from the Cholesky factor", t, c, 0)
         L = None
-        t, F = timed(comm, lambda: lu_factor(A, check_finite=False))
-        keep("lu_factor partial (reference)", t, 2 * n ** 3 / 3)
+        t, c, F = timed(comm, lambda: lu_factor(A, check_finite=False))
+        keep("lu_factor partial (reference)", t, c, 2 * n ** 3 / 3)
         F.anorm = anorm
-        t, _ = timed(comm, F.rcond)
-        keep("rcond from the LU factors", t, 0)
+        t, c, _ = timed(comm, F.rcond)
+        keep("rcond from the LU factors", t, c, 0)
         F = None
     return [(k, *v) for k, v in best.items()]
 
@@ -69,17 +75,22 @@ def main():
     rows = []
     for n in a.n:
         res = measure(comm, g, n, a.nb, a.reps)
-        ref = {"cholesky": res[0][1], "lu": res[2][1]}
-        for impl, sec, flops in res:
-            base = ref["cholesky" if "holesky" in impl else "lu"]
+        ref = {"cholesky": res[0][1:3], "lu": res[2][1:3]}
+        for impl, sec, cpu, flops in res:
+            base, base_cpu = ref["cholesky" if "holesky" in impl else "lu"]
             rows.append({"bench": "rcond", "impl": impl, "n": n, "nb": a.nb,
                          "ranks": comm.size, "grid": f"{g.nprow}x{g.npcol}", "device": "cpu",
                          "seconds": sec, "tflops": flops / sec / 1e12 if flops else None,
-                         "percent_of_factorization": 100 * sec / base, "command": command})
+                         "percent_of_factorization": 100 * sec / base, "cpu_seconds": cpu,
+                         "cpu_percent_of_factorization": 100 * cpu / base_cpu,
+                         "command": command})
     if comm.rank == 0:
+        print(f"{'n':<6} {'':<32} {'wall s':>9} {'% of factor':>11} {'CPU s':>9} "
+              f"{'% of factor':>11}")
         for r in rows:
-            print(f"n={r['n']:<6} {r['impl']:<32} {r['seconds']:9.4f} s "
-                  f"{r['percent_of_factorization']:7.2f} %")
+            print(f"{r['n']:<6} {r['impl']:<32} {r['seconds']:9.4f} "
+                  f"{r['percent_of_factorization']:10.2f}% {r['cpu_seconds']:9.4f} "
+                  f"{r['cpu_percent_of_factorization']:10.2f}%")
         if a.json:
             with open(a.json, "a") as f:
                 for r in rows:

@@ -256,3 +256,36 @@ def test_bad_input_cli(cli_dir, case):
         extra(cli_dir, p)
     for f in set(os.listdir(cli_dir)) - set(before):    # keep the rows independent
         os.remove(cli_dir / f)
+
+
+# ---- dtype and layout mismatches: one exception class per kind, for every method ----------
+_METHODS = ("cholesky", "gepp", "calu", "genp", "rbt", "tlr")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("method", _METHODS)
+def test_mismatches_raise_the_same_class_for_every_method(comm, method):
+    g = ProcessGrid(comm=comm)
+    A = DistMatrix.from_global(g, _spd(), block=5)
+    other = ProcessGrid(comm=comm.Dup())
+    cases = [(DistMatrix.from_global(g, ONES.astype(np.float32), block=5), TypeError,
+              "dtypes differ"),
+             (DistMatrix.from_global(g, ONES + 1j, block=5), TypeError, "dtypes differ"),
+             (DistMatrix.from_global(other, ONES, block=5), ValueError, "grid"),
+             (DistMatrix.from_global(g, np.ones((N + 1, 1)), block=5), ValueError, "rows"),
+             (ONES, TypeError, "DistMatrix")]
+    for B, expect, pattern in cases:
+        with pytest.raises(expect, match=pattern) as ei:
+            solve(A, B, method=method)
+        assert len(set(comm.allgather(str(ei.value)))) == 1
+
+
+@pytest.mark.mpi
+def test_tlr_refuses_a_complex_replicated_rhs(comm):
+    from distla import tlr
+    g = ProcessGrid(comm=comm)
+    L = tlr.cholesky(tlr.compress(DistMatrix.from_global(g, _spd(), block=6), tol=1e-12))
+    with pytest.raises(TypeError, match="truncated"):
+        L.solve(np.ones(N) + 1j)
+    np.testing.assert_allclose(_spd() @ L.solve(np.ones(N, dtype=np.float32)), np.ones(N),
+                               atol=1e-8)

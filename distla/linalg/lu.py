@@ -319,8 +319,7 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
             raise TypeError(f"B must be a DistMatrix, not {type(B).__name__}")
         if B.m != A.n:
             raise ValueError(f"B has {B.m} rows, A is {A.n} x {A.n}")
-        if B.dtype != A.dtype or B.device != A.device or B.grid != A.grid:
-            raise ValueError("A and B must share grid, device and dtype")
+        check_compatible(A, B, "solve_lu")     # the same classes as every other solver
     if check_finite:
         check_finite_(("A", A), ("B", B), what="solve_lu")
     F = lu_factor(A, pivoting=pivoting, overwrite_a=overwrite_a, check_finite=False, **kw)

@@ -85,6 +85,9 @@ class TLRCholesky(TLRMatrix):
                     raise ValueError(f"B has {B.m} rows, the matrix is {self.n} x {self.n}")
                 if B.device != self.device:
                     raise TypeError(f"B is on {B.device}, the factor on {self.device}")
+                if B.dtype != self.dtype:     # as the dense solvers (never truncate complex)
+                    raise TypeError(f"solve: dtypes differ ({self.dtype} and {B.dtype}); "
+                                    f"use astype first")
         if not isinstance(B, DistMatrix):
             return _solve_replicated(self, B)
         x = _solve_replicated(self, B.to_global(root=None))
