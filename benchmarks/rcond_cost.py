@@ -22,22 +22,26 @@ from distla.linalg import cho_rcond, cholesky, lu_factor
 from distla.pblas import norm
 
 
-def timed(comm, fn):
+def timed(comm, fn, be):
     """(wall seconds, CPU seconds, result): the wall time of the slowest rank and the CPU time
     summed over ranks (less sensitive to other jobs on a shared machine)."""
+    be.synchronize()
     comm.Barrier()
     t, c = time.perf_counter(), time.process_time()
     out = fn()
+    be.synchronize()
     c = time.process_time() - c
     comm.Barrier()
     return (comm.allreduce(time.perf_counter() - t, op=MPI.MAX),
             comm.allreduce(c, op=MPI.SUM), out)
 
 
-def measure(comm, g, n, nb, reps):
+def measure(comm, g, n, nb, reps, device):
     """[(impl, seconds, flops)] for one n: factorizations and their rcond, best of reps."""
     A = DistMatrix.from_function(g, (n, n), (nb, nb),
-                                 lambda I, J: 1.0 / (1.0 + abs(I - J)) + n * (I == J))
+                                 lambda I, J: 1.0 / (1.0 + abs(I - J)) + n * (I == J),
+                                 device=device)
+    be = A.backend
     anorm = norm(A, 1)
     best = {}
 
@@ -46,15 +50,16 @@ def measure(comm, g, n, nb, reps):
         best[name] = (min(w, t), min(cpu, c), flops)
 
     for _ in range(reps):
-        t, c, L = timed(comm, lambda: cholesky(A, check_finite=False, check_symmetric=False))
+        t, c, L = timed(comm, lambda: cholesky(A, check_finite=False, check_symmetric=False),
+                         be)
         keep("cholesky (reference)", t, c, n ** 3 / 3)
-        t, c, _ = timed(comm, lambda L=L: cho_rcond((L, True), anorm))
+        t, c, _ = timed(comm, lambda L=L: cho_rcond((L, True), anorm), be)
         keep("rcond from the Cholesky factor", t, c, 0)
         L = None
-        t, c, F = timed(comm, lambda: lu_factor(A, check_finite=False))
+        t, c, F = timed(comm, lambda: lu_factor(A, check_finite=False), be)
         keep("lu_factor partial (reference)", t, c, 2 * n ** 3 / 3)
         F.anorm = anorm
-        t, c, _ = timed(comm, F.rcond)
+        t, c, _ = timed(comm, F.rcond, be)
         keep("rcond from the LU factors", t, c, 0)
         F = None
     return [(k, *v) for k, v in best.items()]
@@ -65,6 +70,7 @@ def main():
     p.add_argument("--n", type=int, nargs="+", default=[2048, 4096])
     p.add_argument("--nb", type=int, default=128)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     p.add_argument("--json")
     p.add_argument("--label", default="", help="appended to the command in the records")
     a = p.parse_args()
@@ -74,12 +80,12 @@ def main():
                + " ".join(map(shlex.quote, sys.argv[1:])) + a.label)
     rows = []
     for n in a.n:
-        res = measure(comm, g, n, a.nb, a.reps)
+        res = measure(comm, g, n, a.nb, a.reps, a.device)
         ref = {"cholesky": res[0][1:3], "lu": res[2][1:3]}
         for impl, sec, cpu, flops in res:
             base, base_cpu = ref["cholesky" if "holesky" in impl else "lu"]
             rows.append({"bench": "rcond", "impl": impl, "n": n, "nb": a.nb,
-                         "ranks": comm.size, "grid": f"{g.nprow}x{g.npcol}", "device": "cpu",
+                         "ranks": comm.size, "grid": f"{g.nprow}x{g.npcol}", "device": a.device,
                          "seconds": sec, "tflops": flops / sec / 1e12 if flops else None,
                          "percent_of_factorization": 100 * sec / base, "cpu_seconds": cpu,
                          "cpu_percent_of_factorization": 100 * cpu / base_cpu,

@@ -348,3 +348,40 @@ def test_cli_prints_rcond_for_rbt_and_tlr(tmp_path):
         assert line, p.stdout
         est = float(line[0].split("=")[-1])
         assert true / 10 <= est <= true * 10, (method, est, true)
+
+
+# ---- the same on each device (gpu: run on the GPU machine, benchmarks/gpu/rcond_check.sh) --
+DEVICES = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("device", DEVICES)
+def test_condition_and_tiny_pivots_on_each_device(grids, device):
+    from distla import SingularMatrixError, tlr
+    from distla import covariance as cov
+    from distla.linalg import cho_solve
+    n = 37
+    a = _test_matrices(n)["geometric"]
+    s = _spd(n, 1e6, seed=8)
+    s = (s + s.T) / 2
+    x, k = cov.default_problem(n, seed=4)
+    b = np.random.default_rng(5).standard_normal((n, 3))
+    for g in grids:
+        def dist(m, blk=5):
+            return DistMatrix.from_global(g, m, block=blk, src=(g.nprow - 1, g.npcol - 1),
+                                          device=device)
+        true = 1 / np.linalg.cond(a, 1)
+        assert true / 10 <= rcond(dist(a), lu_factor(dist(a))) <= true * 10.01
+        true = 1 / np.linalg.cond(s, 1)
+        L = cholesky(dist(s), check_symmetric=False)
+        assert true / 10 <= rcond(dist(s), L) <= true * 10.01
+        X = cho_solve((L, True), dist(b, (5, 2)))          # few rhs: fan-in and fan-out sweeps
+        np.testing.assert_allclose(X.to_global(None), np.linalg.solve(s, b), rtol=1e-6,
+                                   atol=1e-6 * np.abs(np.linalg.solve(s, b)).max())
+        C = cov.covariance_matrix(g, x, k, block=8, device=device)
+        c = C.to_global(None)
+        true = 1 / np.linalg.cond(c, 1)
+        assert true / 10 <= rcond(C, tlr.cholesky(tlr.compress(C, tol=1e-10))) <= true * 10
+        with pytest.raises(SingularMatrixError, match="needs pivoting") as ei:
+            lu_factor(dist(_needs_pivoting(n, 11)), pivoting="none")
+        assert ei.value.index == 11
