@@ -291,7 +291,7 @@ def test_rbt_falls_back_on_a_tiny_genp_pivot(grids):
     for g in grids:
         A = DistMatrix.from_global(g, a, block=4)
         B = DistMatrix.from_global(g, b, block=4)
-        with pytest.warns(RBTFallbackWarning, match="tiny pivot"):
+        with pytest.warns(RBTFallbackWarning, match=f"tiny or zero pivot at column {j}"):
             X, info = rbt_solve(A, B, depth=0, return_info=True)   # no butterflies: GENP of A
         assert info.fallback
         np.testing.assert_allclose(a @ X.to_global(None), b, atol=1e-12)
@@ -385,3 +385,43 @@ def test_condition_and_tiny_pivots_on_each_device(grids, device):
         with pytest.raises(SingularMatrixError, match="needs pivoting") as ei:
             lu_factor(dist(_needs_pivoting(n, 11)), pivoting="none")
         assert ei.value.index == 11
+
+
+def test_cli_progress_lines_under_mpiexec(tmp_path):
+    """stderr is a pipe under mpiexec: plain lines (no redraw) at the interval asked for, from
+    rank 0 only (one reporter: percentages never go back); --progress 0: none."""
+    import re
+    n = 500
+    g = np.random.default_rng(3).standard_normal((n, n))
+    np.save(tmp_path / "a.npy", g @ g.T + n * np.eye(n))
+    p = _cli(["--matrix", tmp_path / "a.npy", "--nb", 16, "--progress", 0.01])
+    assert p.returncode == 0, p.stderr
+    assert "\r" not in p.stderr
+    pct = [float(m.group(1)) for m in re.finditer(r"^cholesky: +([\d.]+)%", p.stderr, re.M)]
+    assert pct and pct == sorted(pct), p.stderr
+    p = _cli(["--matrix", tmp_path / "a.npy", "--nb", 16, "--progress", 0])
+    assert p.returncode == 0 and "%" not in p.stderr, p.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nrhs", [1, 13, 14])     # fused with the solve up to 13 columns
+def test_solvers_estimate_rides_along_with_the_solve(grids, nrhs):
+    import re
+    n = 29
+    d = np.r_[np.ones(n - 1), 1e-10]            # S A S, A well conditioned: rcond ~ 1e-20
+    sing = d[:, None] * _spd(n, 10, seed=6) * d[None, :]
+    b = np.random.default_rng(7).standard_normal((n, nrhs))
+    for gr in grids:
+        A = DistMatrix.from_global(gr, sing, block=4)
+        B = DistMatrix.from_global(gr, b, block=(3, 2), src=(gr.nprow - 1, gr.npcol - 1))
+        for fn, ref in ((solve_lu, lambda: rcond(A)),
+                        (lambda A, B: solve_cholesky(A, B, check_symmetric=False),
+                         lambda: rcond(A, cholesky(A, check_symmetric=False)))):
+            with pytest.warns(LinAlgWarning) as w:
+                X = fn(A, B)
+            assert X.same_layout(B)
+            got = float(re.search(r"rcond=([-+.\de]+)", str(w[0].message)).group(1))
+            want = ref()
+            assert abs(got / want - 1) < 5e-3, (got, want)
+            x = X.to_global(None)
+            assert np.abs(sing @ x - b).max() <= 1e-12 * np.abs(sing).max() * np.abs(x).max()

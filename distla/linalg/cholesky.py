@@ -44,7 +44,7 @@ from ..pblas import norm, triangular_solve
 from ..validate import check_finite as check_finite_
 from ..validate import check_symmetric, signature
 from ._potrf_loop import PotrfLoop
-from .condition import rcond_estimate, warn_if_ill_conditioned
+from .condition import rcond_estimate, solve_and_rcond, warn_if_ill_conditioned
 
 __all__ = ["cholesky", "cho_factor", "cho_solve", "cho_rcond", "solve_cholesky", "logdet"]
 
@@ -146,9 +146,13 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
     anorm = norm(A, 1) if check_rcond else None
     L = cholesky(A, lower=True, overwrite_a=overwrite_a, lookahead=lookahead,
                  check_finite=False, check_symmetric=False)
-    X = cho_solve((L, True), B, overwrite_b=overwrite_b, check_finite=False)
-    if check_rcond:
-        warn_if_ill_conditioned(cho_rcond((L, True), anorm), A.dtype, "solve_cholesky")
+    if not check_rcond:
+        return cho_solve((L, True), B, overwrite_b=overwrite_b, check_finite=False)
+
+    def inv(M):   # A^-1 = A^-H; the estimate's first solve rides along with B's
+        return cho_solve((L, True), M, overwrite_b=True, check_finite=False)
+    X, rc = solve_and_rcond(B, L, inv, anorm, inv, inv)
+    warn_if_ill_conditioned(rc, A.dtype, "solve_cholesky")
     return X
 
 

@@ -51,7 +51,7 @@ from ..validate import check_finite as check_finite_
 from ..validate import check_finite_result, signature
 from ._lu_loop import LULoop
 from ._pivoting import ipiv_to_perm, largest_multiplier, permute_rows
-from .condition import rcond_estimate, warn_if_ill_conditioned
+from .condition import rcond_estimate, solve_and_rcond, warn_if_ill_conditioned
 from .methods import PIVOTING, pivoting_name
 
 __all__ = ["LUFactor", "lu_factor", "lu_solve", "solve_lu", "PIVOTING",
@@ -88,10 +88,7 @@ class LUFactor:
         if self._rcond is None:
             if self.anorm is None:
                 raise ValueError("this LUFactor has no ||A||_1; use distla.linalg.rcond(A, F)")
-            self._rcond = rcond_estimate(
-                self.anorm, self.lu, lambda X: lu_solve(self, X, overwrite_b=True,
-                                                        check_finite=False),
-                lambda X: lu_solve(self, X, trans="C", overwrite_b=True, check_finite=False))
+            self._rcond = rcond_estimate(self.anorm, self.lu, *_inverse_ops(self))
         return self._rcond
 
     @property
@@ -124,6 +121,12 @@ class LUFactor:
 
     def __repr__(self) -> str:
         return f"LUFactor(pivoting={self.pivoting!r}, lu={self.lu!r})"
+
+
+def _inverse_ops(F):
+    """``(X -> A^-1 X, X -> A^-H X)`` with the factors F, for the condition estimate."""
+    return (lambda X: lu_solve(F, X, overwrite_b=True, check_finite=False),
+            lambda X: lu_solve(F, X, trans="C", overwrite_b=True, check_finite=False))
 
 
 # --------------------------------------------------------------------------------------------
@@ -323,7 +326,12 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
     if check_finite:
         check_finite_(("A", A), ("B", B), what="solve_lu")
     F = lu_factor(A, pivoting=pivoting, overwrite_a=overwrite_a, check_finite=False, **kw)
-    X = lu_solve(F, B, trans=trans, overwrite_b=overwrite_b, check_finite=False)
+    if check_rcond and _norm_trans(trans) == "N":   # the estimate's first solve rides along
+        X, F._rcond = solve_and_rcond(
+            B, F.lu, lambda M: lu_solve(F, M, overwrite_b=True, check_finite=False), F.anorm,
+            *_inverse_ops(F))
+    else:
+        X = lu_solve(F, B, trans=trans, overwrite_b=overwrite_b, check_finite=False)
     if check_rcond:
         warn_if_ill_conditioned(F.rcond(), A.dtype, "solve_lu")
     return X
