@@ -262,13 +262,11 @@ def _solver(method: str):
                                "--method gepp (partial), calu (tournament) or genp (none)")
         if method in LU_PIVOTING:
             F = linalg.lu_factor(A, pivoting=LU_PIVOTING[method], **kw)
-            X = linalg.lu_solve(F, B, check_finite=True)
-            rc = F.rcond()
+            X, rc = linalg.lu_solve_rcond(F, B)     # the estimate shares the solve's sweeps
         elif method == "cholesky":
             anorm = norm(A, 1)
             c = linalg.cho_factor(A, **kw)
-            X = linalg.cho_solve(c, B)
-            rc = linalg.cho_rcond(c, anorm)
+            X, rc = linalg.cho_solve_rcond(c, B, anorm)
         elif method in ("rbt", "tlr"):     # these warn themselves; their info has rcond
             kw.pop("return_info", None)
             X, info = linalg.solve(A, B, method=method, return_info=True, **kw)
