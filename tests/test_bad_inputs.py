@@ -289,3 +289,21 @@ def test_tlr_refuses_a_complex_replicated_rhs(comm):
         L.solve(np.ones(N) + 1j)
     np.testing.assert_allclose(_spd() @ L.solve(np.ones(N, dtype=np.float32)), np.ones(N),
                                atol=1e-8)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("scale", [1e300, 1e-300])
+def test_tlr_solve_of_a_badly_scaled_matrix(comm, scale):
+    """The compression squares entries and singular values: without rescaling, a covariance
+    matrix times 1e+300 (or 1e-300) came back with a forward error of 1.6 and no error."""
+    from distla import covariance as cov
+    from distla import tlr
+    g = ProcessGrid(comm=comm)
+    x, k = cov.default_problem(60, seed=1)
+    a = cov.covariance_matrix(g, x, k, block=10).to_global(None)
+    want = np.linalg.solve(a, np.ones(60))
+    S = DistMatrix.from_global(g, a * scale, block=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")       # no overflow / underflow RuntimeWarning either
+        X = tlr.solve(S, np.ones(60) * scale, tol=1e-10)
+    assert np.abs(X - want).max() <= 1e-6 * np.abs(want).max()
