@@ -258,7 +258,7 @@ class DistMatrix:
             J = xp.asarray(A.col_indices()).reshape(1, -1)
             mloc, nloc = A.local_shape
             w = max(1, min(nloc, _SLAB_ELEMS[device] // max(1, mloc), -(-nloc // 32)))
-            for c in range(0, nloc, w):
+            for c in range(0, max(nloc, 1), w):   # fn runs at least once, even on no columns
                 vals = A.backend.asarray(fn(I, J[:, c:c + w]))
                 if vals.dtype.kind == "c" and A.dtype.kind != "c":
                     raise TypeError(f"fn returned complex values for a {A.dtype} matrix")
