@@ -226,7 +226,7 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
     # op(A) lower  <=>  (lower and not trans) or (upper and trans): forward sweep
     forward = lower != trans
     # dot form: the partial sums of step k are formed by Q (op = N) or P (op = T) ranks
-    dot = _FAN_IN_ONLY or (grid.nprow >= grid.npcol if trans else grid.npcol >= grid.nprow)
+    dot = _FAN_IN_ONLY or (grid.nprow >= grid.npcol if trans else grid.npcol > grid.nprow)
     # the sums live at op(A)'s row indices: A's rows (op = N) or A's columns (op = T)
     acc = None if dot else be.zeros((len(cols) if trans else len(rows), k), A.dtype)
     nblk = layout.num_blocks(n, nb)
