@@ -247,7 +247,8 @@ def _solver(method: str):
     """The function ``f(A, B, **kw) -> (X, rcond or None)`` for ``method`` (the solvers are
     imported lazily so that the rest of the command line works whatever is installed). A is
     left unchanged. For the LU methods and Cholesky the factors also give the reciprocal
-    condition estimate (and its LinAlgWarning); the other methods return None for it."""
+    condition estimate (and its LinAlgWarning); rbt and tlr estimate it (and warn) themselves
+    and return it in their info."""
     try:
         from . import linalg
         from .linalg.condition import warn_if_ill_conditioned
@@ -261,13 +262,15 @@ def _solver(method: str):
                                "--method gepp (partial), calu (tournament) or genp (none)")
         if method in LU_PIVOTING:
             F = linalg.lu_factor(A, pivoting=LU_PIVOTING[method], **kw)
-            X = linalg.lu_solve(F, B, check_finite=True)
-            rc = F.rcond()
+            X, rc = linalg.lu_solve_rcond(F, B)     # the estimate shares the solve's sweeps
         elif method == "cholesky":
             anorm = norm(A, 1)
             c = linalg.cho_factor(A, **kw)
-            X = linalg.cho_solve(c, B)
-            rc = linalg.cho_rcond(c, anorm)
+            X, rc = linalg.cho_solve_rcond(c, B, anorm)
+        elif method in ("rbt", "tlr"):     # these warn themselves; their info has rcond
+            kw.pop("return_info", None)
+            X, info = linalg.solve(A, B, method=method, return_info=True, **kw)
+            return X, (info.get("rcond") if isinstance(info, dict) else info.rcond)
         else:
             return linalg.solve(A, B, method=method, **kw), None
         warn_if_ill_conditioned(rc, A.dtype, f"--method {method}")
@@ -303,6 +306,8 @@ def cmd_solve(args, comm) -> int:
         raise CommandError(f"--matrix: {ainfo.path} holds a {m} x {n} "
                            f"{'vector' if ainfo.ndim == 1 else 'matrix'}; solve needs a "
                            f"square matrix")
+    if n == 0:
+        raise CommandError(f"--matrix: {ainfo.path} is empty (0 x 0); nothing to solve")
     binfo = None
     if args.rhs is not None:
         binfo = _inspect(args.rhs, comm, "--rhs")

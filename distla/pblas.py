@@ -190,19 +190,28 @@ def _trsm_left(A, X, lower, diag):
 
 
 _FEW_RHS = 16   # up to this many right-hand sides, A stays put and only X travels
+_FAN_IN_ONLY = False   # True: always the fan-in form (the old behaviour; for measurements)
 
 
 def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
     """op(A) X = alpha B for a few right-hand sides (collective), A stationary (as pdtrsv).
 
     The sweep moving A's block columns (:func:`_trsm_left`) broadcasts O(n nb) words per
-    step, far more than a few right-hand sides need. Here every rank keeps the solution at
-    the global rows and at the global columns it holds of A (``xr``, ``xc``, n_loc x k). Step
-    k: the ranks holding block row k of op(A) (process row of block k, or its process column
-    for op = transpose) form their partial sums ``op(A)[k, j] x[j]`` over the solved blocks j
-    and add them up along that process row (column); the owner of the diagonal block solves
-    ``x[k]`` and broadcasts it to every rank (``nb x k`` words), which store their parts of
-    it. Per step: one sub-communicator all-reduce and one broadcast of ``nb x k`` words."""
+    step, far more than a few right-hand sides need. Here A stays put and only X travels:
+    step k, the owner of the diagonal block solves ``x[k]`` from ``b[k]`` minus the partial
+    sums ``sum_j op(A)[k, j] x[j]`` over the solved blocks j, added up along a process row or
+    column, and broadcasts ``x[k]`` to every rank (``nb x k`` words). Two ways to form the
+    partial sums, chosen so that the larger grid dimension shares the work of every step:
+
+    * "dot" (fan-in): the ranks holding block row k of op(A) multiply it by the solved
+      ``x[j]`` when block k is next (for op = N that is the process row of block k: Q ranks
+      work; for op = T, its process column: P ranks);
+    * "axpy" (fan-out): right after ``x[k]`` is known, the ranks holding block column k of
+      op(A) add ``op(A)[j, k] x[k]`` into their sums for every unsolved j (op = N: process
+      column of block k, P ranks; op = T: its process row, Q ranks).
+
+    Per step: one sub-communicator all-reduce and one broadcast of ``nb x k`` words. A is
+    never transposed or moved."""
     grid, be, xp = A.grid, A.backend, A.xp
     comms = grid.comms(A.device)
     n, nb, k = A.n, A.nb, B.n
@@ -216,6 +225,10 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
     ta = "T" if trans else "N"
     # op(A) lower  <=>  (lower and not trans) or (upper and trans): forward sweep
     forward = lower != trans
+    # dot form: the partial sums of step k are formed by Q (op = N) or P (op = T) ranks
+    dot = _FAN_IN_ONLY or (grid.nprow >= grid.npcol if trans else grid.npcol > grid.nprow)
+    # the sums live at op(A)'s row indices: A's rows (op = N) or A's columns (op = T)
+    acc = None if dot else be.zeros((len(cols) if trans else len(rows), k), A.dtype)
     nblk = layout.num_blocks(n, nb)
     for kb in (range(nblk) if forward else range(nblk - 1, -1, -1)):
         g0, w = kb * nb, min(nb, n - kb * nb)
@@ -223,7 +236,14 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
         r0, c0 = A.local_row_start(g0), A.local_col_start(g0)
         r1, c1 = A.local_row_start(g0 + w), A.local_col_start(g0 + w)
         part = be.zeros((w, k), A.dtype)
-        if not trans and grid.myrow == pr:        # block row k of A, solved columns
+        if not dot:                               # sums already formed, add them up
+            if not trans and grid.myrow == pr:
+                part[...] = acc[r0:r1]
+                comms.row.allreduce(part, "sum")
+            elif trans and grid.mycol == pc:
+                part[...] = acc[c0:c1]
+                comms.col.allreduce(part, "sum")
+        elif not trans and grid.myrow == pr:      # block row k of A, solved columns
             s0, s1 = (0, c0) if forward else (c1, len(cols))
             if s1 > s0:
                 be.gemm("N", "N", 1.0, A.local[r0:r1, s0:s1], xc[s0:s1], 0.0, part)
@@ -242,6 +262,16 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
         if grid.mycol == pc:
             xc[c0:c1] = part
         xs[g0:g0 + w] = part
+        if dot:
+            continue
+        if not trans and grid.mycol == pc:        # block column k of A, unsolved rows
+            u0, u1 = (r1, len(rows)) if forward else (0, r0)
+            if u1 > u0:
+                be.gemm("N", "N", 1.0, A.local[u0:u1, c0:c1], part, 1.0, acc[u0:u1])
+        elif trans and grid.myrow == pr:          # block row k of A, unsolved columns
+            u0, u1 = (c1, len(cols)) if forward else (0, c0)
+            if u1 > u0:
+                be.gemm("T", "N", 1.0, A.local[r0:r1, u0:u1], part, 1.0, acc[u0:u1])
     X = B if overwrite_b else B.copy()
     if X.local.size:
         X.local[...] = xs[xp.asarray(X.row_indices())][:, xp.asarray(X.col_indices())]

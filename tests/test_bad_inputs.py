@@ -57,6 +57,8 @@ CASES = [
      {}, NotPositiveDefiniteError, "not positive definite"),
     ("genp with a zero leading pivot", _with(_G, 0, 0, 0.0), ONES, "genp", {},
      SingularMatrixError, "needs pivoting"),
+    ("genp with a tiny leading pivot", _with(_G, 0, 0, 1e-14), ONES, "genp", {},
+     SingularMatrixError, r"tiny pivot at column 0 .*needs pivoting"),
     ("gepp of an exactly singular matrix", np.zeros((N, N)), ONES, "gepp", {},
      SingularMatrixError, "singular"),
     ("gepp of a numerically singular matrix", _near_singular(), ONES, "gepp", {},
@@ -101,3 +103,207 @@ def test_empty_matrix_is_a_clear_error(comm):
     B = DistMatrix.zeros(g, (0, 1), (4, 4))
     with pytest.raises(ValueError, match="empty"):
         solve(A, B)
+
+
+# ---- the same sweep through the command line ---------------------------------------------
+# Each row: (name, ranks, arguments after ``distla``, exit code (distla.runtime.EXIT_*), regex
+# the one ``distla: error:`` line (or, for exit 0, stderr) must match, extra check or None).
+# Ranks calling with different block sizes cannot happen through the command line (every rank
+# parses the same argv); that row of the sweep is API-only: tests/test_validate.py.
+import os  # noqa: E402
+import re  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from distla.runtime import EXIT_NUMERIC, EXIT_USAGE  # noqa: E402
+
+_ROOT = Path(__file__).resolve().parents[1]
+_MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+
+
+def _cli(args, ranks, cwd):
+    """``python -m distla ARGS`` (one rank) or ``mpiexec -n RANKS python -m distla ARGS``."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_LOCAL", "HYDRA_"))}
+    env.update(PYTHONPATH=str(_ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+               OPENBLAS_NUM_THREADS="1", MPIR_CVAR_POLLS_BEFORE_YIELD="1",
+               DISTLA_ABORT_TIMEOUT="30", PYTHONDONTWRITEBYTECODE="1")
+    cmd = [sys.executable, "-m", "distla", *map(str, args)]
+    if ranks > 1:
+        if not os.path.exists(_MPIEXEC):
+            pytest.skip("no mpiexec beside the python in use")
+        cmd = [_MPIEXEC, "-n", str(ranks), *cmd]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=90)
+
+
+@pytest.fixture(scope="module")
+def cli_dir(tmp_path_factory):
+    """Small input files for the command-line rows (n = N, written once)."""
+    d = tmp_path_factory.mktemp("bad_cli")
+    np.save(d / "spd.npy", _spd())
+    np.save(d / "nonsym.npy", _G + N * np.eye(N))
+    np.save(d / "nan.npy", _with(_spd(), 5, 3, np.nan))    # block column 1 of nb=2: rank 1
+    np.save(d / "inf_b.npy", _with(ONES, 7, 0, np.inf))
+    np.save(d / "empty.npy", np.zeros((0, 0)))
+    np.save(d / "zero_pivot.npy", _with(_G + N * np.eye(N), 0, 0, 0.0))
+    np.save(d / "singular.npy", _with(_G, slice(None), 3, 0.0))    # an exactly zero pivot
+    np.save(d / "near_singular.npy", _near_singular())
+    np.save(d / "indefinite.npy", _spd() - 20 * N * np.eye(N))
+    np.save(d / "b_complex.npy", _R.standard_normal(N) + 1j * _R.standard_normal(N))
+    return d
+
+
+def _no_new_files(before):
+    def check(d, p):
+        assert sorted(os.listdir(d)) == before, sorted(os.listdir(d))
+    return check
+
+
+def _wrote_exactly(name):
+    def check(d, p):
+        assert f"solution written to {name}\n" in p.stdout, p.stdout
+        assert (d / name).is_file()
+        assert not [f for f in os.listdir(d) if f.startswith(name) and f != name]
+        x = np.load(d / name) if name.lower().endswith(".npy") else None
+        if x is not None:
+            np.testing.assert_allclose(_spd() @ x.ravel(), _spd() @ np.ones(N), rtol=1e-10)
+    return check
+
+
+def _complex_solution(d, p):
+    x = np.load(d / "xc.npy")
+    b = np.load(d / "b_complex.npy")
+    assert np.iscomplexobj(x) and np.abs(x.imag).max() > 0
+    np.testing.assert_allclose((_G + N * np.eye(N)) @ x, b, atol=1e-10)
+
+
+def _no_solve_ran(d, p):
+    assert "scaled residual" not in p.stdout and "solve:" not in p.stdout, p.stdout
+
+
+_S = ["solve", "--nb", 2]
+CLI_CASES = [
+    ("nan in the matrix file", 2, _S + ["--matrix", "nan.npy", "--method", "gepp"],
+     EXIT_USAGE, r"non-finite value \(nan\) at global index \(5, 3\)", None),
+    ("inf in the rhs file", 2, _S + ["--matrix", "spd.npy", "--rhs", "inf_b.npy"],
+     EXIT_USAGE, r"B contains a non-finite value \(inf\) at global index \(7, 0\)", None),
+    ("cholesky of a nonsymmetric matrix", 2,
+     _S + ["--matrix", "nonsym.npy", "--method", "cholesky"], EXIT_USAGE, "not symmetric",
+     None),
+    ("0 x 0 matrix", 2, _S + ["--matrix", "empty.npy"], EXIT_USAGE,
+     r"--matrix: .*empty\.npy is empty \(0 x 0\)", _no_solve_ran),
+    ("-O pivoting=none", 1, _S + ["--matrix", "nonsym.npy", "--method", "gepp", "-O",
+                                  "pivoting=none"], EXIT_USAGE, "chooses the pivoting", None),
+    ("--out in a missing directory fails before the solve", 2,
+     _S + ["--matrix", "spd.npy", "--out", "no/such/dir/x.npy"], EXIT_USAGE,
+     r"^distla: error: --out: .*no/such/dir", _no_solve_ran),
+    ("--json in a missing directory fails before the solve", 1,
+     _S + ["--matrix", "spd.npy", "--json", "no/such/dir/r.json"], EXIT_USAGE,
+     r"^distla: error: --json: .*no/such/dir", _no_solve_ran),
+    ("--out with an unknown extension writes nothing", 1,
+     _S + ["--matrix", "spd.npy", "--out", "x.txt"], EXIT_USAGE,
+     r"--out: x\.txt: unknown extension", None),
+    ("--out x.NPY writes exactly x.NPY", 2, _S + ["--matrix", "spd.npy", "--out", "x.NPY"],
+     0, "", _wrote_exactly("x.NPY")),
+    ("--out x.mtx writes exactly x.mtx", 1, _S + ["--matrix", "spd.npy", "--out", "x.mtx"],
+     0, "", _wrote_exactly("x.mtx")),
+    ("generate --rhs-out errors name --rhs-out", 1,
+     ["generate", "--kind", "spd", "--n", 8, "--out", "g.npy", "--rhs-out",
+      "no/such/dir/b.npy"], EXIT_USAGE, r"^distla: error: --rhs-out: ", None),
+    ("generate --rhs-out with an unknown extension", 1,
+     ["generate", "--kind", "spd", "--n", 8, "--out", "g.npy", "--rhs-out", "b.txt"],
+     EXIT_USAGE, r"^distla: error: --rhs-out: b\.txt: unknown extension", None),
+    ("complex rhs with a real matrix, gepp: promoted", 2,
+     _S + ["--matrix", "nonsym.npy", "--rhs", "b_complex.npy", "--method", "gepp", "--out",
+           "xc.npy"], 0, "", _complex_solution),
+    ("complex rhs with a real matrix, cholesky: refused", 1,
+     _S + ["--matrix", "spd.npy", "--rhs", "b_complex.npy", "--method", "cholesky"],
+     EXIT_USAGE, "is complex but the matrix is real", None),
+    ("genp with a zero leading pivot", 2,
+     _S + ["--matrix", "zero_pivot.npy", "--method", "genp"], EXIT_NUMERIC, "needs pivoting",
+     None),
+    ("gepp of an exactly singular matrix", 2,
+     _S + ["--matrix", "singular.npy", "--method", "gepp"], EXIT_NUMERIC, "singular", None),
+    ("cholesky of an indefinite matrix", 2, _S + ["--matrix", "indefinite.npy"], EXIT_NUMERIC,
+     "not positive definite", None),
+    ("gepp of a numerically singular matrix warns", 2,
+     _S + ["--matrix", "near_singular.npy", "--method", "gepp"], 0,
+     r"distla: warning: .*ill-conditioned matrix \(rcond=", None),
+]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", CLI_CASES, ids=[c[0] for c in CLI_CASES])
+def test_bad_input_cli(cli_dir, case):
+    name, ranks, args, code, pattern, extra = case
+    before = sorted(os.listdir(cli_dir))
+    p = _cli(args, ranks, cli_dir)
+    out = p.stdout + p.stderr
+    assert p.returncode == code, f"{name}: exit {p.returncode}, expected {code}\n{out}"
+    assert "Traceback" not in out, out
+    errs = [ln for ln in out.splitlines() if ln.startswith("distla: error:")]
+    if code:
+        assert len(errs) == 1, f"{name}: expected one error line (rank 0):\n{out}"
+        assert re.search(pattern, errs[0]), (pattern, errs[0])
+        _no_new_files(before)(cli_dir, p)     # a failed run leaves no file behind
+    else:
+        assert not errs, out
+        assert re.search(pattern, p.stderr), (pattern, p.stderr)
+    if pattern.startswith("distla: warning"):
+        assert p.stderr.count("ill-conditioned") == 1, p.stderr    # rank 0 only
+    if extra is not None:
+        extra(cli_dir, p)
+    for f in set(os.listdir(cli_dir)) - set(before):    # keep the rows independent
+        os.remove(cli_dir / f)
+
+
+# ---- dtype and layout mismatches: one exception class per kind, for every method ----------
+_METHODS = ("cholesky", "gepp", "calu", "genp", "rbt", "tlr")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("method", _METHODS)
+def test_mismatches_raise_the_same_class_for_every_method(comm, method):
+    g = ProcessGrid(comm=comm)
+    A = DistMatrix.from_global(g, _spd(), block=5)
+    other = ProcessGrid(comm=comm.Dup())
+    cases = [(DistMatrix.from_global(g, ONES.astype(np.float32), block=5), TypeError,
+              "dtypes differ"),
+             (DistMatrix.from_global(g, ONES + 1j, block=5), TypeError, "dtypes differ"),
+             (DistMatrix.from_global(other, ONES, block=5), ValueError, "grid"),
+             (DistMatrix.from_global(g, np.ones((N + 1, 1)), block=5), ValueError, "rows"),
+             (ONES, TypeError, "DistMatrix")]
+    for B, expect, pattern in cases:
+        with pytest.raises(expect, match=pattern) as ei:
+            solve(A, B, method=method)
+        assert len(set(comm.allgather(str(ei.value)))) == 1
+
+
+@pytest.mark.mpi
+def test_tlr_refuses_a_complex_replicated_rhs(comm):
+    from distla import tlr
+    g = ProcessGrid(comm=comm)
+    L = tlr.cholesky(tlr.compress(DistMatrix.from_global(g, _spd(), block=6), tol=1e-12))
+    with pytest.raises(TypeError, match="truncated"):
+        L.solve(np.ones(N) + 1j)
+    np.testing.assert_allclose(_spd() @ L.solve(np.ones(N, dtype=np.float32)), np.ones(N),
+                               atol=1e-8)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("scale", [1e300, 1e-300])
+def test_tlr_solve_of_a_badly_scaled_matrix(comm, scale):
+    """The compression squares entries and singular values: without rescaling, a covariance
+    matrix times 1e+300 (or 1e-300) came back with a forward error of 1.6 and no error."""
+    from distla import covariance as cov
+    from distla import tlr
+    g = ProcessGrid(comm=comm)
+    x, k = cov.default_problem(60, seed=1)
+    a = cov.covariance_matrix(g, x, k, block=10).to_global(None)
+    want = np.linalg.solve(a, np.ones(60))
+    S = DistMatrix.from_global(g, a * scale, block=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")       # no overflow / underflow RuntimeWarning either
+        X = tlr.solve(S, np.ones(60) * scale, tol=1e-10)
+    assert np.abs(X - want).max() <= 1e-6 * np.abs(want).max()

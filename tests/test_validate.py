@@ -246,3 +246,182 @@ def test_every_method_accepts_b_in_another_layout(grids, method):
         X = solve(A, B, method=method)
         assert X.same_layout(B)
         np.testing.assert_allclose(X.to_global(None), np.linalg.solve(a, b), atol=1e-10)
+
+
+# ---- GENP: a tiny pivot means "needs pivoting" -------------------------------------------
+def _needs_pivoting(n, j, tiny=1e-13, seed=3):
+    """A row permutation (rows j, j+1) of a diagonally dominant matrix: well conditioned, but
+    GENP meets the pivot ``tiny`` at column j, next to the entry n below it."""
+    m = n * np.eye(n) + np.random.default_rng(seed).uniform(0, 1, (n, n))
+    m[j:j + 2, :j] = 0           # earlier steps leave rows j, j+1 alone
+    m[j + 1, j] = tiny
+    m[[j, j + 1]] = m[[j + 1, j]]
+    return m
+
+
+@pytest.mark.mpi
+def test_genp_tiny_pivot_needs_pivoting(grids):
+    from distla import SingularMatrixError
+    n, j = 23, 9
+    a = _needs_pivoting(n, j)
+    assert np.linalg.cond(a, 1) < 10
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=4, src=(g.nprow - 1, g.npcol - 1))
+        with pytest.raises(SingularMatrixError, match="needs pivoting") as ei:
+            lu_factor(A, pivoting="none")
+        assert ei.value.index == j and f"tiny pivot at column {j}" in str(ei.value)
+        assert len(set(g.comm.allgather(str(ei.value)))) == 1
+        F = lu_factor(A, pivoting="none", pivot_threshold=0)     # accepted when asked
+        assert F.growth_factor() > 1e10
+        lu_factor(A, pivoting="none", pivot_threshold=1e-15)     # tiny = 1e-13 / 24 passes
+        # a matrix that needs no pivoting passes the default threshold
+        d = DistMatrix.from_global(g, n * np.eye(n) + np.ones((n, n)), block=4)
+        lu_factor(d, pivoting="none")
+        with pytest.raises(ValueError, match="pivot_threshold"):
+            lu_factor(A, pivoting="none", pivot_threshold=-1)
+
+
+@pytest.mark.mpi
+def test_rbt_falls_back_on_a_tiny_genp_pivot(grids):
+    from distla import SingularMatrixError
+    from distla.linalg.rbt import RBTFallbackWarning, rbt_solve
+    n, j = 20, 6
+    a = _needs_pivoting(n, j)
+    b = np.random.default_rng(1).standard_normal((n, 1))
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=4)
+        B = DistMatrix.from_global(g, b, block=4)
+        with pytest.warns(RBTFallbackWarning, match=f"tiny or zero pivot at column {j}"):
+            X, info = rbt_solve(A, B, depth=0, return_info=True)   # no butterflies: GENP of A
+        assert info.fallback
+        np.testing.assert_allclose(a @ X.to_global(None), b, atol=1e-12)
+        with pytest.raises(SingularMatrixError):
+            rbt_solve(A, B, depth=0, fallback=False)
+
+
+# ---- rcond from TLR factors ---------------------------------------------------------------
+@pytest.mark.mpi
+def test_rcond_from_tlr_factor(grids):
+    from distla import covariance as cov
+    from distla import tlr
+    x, k = cov.default_problem(90, seed=3)
+    for g in grids:
+        A = cov.covariance_matrix(g, x, k, block=12, src=(g.nprow - 1, 0))
+        a = A.to_global(None)
+        true = 1 / np.linalg.cond(a, 1)
+        T = tlr.compress(A, tol=1e-10)
+        L = tlr.cholesky(T)
+        for rc in (rcond(A, factor=L), rcond(T, factor=L), rcond(None, factor=L), rcond(T)):
+            assert true / 10 <= rc <= true * 10, (rc, true)
+            assert len(set(g.comm.allgather(rc))) == 1
+        assert L.info["rcond"] > 0
+        b = np.ones(a.shape[0])
+        X, info = tlr.solve(A, b, tol=1e-10, return_info=True)
+        assert true / 10 <= info["rcond"] <= true * 10
+        np.testing.assert_allclose(a @ X, b, atol=1e-6 * np.abs(X).max())
+        # nearly singular (one row and column scaled by 1e-10: rcond ~ 1e-20) -> warns
+        s = np.ones(a.shape[0])
+        s[-1] = 1e-10
+        S = DistMatrix.from_global(g, s[:, None] * a * s[None, :], block=12)
+        with pytest.warns(LinAlgWarning, match="tlr.solve: ill-conditioned"):
+            tlr.solve(S, b, tol=1e-10)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", LinAlgWarning)
+            tlr.solve(S, b, tol=1e-10, check_rcond=False)
+            solve(A, DistMatrix.from_global(g, b[:, None], block=12), method="tlr",
+                  tol=1e-10)                                      # well conditioned
+
+
+def test_cli_prints_rcond_for_rbt_and_tlr(tmp_path):
+    from mpi4py import MPI
+
+    from distla import covariance as cov
+    x, k = cov.default_problem(60, seed=1)
+    g = ProcessGrid(comm=MPI.COMM_SELF)
+    a = cov.covariance_matrix(g, x, k, block=20).to_global(None)
+    np.save(tmp_path / "c.npy", a)
+    true = np.linalg.cond(a, 1)
+    for method in ("rbt", "tlr"):
+        p = _cli(["--matrix", tmp_path / "c.npy", "--method", method, "--nb", 20])
+        assert p.returncode == 0, p.stderr
+        line = [ln for ln in p.stdout.splitlines() if "1 / rcond" in ln]
+        assert line, p.stdout
+        est = float(line[0].split("=")[-1])
+        assert true / 10 <= est <= true * 10, (method, est, true)
+
+
+# ---- the same on each device (gpu: run on the GPU machine, benchmarks/gpu/rcond_check.sh) --
+DEVICES = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("device", DEVICES)
+def test_condition_and_tiny_pivots_on_each_device(grids, device):
+    from distla import SingularMatrixError, tlr
+    from distla import covariance as cov
+    from distla.linalg import cho_solve
+    n = 37
+    a = _test_matrices(n)["geometric"]
+    s = _spd(n, 1e6, seed=8)
+    s = (s + s.T) / 2
+    x, k = cov.default_problem(n, seed=4)
+    b = np.random.default_rng(5).standard_normal((n, 3))
+    for g in grids:
+        def dist(m, blk=5):
+            return DistMatrix.from_global(g, m, block=blk, src=(g.nprow - 1, g.npcol - 1),
+                                          device=device)
+        true = 1 / np.linalg.cond(a, 1)
+        assert true / 10 <= rcond(dist(a), lu_factor(dist(a))) <= true * 10.01
+        true = 1 / np.linalg.cond(s, 1)
+        L = cholesky(dist(s), check_symmetric=False)
+        assert true / 10 <= rcond(dist(s), L) <= true * 10.01
+        X = cho_solve((L, True), dist(b, (5, 2)))          # few rhs: fan-in and fan-out sweeps
+        np.testing.assert_allclose(X.to_global(None), np.linalg.solve(s, b), rtol=1e-6,
+                                   atol=1e-6 * np.abs(np.linalg.solve(s, b)).max())
+        C = cov.covariance_matrix(g, x, k, block=8, device=device)
+        c = C.to_global(None)
+        true = 1 / np.linalg.cond(c, 1)
+        assert true / 10 <= rcond(C, tlr.cholesky(tlr.compress(C, tol=1e-10))) <= true * 10
+        with pytest.raises(SingularMatrixError, match="needs pivoting") as ei:
+            lu_factor(dist(_needs_pivoting(n, 11)), pivoting="none")
+        assert ei.value.index == 11
+
+
+def test_cli_progress_lines_under_mpiexec(tmp_path):
+    """stderr is a pipe under mpiexec: plain lines (no redraw) at the interval asked for, from
+    rank 0 only (one reporter: percentages never go back); --progress 0: none."""
+    import re
+    n = 500
+    g = np.random.default_rng(3).standard_normal((n, n))
+    np.save(tmp_path / "a.npy", g @ g.T + n * np.eye(n))
+    p = _cli(["--matrix", tmp_path / "a.npy", "--nb", 16, "--progress", 0.01])
+    assert p.returncode == 0, p.stderr
+    assert "\r" not in p.stderr
+    pct = [float(m.group(1)) for m in re.finditer(r"^cholesky: +([\d.]+)%", p.stderr, re.M)]
+    assert pct and pct == sorted(pct), p.stderr
+    p = _cli(["--matrix", tmp_path / "a.npy", "--nb", 16, "--progress", 0])
+    assert p.returncode == 0 and "%" not in p.stderr, p.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nrhs", [1, 13, 14])     # fused with the solve up to 13 columns
+def test_solvers_estimate_rides_along_with_the_solve(grids, nrhs):
+    import re
+    n = 29
+    d = np.r_[np.ones(n - 1), 1e-10]            # S A S, A well conditioned: rcond ~ 1e-20
+    sing = d[:, None] * _spd(n, 10, seed=6) * d[None, :]
+    b = np.random.default_rng(7).standard_normal((n, nrhs))
+    for gr in grids:
+        A = DistMatrix.from_global(gr, sing, block=4)
+        B = DistMatrix.from_global(gr, b, block=(3, 2), src=(gr.nprow - 1, gr.npcol - 1))
+        for fn, ref in ((solve_lu, lambda: rcond(A)),
+                        (lambda A, B: solve_cholesky(A, B, check_symmetric=False),
+                         lambda: rcond(A, cholesky(A, check_symmetric=False)))):
+            with pytest.warns(LinAlgWarning) as w:
+                X = fn(A, B)
+            assert X.same_layout(B)
+            got = float(re.search(r"rcond=([-+.\de]+)", str(w[0].message)).group(1))
+            want = ref()
+            assert abs(got / want - 1) < 5e-3, (got, want)
+            x = X.to_global(None)
+            assert np.abs(sing @ x - b).max() <= 1e-12 * np.abs(sing).max() * np.abs(x).max()

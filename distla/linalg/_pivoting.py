@@ -2,8 +2,9 @@
 
 Pivot vectors follow LAPACK's ``ipiv`` semantics, 0-based and global: ``piv[i] = p`` means row
 ``i`` was interchanged with row ``p`` (``p >= i``), the interchanges applied in order
-``i = 0, 1, ...``. Everything here except :func:`permute_rows` and :func:`swap_rows` is
-host-side index math on small NumPy arrays (no communication).
+``i = 0, 1, ...``. Everything here except :func:`permute_rows`, :func:`swap_rows` and
+:func:`largest_multiplier` (GENP's tiny-pivot check) is host-side index math on small NumPy
+arrays (no communication).
 
 Algorithm notes: docs/lu.md (row interchanges).
 """
@@ -14,7 +15,7 @@ import numpy as np
 from .. import layout
 
 __all__ = ["swaps_to_moves", "ipiv_to_perm", "winners_to_ipiv", "apply_swaps", "suffix_moves",
-           "permute_rows", "swap_rows"]
+           "permute_rows", "swap_rows", "largest_multiplier"]
 
 
 def apply_swaps(piv, n: int) -> np.ndarray:
@@ -162,3 +163,36 @@ def swap_rows(local, piv, start: int, *, mb: int, rsrc: int, nprow: int, myrow: 
     dest, src = swaps_to_moves(piv, start)
     permute_rows(local, dest, src, mb=mb, rsrc=rsrc, nprow=nprow, myrow=myrow, comm=comm,
                  segs=segs, backend=backend)
+
+
+_SLAB = 1 << 24      # local entries scanned at a time by largest_multiplier
+
+
+def largest_multiplier(lu, kmax: int) -> np.ndarray:
+    """Collective over ``lu``'s grid: ``max_i |l_ij|`` for every column ``j < kmax`` of the
+    unit lower factor held strictly below the diagonal of ``lu`` (a host float array, the same
+    on every rank; inf where a maximum is not finite).
+
+    ``max_i |l_ij| = max_i |a_ij^(j)| / |u_jj|``: how much smaller the pivot ``u_jj`` is than
+    the largest entry of its column at step j, the entry partial pivoting would have chosen
+    (the maximum is 1 for GEPP). One pass over the local storage in column slabs, one
+    all-reduce of ``nloc`` numbers along process columns and one allgather along process
+    rows."""
+    from mpi4py import MPI
+    g, xp, be = lu.grid, lu.xp, lu.backend
+    rows, cols = lu.row_indices(), lu.col_indices()
+    loc = np.zeros(len(cols))
+    a = lu.local
+    if a.size:
+        I = xp.asarray(rows).reshape(-1, 1)
+        step = max(1, _SLAB // max(1, a.shape[0]))
+        for j0 in range(0, a.shape[1], step):
+            J = xp.asarray(cols[j0:j0 + step]).reshape(1, -1)
+            blk = xp.where(I > J, xp.abs(a[:, j0:j0 + step]), 0)
+            loc[j0:j0 + step] = np.asarray(be.to_host(xp.max(blk, axis=0)), dtype=float)
+    loc[~np.isfinite(loc)] = np.inf                          # NaN (0/0) counts as infinite
+    g.col_comm.Allreduce(MPI.IN_PLACE, loc, op=MPI.MAX)
+    out = np.zeros(lu.n)
+    for c, v in zip(g.row_comm.allgather(cols), g.row_comm.allgather(loc)):
+        out[np.asarray(c, dtype=np.int64)] = v
+    return out[:kmax]

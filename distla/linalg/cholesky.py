@@ -44,9 +44,10 @@ from ..pblas import norm, triangular_solve
 from ..validate import check_finite as check_finite_
 from ..validate import check_symmetric, signature
 from ._potrf_loop import PotrfLoop
-from .condition import rcond_estimate, warn_if_ill_conditioned
+from .condition import rcond_estimate, solve_and_rcond, warn_if_ill_conditioned
 
-__all__ = ["cholesky", "cho_factor", "cho_solve", "cho_rcond", "solve_cholesky", "logdet"]
+__all__ = ["cholesky", "cho_factor", "cho_solve", "cho_rcond", "cho_solve_rcond",
+           "solve_cholesky", "logdet"]
 
 _REAL = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -146,10 +147,28 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
     anorm = norm(A, 1) if check_rcond else None
     L = cholesky(A, lower=True, overwrite_a=overwrite_a, lookahead=lookahead,
                  check_finite=False, check_symmetric=False)
-    X = cho_solve((L, True), B, overwrite_b=overwrite_b, check_finite=False)
-    if check_rcond:
-        warn_if_ill_conditioned(cho_rcond((L, True), anorm), A.dtype, "solve_cholesky")
+    if not check_rcond:
+        return cho_solve((L, True), B, overwrite_b=overwrite_b, check_finite=False)
+    X, rc = cho_solve_rcond((L, True), B, anorm, check_finite=False)
+    warn_if_ill_conditioned(rc, A.dtype, "solve_cholesky")
     return X
+
+
+def cho_solve_rcond(c_and_lower, B: DistMatrix, anorm: float, check_finite: bool = True):
+    """Collective: ``(cho_solve(c_and_lower, B), cho_rcond(c_and_lower, anorm))`` for less
+    than the two cost apart: up to 13 right-hand sides, the estimator's first block is solved
+    in the same triangular sweeps as B (:func:`distla.linalg.condition.solve_and_rcond`)."""
+    C = c_and_lower[0] if isinstance(c_and_lower, tuple) else c_and_lower
+    if not isinstance(C, DistMatrix):
+        raise TypeError(f"cho_solve: the factor must be a DistMatrix, not {type(C).__name__}")
+    with collective(C.grid.comm, signature("cho_solve_rcond", C, B)):
+        _check_rhs(C, B, "cho_solve")
+    if check_finite:
+        check_finite_(("B", B), what="cho_solve")
+
+    def inv(M):   # A^-1 = A^-H
+        return cho_solve(c_and_lower, M, overwrite_b=True, check_finite=False)
+    return solve_and_rcond(B, C, inv, anorm, inv, inv)
 
 
 def logdet(L: DistMatrix) -> float:

@@ -18,7 +18,9 @@ import numpy as np
 from ..errors import LinAlgWarning
 from ..matrix import DistMatrix
 
-__all__ = ["rcond_estimate", "inverse_norm1_estimate", "warn_if_ill_conditioned"]
+__all__ = ["rcond_estimate", "inverse_norm1_estimate", "norm1_estimate",
+           "reciprocal_condition", "first_block", "solve_and_rcond", "FUSE_MAX_RHS",
+           "warn_if_ill_conditioned"]
 
 _T = 2          # vectors per block (Higham-Tisseur t)
 _ITMAX = 2      # iterations (each: one solve with A, then one with A^H but the last)
@@ -41,23 +43,32 @@ def _sign(Y: np.ndarray) -> np.ndarray:
     return np.where(Y >= 0, 1.0, -1.0).astype(Y.dtype)
 
 
-def inverse_norm1_estimate(template: DistMatrix, apply_inv, apply_inv_h) -> float:
-    """Collective: an estimate (lower bound) of ``||A^-1||_1``.
-
-    ``apply_inv(X)`` / ``apply_inv_h(X)`` return ``A^-1 X`` / ``A^-H X`` for an n x k
-    DistMatrix X with ``template``'s row layout (``mb``, ``rsrc``), grid, device and dtype."""
-    n = template.n
-    if n == 0:
-        return 0.0
+def first_block(n: int, dtype) -> np.ndarray:
+    """The estimator's first block (n x 3, the same on every rank): ``ones / n``, random signs
+    ``/ n`` and LAPACK's alternating test vector."""
     rng = np.random.default_rng(1)
-    X = np.ones((n, _T + 1), dtype=template.dtype) / n
+    X = np.ones((n, _T + 1), dtype=dtype) / n
     X[:, 1:_T] = rng.choice([-1.0, 1.0], size=(n, _T - 1)) / n
     # LAPACK's extra test vector (dlacn2): alternating signs, growing magnitudes
     X[:, _T] = ((-1.0) ** np.arange(n)) * (1 + np.arange(n) / max(n - 1, 1))
+    return X
+
+
+def norm1_estimate(n: int, dtype, apply, apply_h, first=None) -> float:
+    """Collective (through ``apply``): an estimate (lower bound) of ``||M||_1`` for an n x n
+    operator M given only products, the block Higham-Tisseur method (docs/condition.md).
+
+    ``apply(X)`` / ``apply_h(X)`` return ``M X`` / ``M^H X`` for ``X`` a host ndarray (n x k,
+    the same on every rank), as a host ndarray replicated on every rank; every rank calls
+    them in the same order. Three calls in all at most (k = 3, 2, 2 columns). ``first``:
+    ``M @ first_block(n, dtype)`` when already computed (then one call fewer)."""
+    if n == 0:
+        return 0.0
+    X = first_block(n, dtype)
     est, est_old, est_alt, hist = 0.0, 0.0, 0.0, set()
     cur_ind, best_ind = None, None      # unit-vector indices of X's columns, once chosen
     for k in range(_ITMAX):
-        Y = apply_inv(_block(template, X)).to_global(None)
+        Y = np.asarray(first if (k == 0 and first is not None) else apply(X))
         norms = np.abs(Y).sum(axis=0)
         if k == 0:   # the alternating vector's own estimate, as in dlacn2
             est_alt = 2 * float(norms[_T]) / (3 * n)
@@ -74,7 +85,7 @@ def inverse_norm1_estimate(template: DistMatrix, apply_inv, apply_inv_h) -> floa
             best_ind = cur_ind[j]
         if k == _ITMAX - 1:
             break
-        Z = apply_inv_h(_block(template, _sign(Y))).to_global(None)
+        Z = np.asarray(apply_h(_sign(Y)))
         h = np.abs(Z).max(axis=1)
         if best_ind is not None and h.max() <= h[best_ind]:
             break
@@ -82,21 +93,71 @@ def inverse_norm1_estimate(template: DistMatrix, apply_inv, apply_inv_h) -> floa
         if not cur_ind:
             break
         hist.update(cur_ind)
-        X = np.zeros((n, len(cur_ind)), dtype=template.dtype)
+        X = np.zeros((n, len(cur_ind)), dtype=dtype)
         X[cur_ind, range(len(cur_ind))] = 1
     return max(est, float(est_alt))
 
 
-def rcond_estimate(anorm: float, template: DistMatrix, apply_inv, apply_inv_h) -> float:
-    """Collective: ``1 / (anorm * est ||A^-1||_1)``; 0.0 when A is numerically singular."""
-    if anorm == 0 or template.n == 0:
-        return 0.0 if template.n else np.inf
-    if not np.isfinite(anorm):
+def inverse_norm1_estimate(template: DistMatrix, apply_inv, apply_inv_h, first=None) -> float:
+    """Collective: an estimate (lower bound) of ``||A^-1||_1``.
+
+    ``apply_inv(X)`` / ``apply_inv_h(X)`` return ``A^-1 X`` / ``A^-H X`` for an n x k
+    DistMatrix X with ``template``'s row layout (``mb``, ``rsrc``), grid, device and dtype.
+    ``first``: ``A^-1 first_block(n)`` (replicated) when already computed."""
+    return norm1_estimate(
+        template.n, template.dtype,
+        lambda X: apply_inv(_block(template, X)).to_global(None),
+        lambda X: apply_inv_h(_block(template, X)).to_global(None), first=first)
+
+
+FUSE_MAX_RHS = 13   # solve_and_rcond fuses up to this many right-hand sides (13 + 3 <= 16)
+
+
+def solve_and_rcond(B: DistMatrix, template: DistMatrix, solve, anorm: float, apply_inv,
+                    apply_inv_h):
+    """Collective: ``(X, rcond)`` with ``X = solve(B)`` (``A^-1 B``, in B's layout) and the
+    condition estimate, the estimator's first block solved in the same sweeps as B.
+
+    The solves with few right-hand sides read the whole factor once per triangular sweep
+    whatever the number of columns (``pblas._trsv_few``), so ``[B, first_block]`` costs about
+    what B alone does and the estimate needs two more solves instead of three. For B with more
+    than :data:`FUSE_MAX_RHS` columns the two run separately. ``template``: the factor (its
+    row layout is used for the blocks solved); ``solve(M)`` returns ``A^-1 M`` for a
+    DistMatrix M in B's or the template's row layout; ``apply_inv``/``apply_inv_h`` as in
+    :func:`inverse_norm1_estimate`."""
+    n, k = B.m, B.n
+    if k > FUSE_MAX_RHS or n == 0:
+        X = solve(B)
+        return X, rcond_estimate(anorm, template, apply_inv, apply_inv_h)
+    aug = np.hstack([np.asarray(B.to_global(None)).reshape(n, k), first_block(n, B.dtype)])
+    Xa = np.asarray(solve(_block(template, aug)).to_global(None))
+    X = DistMatrix.from_function(B.grid, B.shape, B.block,
+                                 lambda I, J: Xa[B.backend.to_host(I).ravel()][
+                                     :, B.backend.to_host(J).ravel()],
+                                 dtype=B.dtype, device=B.device, src=B.src)
+    rc = reciprocal_condition(n, anorm, lambda: inverse_norm1_estimate(
+        template, apply_inv, apply_inv_h, first=Xa[:, k:]))
+    return X, rc
+
+
+def reciprocal_condition(n: int, anorm: float, inverse_norm) -> float:
+    """``1 / (anorm * inverse_norm())`` for an n x n matrix: inf when n == 0, 0.0 when A is
+    numerically singular (``anorm`` zero or not finite, or the estimate of ``||A^-1||_1`` zero
+    or not finite). ``inverse_norm`` (called only when needed) is collective."""
+    if n == 0:
+        return np.inf
+    if anorm == 0 or not np.isfinite(anorm):
         return 0.0
-    est = inverse_norm1_estimate(template, apply_inv, apply_inv_h)
+    est = inverse_norm()
     if not np.isfinite(est) or est == 0:
         return 0.0
     return float(1.0 / (anorm * est))
+
+
+def rcond_estimate(anorm: float, template: DistMatrix, apply_inv, apply_inv_h) -> float:
+    """Collective: ``1 / (anorm * est ||A^-1||_1)``; 0.0 when A is numerically singular."""
+    return reciprocal_condition(
+        template.n, anorm, lambda: inverse_norm1_estimate(template, apply_inv, apply_inv_h))
 
 
 def warn_if_ill_conditioned(rc: float, dtype, what: str = "solve") -> None:

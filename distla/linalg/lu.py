@@ -43,18 +43,21 @@ import numbers
 
 import numpy as np
 
-from ..errors import collective
+from ..errors import SingularMatrixError, agree, collective
 from ..matrix import DistMatrix, check_compatible
 from ..pblas import norm, triangular_solve
 from ..trace import trace
 from ..validate import check_finite as check_finite_
 from ..validate import check_finite_result, signature
 from ._lu_loop import LULoop
-from ._pivoting import ipiv_to_perm, permute_rows
-from .condition import rcond_estimate, warn_if_ill_conditioned
+from ._pivoting import ipiv_to_perm, largest_multiplier, permute_rows
+from .condition import rcond_estimate, solve_and_rcond, warn_if_ill_conditioned
 from .methods import PIVOTING, pivoting_name
 
-__all__ = ["LUFactor", "lu_factor", "lu_solve", "solve_lu", "PIVOTING"]
+__all__ = ["LUFactor", "lu_factor", "lu_solve", "lu_solve_rcond", "solve_lu", "PIVOTING",
+           "DEFAULT_PIVOT_THRESHOLD"]
+
+DEFAULT_PIVOT_THRESHOLD = 1e-10   # GENP: smallest accepted |u_jj| / max_i |a_ij^(j)|
 
 
 # --------------------------------------------------------------------------------------------
@@ -85,10 +88,7 @@ class LUFactor:
         if self._rcond is None:
             if self.anorm is None:
                 raise ValueError("this LUFactor has no ||A||_1; use distla.linalg.rcond(A, F)")
-            self._rcond = rcond_estimate(
-                self.anorm, self.lu, lambda X: lu_solve(self, X, overwrite_b=True,
-                                                        check_finite=False),
-                lambda X: lu_solve(self, X, trans="C", overwrite_b=True, check_finite=False))
+            self._rcond = rcond_estimate(self.anorm, self.lu, *_inverse_ops(self))
         return self._rcond
 
     @property
@@ -123,6 +123,12 @@ class LUFactor:
         return f"LUFactor(pivoting={self.pivoting!r}, lu={self.lu!r})"
 
 
+def _inverse_ops(F):
+    """``(X -> A^-1 X, X -> A^-H X)`` with the factors F, for the condition estimate."""
+    return (lambda X: lu_solve(F, X, overwrite_b=True, check_finite=False),
+            lambda X: lu_solve(F, X, trans="C", overwrite_b=True, check_finite=False))
+
+
 # --------------------------------------------------------------------------------------------
 def _check_matrix(A, name="A"):
     if not isinstance(A, DistMatrix):
@@ -144,7 +150,8 @@ def _max_abs(A) -> float:
 
 def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = False,
               tree: str = "binary", lookahead: int = 1, gemm: str = "native",
-              check_finite: bool = True) -> LUFactor:
+              check_finite: bool = True, pivot_threshold: float = DEFAULT_PIVOT_THRESHOLD
+              ) -> LUFactor:
     """LU factorization ``P A = L U`` of the ``m x n`` DistMatrix A (square blocks). Collective
     over A's grid.
 
@@ -158,6 +165,12 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     compute it in float32 as usual).
 
     ``check_finite``: scan A for NaN/Inf first (ValueError naming one such entry).
+    ``pivot_threshold`` (GENP only): a pivot smaller than ``pivot_threshold`` times the
+    largest entry of its column at that step (the one partial pivoting would choose, so a
+    multiplier ``|l_ij| > 1 / pivot_threshold``) raises :class:`distla.SingularMatrixError`
+    saying that the matrix needs pivoting; the default 1e-10 flags element growth beyond
+    1e10 (at most about 6 correct digits left in float64, none in float32); 0 turns the check
+    off. It costs one pass over the factors and two small reductions.
 
     Raises (on every rank) ``ValueError``/``TypeError`` for bad input before any work, and
     :class:`distla.SingularMatrixError` (``.index`` = 0-based global column of the first
@@ -168,7 +181,8 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     """
     with collective(A.grid.comm if isinstance(A, DistMatrix) else None,
                     signature("lu_factor", A, pivoting=pivoting, tree=tree,
-                              lookahead=lookahead, gemm=gemm)):
+                              lookahead=lookahead, gemm=gemm,
+                              pivot_threshold=pivot_threshold)):
         _check_matrix(A)
         pivoting = pivoting_name(pivoting)
         if tree not in ("binary", "flat"):
@@ -179,6 +193,9 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
             raise ValueError(f"gemm must be 'native' or 'tf32x3', not {gemm!r}")
         if gemm == "tf32x3" and A.dtype != np.float32:
             raise TypeError(f"gemm='tf32x3' needs a float32 matrix, not {A.dtype}")
+        if not (isinstance(pivot_threshold, numbers.Real) and 0 <= pivot_threshold < 1):
+            raise ValueError(f"pivot_threshold must be a number in [0, 1), not "
+                             f"{pivot_threshold!r}")
     if check_finite:
         check_finite_(("A", A), what="lu_factor")
     anorm = norm(A, 1)
@@ -189,11 +206,30 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     piv = drv.run()
     with trace("check"):
         drv.agree_singular()
+        if pivoting == "none" and pivot_threshold > 0:
+            _check_pivots(F, min(F.m, F.n), float(pivot_threshold))
         if check_finite:   # finite input: non-finite factors mean overflow
             check_finite_result(F, "lu_factor")
     out = LUFactor(F, piv, pivoting, max_a, tree if pivoting == "tournament" else None)
     out.anorm = anorm
     return out
+
+
+def _check_pivots(F, kmax: int, threshold: float) -> None:
+    """Collective: raise SingularMatrixError on every rank if a GENP pivot is tiny relative
+    to its column (a multiplier above ``1 / threshold``; docs/lu.md)."""
+    growth = largest_multiplier(F, kmax)
+    bad = np.flatnonzero(~(growth <= 1.0 / threshold))
+    err = None
+    if bad.size:
+        j = int(bad[0])
+        err = SingularMatrixError(
+            j, f"tiny pivot at column {j} (0-based) of the LU factorization without pivoting: "
+            f"|U[{j}, {j}]| is {1 / growth[j]:.2g} times the largest entry of its column "
+            f"(< pivot_threshold = {threshold:g}); the matrix needs pivoting (use "
+            f"pivoting='partial' or 'tournament', or method 'gepp', 'calu' or 'rbt'; "
+            f"pivot_threshold=0 accepts these factors)")
+    agree(F.grid.comm, err)
 
 
 # --------------------------------------------------------------------------------------------
@@ -269,6 +305,25 @@ def lu_solve(F: LUFactor, B: DistMatrix, trans=False, overwrite_b: bool = False,
     return X
 
 
+def lu_solve_rcond(F: LUFactor, B: DistMatrix, check_finite: bool = True):
+    """Collective: ``(lu_solve(F, B), F.rcond())`` for less than the two cost apart: up to
+    13 right-hand sides, the estimator's first block (3 columns) is solved in the same
+    triangular sweeps as B, so the estimate adds two solves instead of three
+    (:func:`distla.linalg.condition.solve_and_rcond`). The estimate is cached in F."""
+    with collective(B.grid.comm if isinstance(B, DistMatrix) else None,
+                    signature("lu_solve_rcond", getattr(F, "lu", F), B)):
+        _check_rhs(F, B)
+        if F.anorm is None:
+            raise ValueError("this LUFactor has no ||A||_1; use distla.linalg.rcond(A, F)")
+    if check_finite:
+        check_finite_(("B", B), what="lu_solve")
+    X, rc = solve_and_rcond(
+        B, F.lu, lambda M: lu_solve(F, M, overwrite_b=True, check_finite=False), F.anorm,
+        *_inverse_ops(F))
+    F._rcond = rc
+    return X, rc
+
+
 def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=False,
              overwrite_a: bool = False, overwrite_b: bool = False, check_finite: bool = True,
              check_rcond: bool = True, **kw) -> DistMatrix:
@@ -286,12 +341,14 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
             raise TypeError(f"B must be a DistMatrix, not {type(B).__name__}")
         if B.m != A.n:
             raise ValueError(f"B has {B.m} rows, A is {A.n} x {A.n}")
-        if B.dtype != A.dtype or B.device != A.device or B.grid != A.grid:
-            raise ValueError("A and B must share grid, device and dtype")
+        check_compatible(A, B, "solve_lu")     # the same classes as every other solver
     if check_finite:
         check_finite_(("A", A), ("B", B), what="solve_lu")
     F = lu_factor(A, pivoting=pivoting, overwrite_a=overwrite_a, check_finite=False, **kw)
-    X = lu_solve(F, B, trans=trans, overwrite_b=overwrite_b, check_finite=False)
+    if check_rcond and _norm_trans(trans) == "N":   # the estimate's first solve rides along
+        X, _ = lu_solve_rcond(F, B, check_finite=False)
+    else:
+        X = lu_solve(F, B, trans=trans, overwrite_b=overwrite_b, check_finite=False)
     if check_rcond:
         warn_if_ill_conditioned(F.rcond(), A.dtype, "solve_lu")
     return X

@@ -499,7 +499,7 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, Ar: DistMatrix, U: Butterfly, V: 
         F = lu_factor(Ar, pivoting="none", overwrite_a=True, gemm=gemm, check_finite=False)
     except SingularMatrixError as e:
         t1 = _sync(A)
-        return _Path(None, 0, False, f"{label}: GENP met an exactly zero pivot at column "
+        return _Path(None, 0, False, f"{label}: GENP met a tiny or zero pivot at column "
                      f"{e.index} of U^T A V", [], t1 - t0, 0.0, e.index)
     gmres = fdt != wdt             # low-precision factors: GMRES-IR corrections
     if gmres:

@@ -48,25 +48,47 @@ def solve(A, B, method: str = "gepp", **kw):
     return tlr_solve(A, B, **kw)
 
 
-def rcond(A: DistMatrix, factor=None) -> float:
+def rcond(A, factor=None) -> float:
     """Collective: the reciprocal 1-norm condition estimate ``1 / (||A||_1 ||A^-1||_1)`` of the
     square A (ScaLAPACK's pdgecon / pdpocon), the same float on every rank; 0.0 when A is
     numerically singular.
 
     ``factor``: what :func:`lu_factor` (an :class:`LUFactor`), :func:`cholesky` (the lower
-    factor L) or :func:`cho_factor` (``(factor, lower)``) returned for A; without it A is
-    factored by LU with partial pivoting (on a copy). A few solves with the factors on n x 2
-    blocks (Higham-Tisseur block estimator; docs/condition.md)."""
-    with collective(getattr(getattr(A, "grid", None), "comm", None),
+    factor L), :func:`cho_factor` (``(factor, lower)``) or :func:`distla.tlr.cholesky` (a
+    ``TLRCholesky``) returned for A; without it a DistMatrix A is factored by LU with partial
+    pivoting (on a copy), a TLR matrix by TLR Cholesky. A few solves with the factors on n x 2
+    blocks (Higham-Tisseur block estimator; docs/condition.md). ``||A||_1`` is exact for a
+    DistMatrix A and estimated by products for a TLR one (``A`` may then also be None, for
+    ``L L^T`` itself)."""
+    from ..tlr import TLRCholesky, TLRMatrix
+    from ..tlr import cholesky as tlr_cholesky
+    from ..tlr import norm1_estimate as tlr_norm1
+    grid = getattr(A if A is not None else factor, "grid", None)
+    with collective(getattr(grid, "comm", None),
                     signature("rcond", A, factor=type(factor).__name__)):
-        if not isinstance(A, DistMatrix):
-            raise TypeError(f"rcond needs a DistMatrix, not {type(A).__name__}")
-        if A.m != A.n:
+        tlr = isinstance(factor, TLRCholesky) or isinstance(A, TLRMatrix)
+        if not (isinstance(A, (DistMatrix, TLRMatrix)) or (A is None and tlr)):
+            raise TypeError(f"rcond needs a DistMatrix or a TLR matrix, not "
+                            f"{type(A).__name__}")
+        if A is not None and A.shape[0] != A.shape[1]:
             raise ValueError(f"rcond needs a square matrix, got shape {A.shape}")
-        if not (factor is None or isinstance(factor, (LUFactor, DistMatrix)) or
+        if isinstance(A, TLRMatrix) and A.factored:
+            raise TypeError("rcond: A is a TLR factor; pass it as factor= (A=None)")
+        if not (factor is None or isinstance(factor, (LUFactor, DistMatrix, TLRCholesky)) or
                 (isinstance(factor, tuple) and len(factor) == 2)):
-            raise TypeError("factor must be what lu_factor, cholesky or cho_factor returned, "
-                            f"not {type(factor).__name__}")
+            raise TypeError("factor must be what lu_factor, cholesky, cho_factor or "
+                            f"tlr.cholesky returned, not {type(factor).__name__}")
+        if tlr and not (factor is None or isinstance(factor, TLRCholesky)):
+            raise TypeError("rcond: a TLR matrix needs its TLR Cholesky factor "
+                            "(distla.tlr.cholesky)")
+        if isinstance(factor, TLRCholesky) and A is not None and factor.n != A.shape[0]:
+            raise ValueError(f"rcond: the factor is {factor.n} x {factor.n}, A {A.shape}")
+    if tlr:
+        anorm = None if A is None else (A.norm(1) if isinstance(A, DistMatrix) else
+                                        tlr_norm1(A))
+        if factor is None:
+            factor = tlr_cholesky(A)
+        return factor.rcond(anorm) if anorm is not None else factor.rcond()
     if A.n == 0:
         return float("inf")
     anorm = norm(A, 1)

@@ -6,8 +6,9 @@ to ``||A||_F``, see :mod:`distla.tlr.matrix`) or a fixed ``max_rank``; lower tri
 
 * :func:`compress` (from a dense DistMatrix), :func:`from_function`, :func:`from_kernel`
   (tile by tile on each owner, never dense) -> :class:`TLRMatrix`
-* :func:`cholesky` -> :class:`TLRCholesky` (``.logdet()``, ``.solve(B)``, ``.matvec``)
-* :func:`cho_solve`, :func:`solve`
+* :func:`cholesky` -> :class:`TLRCholesky` (``.logdet()``, ``.solve(B)``, ``.matvec``,
+  ``.rcond()``)
+* :func:`cho_solve`, :func:`solve`, :func:`norm1_estimate`
 
 The per-tile work of one step runs as stacked (batched) ``xp`` calls: :mod:`.batched`.
 All functions here are collective over the matrix's grid.
@@ -16,7 +17,7 @@ from .build import compress, from_function, from_kernel
 from .cholesky import cholesky
 from .factor import TLRCholesky
 from .matrix import RankSummary, TLRMatrix
-from .solve import cho_solve, solve
+from .solve import cho_solve, norm1_estimate, solve
 
 __all__ = [
            "RankSummary",
@@ -27,5 +28,6 @@ __all__ = [
            "compress",
            "from_function",
            "from_kernel",
+           "norm1_estimate",
            "solve",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import agree, collective
+from ..linalg.condition import norm1_estimate, reciprocal_condition
 from ..matrix import DistMatrix
 from ..trace import trace
 from .matrix import TLRMatrix
@@ -40,6 +41,36 @@ class TLRCholesky(TLRMatrix):
         self.grid.comm.Allreduce(MPI.IN_PLACE, b, op=MPI.SUM)
         return float(b[0])
 
+    def rcond(self, anorm: float | None = None) -> float:
+        """Collective: reciprocal 1-norm condition estimate ``1 / (||A||_1 ||A^-1||_1)`` of
+        the matrix this factor approximates (``A ~ L L^T``), the same float on every rank;
+        cached in ``info['rcond']``. ``||A^-1||_1`` is estimated from solves with the factor
+        (block Higham-Tisseur, three solves with n x 2-3 blocks, docs/condition.md);
+        ``anorm`` is ``||A||_1`` when known (exact from a dense A), else estimated the same
+        way from products with ``L L^T``."""
+        if anorm is None and "rcond" in self.info:
+            return self.info["rcond"]
+        host = self.backend.to_host
+        if anorm is None:
+            anorm = self.norm1_estimate()
+        mem = self.info.get("mem_solve")        # the estimate's solves are not the user's
+        rc = reciprocal_condition(self.n, float(anorm), lambda: norm1_estimate(
+            self.n, self.dtype, *(2 * [lambda X: np.asarray(host(_solve_replicated(self, X)))])))
+        self.info.pop("mem_solve", None)
+        if mem is not None:
+            self.info["mem_solve"] = mem
+        self.info["rcond"] = rc
+        return rc
+
+    def norm1_estimate(self) -> float:
+        """Collective: an estimate (lower bound) of ``||L L^T||_1`` from products with the
+        factor (three products with n x 2-3 blocks)."""
+        host = self.backend.to_host
+
+        def llt(X):
+            return np.asarray(host(self.matvec(self.matvec(X, trans=True))))
+        return norm1_estimate(self.n, self.dtype, llt, llt)
+
     def solve(self, B):
         """Collective: ``X = A^-1 B``. ``B`` is either a :class:`~distla.DistMatrix` with ``n``
         rows on this factor's grid and device (any blocking; the result is a DistMatrix in
@@ -54,6 +85,9 @@ class TLRCholesky(TLRMatrix):
                     raise ValueError(f"B has {B.m} rows, the matrix is {self.n} x {self.n}")
                 if B.device != self.device:
                     raise TypeError(f"B is on {B.device}, the factor on {self.device}")
+                if B.dtype != self.dtype:     # as the dense solvers (never truncate complex)
+                    raise TypeError(f"solve: dtypes differ ({self.dtype} and {B.dtype}); "
+                                    f"use astype first")
         if not isinstance(B, DistMatrix):
             return _solve_replicated(self, B)
         x = _solve_replicated(self, B.to_global(root=None))

@@ -272,6 +272,9 @@ class TLRMatrix:
         if xa.ndim not in (1, 2) or xa.shape[0] != self.n:
             raise ValueError(f"expected an array of {self.n} rows (1-D or 2-D), got shape "
                              f"{tuple(xa.shape)}")
+        if not np.can_cast(xa.dtype, self.dtype, "same_kind"):
+            raise TypeError(f"a {xa.dtype} right-hand side with a {np.dtype(self.dtype)} "
+                            f"matrix (it would be truncated); use a matrix of that kind")
         shape = xa.shape
         X2 = xa.reshape(self.n, 1 if xa.ndim == 1 else xa.shape[1]).astype(self.dtype)
         X = xp.zeros((self.nt * self.nb, X2.shape[1]), self.dtype)

@@ -4,14 +4,18 @@ and :func:`solve` (factor, then solve). The triangular solves live with the fact
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import collective
+from ..linalg.condition import norm1_estimate as _norm1_estimate
+from ..linalg.condition import warn_if_ill_conditioned
 from ..matrix import DistMatrix
 from .build import compress
 from .cholesky import cholesky
 from .factor import TLRCholesky
 from .matrix import TLRMatrix
 
-__all__ = ["cho_solve", "solve"]
+__all__ = ["cho_solve", "solve", "norm1_estimate"]
 
 
 def cho_solve(L: TLRCholesky, B):
@@ -29,13 +33,54 @@ def cho_solve(L: TLRCholesky, B):
     return L.solve(B)
 
 
-def solve(A, B, *, tol=1e-8, max_rank=None, method="svd", overwrite=False):
+def solve(A, B, *, tol=1e-8, max_rank=None, method="svd", overwrite=False,
+          check_rcond: bool = True, return_info: bool = False):
     """Collective: ``A^-1 B`` for a TLR matrix ``A`` (or a dense symmetric DistMatrix, which is
     first compressed with ``tol``, ``max_rank``, ``method``); ``B`` as in :func:`cho_solve`.
-    ``overwrite`` lets the factorization reuse ``A``'s TLR storage."""
+    ``overwrite`` lets the factorization reuse ``A``'s TLR storage.
+
+    ``check_rcond``: estimate the reciprocal condition number from the factor
+    (:meth:`TLRCholesky.rcond`; ``||A||_1`` exact for a dense A, estimated for a TLR one) and
+    warn with :class:`distla.LinAlgWarning` when it is below eps, like the dense solvers.
+    ``return_info``: return ``(X, info)``, the factor's ``info`` dict (times, memory, and
+    ``rcond`` when estimated)."""
+    anorm, scale = None, 1.0
     if isinstance(A, DistMatrix):
+        with collective(A.grid.comm):
+            if A.m != A.n:
+                raise ValueError(f"solve needs a square matrix, got {A.shape}")
+        # compress and factor 2^-e A, max |2^-e A| in [0.5, 1) (exact): the compression
+        # squares entries and singular values, which overflow near 1e+154 and underflow
+        # near 1e-154 (a matrix scaled by 1e+300 gave a forward error of 1.6, silently)
+        amax = A.norm("max")
+        if np.isfinite(amax) and amax > 0:
+            scale = float(np.ldexp(1.0, -int(np.frexp(amax)[1])))
+            if scale != 1.0:
+                A = A * scale
+        if check_rcond:
+            anorm = A.norm(1)
         A, overwrite = compress(A, tol=tol, max_rank=max_rank, method=method), True
     elif not isinstance(A, TLRMatrix) or A.factored:
         with collective(getattr(getattr(A, "grid", None), "comm", None)):
             raise TypeError(f"solve needs a TLRMatrix or a DistMatrix, got {type(A).__name__}")
-    return cho_solve(cholesky(A, overwrite=overwrite), B)
+    elif check_rcond:
+        anorm = norm1_estimate(A)
+    L = cholesky(A, overwrite=overwrite)
+    X = cho_solve(L, B)
+    if scale != 1.0:            # (2^-e A)^-1 B = 2^e A^-1 B
+        X = X * scale
+    if check_rcond:
+        warn_if_ill_conditioned(L.rcond(anorm), L.dtype, "tlr.solve")
+    return (X, L.info) if return_info else X
+
+
+def norm1_estimate(T: TLRMatrix) -> float:
+    """Collective: an estimate (lower bound) of ``||T||_1`` for a TLR matrix (or factor: of
+    ``L L^T``) from three products with n x 2-3 blocks (docs/condition.md)."""
+    if isinstance(T, TLRCholesky):
+        return T.norm1_estimate()
+    host = T.backend.to_host
+
+    def mul(X):
+        return np.asarray(host(T.matvec(X)))
+    return _norm1_estimate(T.n, T.dtype, mul, mul)
