@@ -25,7 +25,7 @@
 # JAXMg (JAX + cuSOLVERMp) is not run: the GPU machines reach no package index and its JAX
 # CUDA wheels exceed what a call can carry.
 set -u
-. tests/gpu/device_env.sh
+. benchmarks/gpu/device_env.sh
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 NG=$(nvidia-smi -L | wc -l); G=${G:-$NG}
 PART=${PART:-strong}; NB=${NB:-1024}; REPS=${REPS:-2}

@@ -172,6 +172,8 @@ def install_excepthook(comm=None) -> bool:
                          f"(all {comm.Get_size()} ranks)\n")
         sys.stderr.flush()
         if comm.Get_size() > 1:
+            import time
+            time.sleep(0.5)   # let the launcher forward the traceback before Abort
             comm.Abort(1)
 
     sys.excepthook = _distla_abort_hook

@@ -10,6 +10,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 import traceback
 
 from .errors import on_root
@@ -145,6 +146,7 @@ def _watchdog(comm, exc, timeout):
         sys.stderr.write(f"distla: error: [rank {rank}] {_describe(exc)} (the other ranks did "
                          f"not respond within {timeout:g}s; aborting the job)\n")
         sys.stderr.flush()
+        time.sleep(1.0)   # let the launcher forward the message before Abort tears it down
         _world().Abort(EXIT_USAGE)
 
     t = threading.Thread(target=fire, daemon=True)

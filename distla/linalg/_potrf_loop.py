@@ -98,56 +98,63 @@ class PotrfLoop:
 
     # ---- host index math, once -----------------------------------------------------------
     def _plan(self):
-        """Per panel k: padded segment length cmax, my segment's local row start r0 and
-        count, my first local column c0 below the panel. The rows of the full panel buffer
-        that match my local columns are ``base[k, owner] + local row index`` (``base[k, p] =
-        p * cmax_k - (p's first local row below panel k)``): kept as three small device
-        arrays, not one index array per step. On a 1x1 grid they are simply rows 0..ncol."""
+        """Per panel k: my panel segment (local rows r0.. of count cnt, the same in my process
+        row), my first local column c0 below the panel, and for the column gather: cmax2 (the
+        most rows any rank of my process column sends), the first of my packed rows t (into
+        ``self.pack_rows``) and ``base[k, p]``, so that the gathered row matching my local
+        column c is ``base[k, owner_row(c)] + cum[c]`` (``cum[c]``: my columns before c with
+        the same owner row). Small device arrays, not one index array per step."""
         A, P, nb, n, xp = self.A, self.P, self.nb, self.n, self.xp
-        mrow = np.array([layout.numroc(n, nb, p, A.rsrc, P) for p in range(P)])
         cols = A.col_indices()
-        me = self.g.myrow
+        own = layout.owner(cols, nb, A.rsrc, P)
+        cum = np.zeros(cols.size, dtype=np.int64)
+        for p in range(P):
+            sel = own == p
+            cum[sel] = np.arange(int(sel.sum()))
+        rows = A.row_indices()
+        pack = np.flatnonzero(layout.owner(rows, nb, A.csrc, self.Q) == self.g.mycol)
         self.plan = []
         base = np.zeros((max(self.nt, 1), P), dtype=np.int64)
         for k in range(self.nt):
             b = min((k + 1) * nb, n)
-            ls = np.array([A.local_row_start(b, p) for p in range(P)])
-            cnt = mrow - ls
-            cmax = int(cnt.max())
-            base[k] = np.arange(P) * cmax - ls
-            c0 = A.local_col_start(b)
-            ncol = int(cols.size - c0)
-            sel = slice(0, ncol) if P == 1 and self.Q == 1 else None
-            self.plan.append(dict(b=b, cmax=cmax, r0=int(ls[me]), cnt=int(cnt[me]), c0=c0,
-                                  ncol=ncol, sel=sel))
+            r0, c0 = A.local_row_start(b), A.local_col_start(b)
+            counts = np.bincount(own[c0:], minlength=P)
+            cmax2 = int(counts.max()) if P > 1 else 0
+            base[k] = np.arange(P) * cmax2 - np.bincount(own[:c0], minlength=P)[:P]
+            sel = slice(0, cols.size - c0) if P == 1 and self.Q == 1 else None
+            self.plan.append(dict(r0=r0, cnt=int(rows.size - r0), c0=c0,
+                                  ncol=int(cols.size - c0), cmax2=cmax2,
+                                  t=int(np.searchsorted(pack, r0)), sel=sel))
         self.base = xp.asarray(base)
-        self.col_owner_row = xp.asarray(layout.owner(cols, nb, A.rsrc, P))
-        self.col_local_row = xp.asarray(layout.global_to_local(cols, nb, P))
+        self.col_owner_row = xp.asarray(own)
+        self.cum = xp.asarray(cum)
+        self.pack_rows = xp.asarray(pack)
 
     def _alloc(self):
         A, be, nb = self.A, self.be, self.nb
-        dt = A.dtype
+        dt, mloc = A.dtype, A.local_shape[0]
         self.nbuf = nbuf = 1 if self.d == 0 else self.d + 2
-        full = max((self.P * p["cmax"] for p in self.plan), default=0)
+        gat = max((self.P * p["cmax2"] for p in self.plan), default=0)
         ncol = max((p["ncol"] for p in self.plan if p["sel"] is None), default=0)
-        self.full_bufs = [be.empty(full * nb, dt) for _ in range(nbuf)]
+        self.seg_bufs = [be.empty(mloc * nb, dt) for _ in range(nbuf)]
+        self.gat_bufs = [be.empty(gat * nb, dt) for _ in range(nbuf)]
         self.x_bufs = [be.empty(ncol * nb, dt) for _ in range(nbuf)]
-        cmax = max((p["cmax"] for p in self.plan), default=0)
-        self.send_buf = be.empty(cmax * nb, dt) if self.P > 1 else None
+        cmax2 = max((p["cmax2"] for p in self.plan), default=0)
+        self.send_buf = be.empty(cmax2 * nb, dt)
         self.diag_buf = be.empty(nb * nb, dt) if self.P > 1 else None
         self.panels = {}
 
     # ---- the three phases -------------------------------------------------------------------
     def start_panel(self, k):
-        """Factor block column k (owner potrf, column bcast, trsm, pack, column allgather)
-        and start its row broadcast. Collective over the grid (all ranks call it)."""
+        """Factor block column k (owner potrf, column bcast, trsm) and start the row broadcast
+        of each process row's own panel rows. Collective over the grid (all ranks call it)."""
         A, be, g, nb = self.A, self.be, self.g, self.nb
         p = self.plan[k]
         off, kb = k * nb, min(nb, self.n - k * nb)
         pr, pc = A.tile_owner(k, k)
-        cmax, P = p["cmax"], self.P
-        full = self.full_bufs[k % self.nbuf][:P * cmax * kb].reshape(P * cmax, kb)
-        seg = full[g.myrow * cmax:g.myrow * cmax + p["cnt"]]
+        r0, cnt = p["r0"], p["cnt"]
+        rows = self.seg_bufs[k % self.nbuf][:A.local_shape[0] * kb].reshape(-1, kb)
+        seg = rows[r0:r0 + cnt]                  # my panel rows, contiguous
         if g.mycol == pc:
             cs, rd = A.local_col_start(off), A.local_row_start(off)
             D = A.local[rd:rd + kb, cs:cs + kb]
@@ -155,48 +162,58 @@ class PotrfLoop:
                 with trace("panel"):
                     self.infos.append((off, be.potrf("L", D)))
             Lkk = D
-            if P > 1:
+            if self.P > 1:
                 with trace("bcast"):
                     Lkk = self.diag_buf[:kb * kb].reshape((kb, kb), order="F")
                     if g.myrow == pr:
                         Lkk[...] = D
                     self.comms.col.bcast(Lkk, pr)
             with trace("panel"):
-                Pv = A.local[p["r0"]:, cs:cs + kb]
+                Pv = A.local[r0:, cs:cs + kb]
                 be.trsm("R", "L", "T", "N", 1.0, Lkk, Pv)
-                dst = seg if P == 1 else self.send_buf[:cmax * kb].reshape(cmax, kb)
-                dst[:p["cnt"]] = Pv
-            if P > 1 and full.size:     # cmax is the same on every rank: collective-safe
-                with trace("bcast"):
-                    self.comms.col.allgather(dst, full)
+                seg[...] = Pv
         req = None
-        if self.Q > 1 and full.size:
+        if self.Q > 1 and seg.size:              # cnt is the same along my process row
             with trace("bcast"):
-                req = self.comms.row.ibcast(full, pc)
+                req = self.comms.row.ibcast(seg, pc)
             if self.comms.row.needs_progress:
                 self.pending.append(req)
-        self.panels[k] = (full, seg, req)
+        self.panels[k] = (rows, seg, req)
 
     def finish_panel(self, k):
-        """Complete panel k's row broadcast and gather the transposed panel (the panel rows
-        matching my local columns). Local (the broadcast was posted by every rank)."""
-        full, seg, req = self.panels[k]
-        p = self.plan[k]
+        """Complete panel k's row broadcast, then gather the transposed panel (the panel rows
+        matching my local columns) along my process column: each rank sends only its rows
+        that lie in this process column's block columns, so a rank receives about
+        ``m nb / Q`` words here and ``m nb / P`` in the row broadcast, as in ScaLAPACK.
+        Collective over my process column (every rank calls it for every k in order)."""
+        rows, seg, req = self.panels[k]
+        p, be = self.plan[k], self.be
         if req is not None:
             with trace("wait"):
                 req.wait()
         with trace("bcast"):
-            kb = full.shape[1]
-            if p["sel"] is not None:
-                X = full[p["sel"]]
-            elif p["ncol"] == 0:
-                X = full[:0]
+            kb, ncol = seg.shape[1], p["ncol"]
+            if p["sel"] is not None:             # 1 x 1: my columns are my rows
+                X = seg[p["sel"]]
             else:
-                X = self.x_bufs[k % self.nbuf][:p["ncol"] * kb].reshape(p["ncol"], kb)
-                c0 = p["c0"]
-                idx = self.base[k][self.col_owner_row[c0:]] + self.col_local_row[c0:]
-                self.be.take(full, idx, X)
+                X = self.x_bufs[k % self.nbuf][:ncol * kb].reshape(ncol, kb)
+                self.transposed_rows(k, rows, X)
         self.panels[k] = (seg, X)
+
+    def transposed_rows(self, k, rows, X):
+        """``X`` = the panel rows matching my local columns below panel k, from my process
+        column: my own packed rows on one process row, else the all-gather of every rank's."""
+        p, be, t = self.plan[k], self.be, self.plan[k]["t"]
+        if self.P == 1:
+            be.take(rows, self.pack_rows[t:], X)
+        elif p["cmax2"]:                         # the same on every rank of my column
+            c2, kb = p["cmax2"], X.shape[1]
+            send = self.send_buf[:c2 * kb].reshape(c2, kb)
+            be.take(rows, self.pack_rows[t:], send[:self.pack_rows.size - t])
+            gat = self.gat_bufs[k % self.nbuf][:self.P * c2 * kb].reshape(-1, kb)
+            self.comms.col.allgather(send, gat)
+            c0 = p["c0"]
+            be.take(gat, self.base[k][self.col_owner_row[c0:]] + self.cum[c0:], X)
 
     def update(self, k, js):
         """Apply panel k to my block columns among ``js``: lower part only. Local."""
@@ -227,3 +244,4 @@ class PotrfLoop:
         fail = min((off + int(i) - 1 for (off, _), i in zip(self.infos, infos) if i > 0),
                    default=self.n)
         return self.g.allreduce(fail, "min")
+

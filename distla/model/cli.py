@@ -329,8 +329,11 @@ def _body(argv, prog):
     if args.json:
         with open(args.json, "a", encoding="utf-8") as f:
             for r in rows:
-                f.write(json.dumps({"bench": "model", "impl": "model", "machine": M.name,
-                                    **r}) + "\n")
+                rec = {"bench": "model", "impl": "model", "machine": M.name, **r,
+                       "variant": args.variant if r.get("algo") == "cholesky" else None,
+                       "command": " ".join([prog, *argv]),
+                       "kind": "model prediction (not a measurement)"}
+                f.write(json.dumps({k: v for k, v in rec.items() if v is not None}) + "\n")
     return 0
 
 

@@ -207,32 +207,28 @@ def _cholesky(n, nb, P, Q, M, topo, lookahead, variant="as-written"):
             acc.b("col bcast", _col(P, Q, pc, np.where(np.arange(P) == k % P, 0, kb * kb * _ISZ)))
             acc.msgs += log2c(P)
         bc = 0.0
-        if variant == "scalapack":
-            # each rank's own panel rows along its process row, then the transposed pieces
-            # (the panel rows matching each rank's local columns) down the process columns
-            if Q > 1 and cmax:
-                bc += Topology.bcast(topo.row, Q, cmax * kb * _ISZ)
-                recv = np.broadcast_to((Rb * kb * _ISZ)[:, None], (P, Q)).copy()
-                recv[:, pc] = 0
-                acc.b("row bcast", recv)
-                acc.msgs += log2c(Q)
-            nc = cols_from[k + 1].astype(float)
-            if P > 1 and nc.max():
-                bc += Topology.bcast(topo.col, P, float(nc.max()) * kb * _ISZ)
-                acc.b("col bcast", np.broadcast_to(nc * kb * _ISZ * (P - 1) / P, (P, Q)))
-                acc.msgs += log2c(P)
-        else:
-            if P > 1 and cmax:
-                comm += Topology.allgather(topo.col, P, cmax * kb * _ISZ)
-                acc.b("col allgather", _col(P, Q, pc, np.full(P, (P - 1) * cmax * kb * _ISZ)))
-                acc.msgs += P - 1
-            if Q > 1 and cmax:
-                full = P * cmax * kb * _ISZ
-                bc = Topology.bcast(topo.row, Q, full)
-                recv = np.full((P, Q), full)
-                recv[:, pc] = 0
-                acc.b("row bcast", recv)
-                acc.msgs += log2c(Q)
+        # each rank's own panel rows along its process row (both variants) ...
+        if Q > 1 and cmax:
+            bc += Topology.bcast(topo.row, Q, cmax * kb * _ISZ)
+            recv = np.broadcast_to((Rb * kb * _ISZ)[:, None], (P, Q)).copy()
+            recv[:, pc] = 0
+            acc.b("row bcast", recv)
+            acc.msgs += log2c(Q)
+        # ... then the transposed pieces (the panel rows matching each rank's local columns)
+        # down the process columns: as written, an allgather in which every rank sends its
+        # rows that fall in its process column's block columns (about nc / P each); ScaLAPACK
+        # broadcasts them
+        nc = cols_from[k + 1].astype(float)
+        if P > 1 and nc.max() and variant == "scalapack":
+            bc += Topology.bcast(topo.col, P, float(nc.max()) * kb * _ISZ)
+            acc.b("col bcast", np.broadcast_to(nc * kb * _ISZ * (P - 1) / P, (P, Q)))
+            acc.msgs += log2c(P)
+        elif P > 1 and nc.max():
+            c2 = float(np.ceil(nc.max() / P))
+            bc += Topology.allgather(topo.col, P, c2 * kb * _ISZ)
+            acc.b("col allgather", np.broadcast_to((P - 1) * np.ceil(nc / P) * kb * _ISZ,
+                                                   (P, Q)))
+            acc.msgs += P - 1
         acc.f("potrf", _col(P, Q, pc, np.where(np.arange(P) == k % P, potrf_flops(kb), 0)))
         acc.f("trsm", _col(P, Q, pc, Rb * kb * kb))
         return comp, comm, bc, t_po * (np.arange(P) == k % P) + t_tr
@@ -552,8 +548,8 @@ def predict(algo: str, n: int, nb: int, P: int, Q: int, machine, *, lookahead: i
     'calu', 'genp', 'rbt', 'tlr') on an n x n float64 matrix, blocks nb, grid P x Q, on
     ``machine`` (a :class:`distla.model.Machine`). ``opts``: RBT ``depth``, ``iterations``,
     ``nrhs``; TLR ``rank``. ``order``: rank order of the grid ('row', distla's default, or
-    'col'). ``variant``: 'as-written', or for Cholesky 'scalapack' (the textbook two
-    broadcasts of the panel instead of the column allgather + whole-panel row broadcast: what
+    'col'). ``variant``: 'as-written', or for Cholesky 'scalapack' (the transposed panel
+    rows broadcast down the process columns instead of allgathered: what
     a change of the driver would give). ``checks``: include the input checks the entry points
     run by default (NaN/Inf scan, symmetry probe, norms: about four passes over the local
     matrix), as the benchmarks time them. Not collective."""
