@@ -187,7 +187,7 @@ class PotrfLoop:
         ``m nb / Q`` words here and ``m nb / P`` in the row broadcast, as in ScaLAPACK.
         Collective over my process column (every rank calls it for every k in order)."""
         rows, seg, req = self.panels[k]
-        p, be = self.plan[k], self.be
+        p = self.plan[k]
         if req is not None:
             with trace("wait"):
                 req.wait()
