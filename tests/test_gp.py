@@ -12,6 +12,7 @@ import scipy.linalg as sla
 from distla import covariance as cov
 
 BETA, SIGMA2, TAU = 0.1, 2.0, 1e-2
+DEVICES = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
 
 
 def _dense(pts, kernel):
@@ -35,9 +36,12 @@ def _data(n, m=0, seed=0):
                                     cov.Exponential(beta=0.1),
                                     cov.Matern(beta=0.1, nu=1.5), cov.Matern(beta=0.1, nu=2.5),
                                     cov.Matern(beta=0.1, nu=0.8)])
-def test_cross_covariance_is_the_off_diagonal_block(kernel):
+@pytest.mark.parametrize("device", DEVICES)
+def test_cross_covariance_is_the_off_diagonal_block(kernel, device):
+    from distla.device import get_backend
     a, b = cov.points(37, seed=1), cov.points(23, dim=2, seed=2)
-    K = cov.cross_covariance(a, b, kernel)
+    K = cov.cross_covariance(a, b, kernel, get_backend(device).xp)
+    K = K.get() if device == "gpu" else K
     full = _dense(np.vstack([a, b]), kernel.replace(nugget=0.0))
     assert K.shape == (37, 23)
     np.testing.assert_allclose(K, full[:37, 37:], rtol=1e-13, atol=1e-15)
@@ -91,15 +95,16 @@ def test_solve_triangular_many_rhs(grids):
 
 
 @pytest.mark.mpi
-def test_mle_recovers_the_parameters_and_matches_dense(comm):
+@pytest.mark.parametrize("device", DEVICES)
+def test_mle_recovers_the_parameters_and_matches_dense(comm, device):
     from distla import gp
     from distla.grid import ProcessGrid
     g = ProcessGrid(comm=comm)
     pts, y, _, _ = _data(600, seed=3)
     corr = cov.SquaredExponential(beta=0.3, nugget=TAU)       # beta is fitted
-    tl = gp.TLRLikelihood(g, pts, y, corr, 64, tol=1e-8)      # 600 = 9 * 64 + 24
+    tl = gp.TLRLikelihood(g, pts, y, corr, 64, tol=1e-8, device=device)   # 600 = 9*64 + 24
     ft = gp.fit(tl, bounds=(0.02, 0.5))
-    fd = gp.fit(gp.DenseLikelihood(g, pts, y, corr, 64), bounds=(0.02, 0.5))
+    fd = gp.fit(gp.DenseLikelihood(g, pts, y, corr, 64, device=device), bounds=(0.02, 0.5))
     assert abs(ft.beta - fd.beta) <= 1e-3 * fd.beta
     assert abs(ft.sigma2 - fd.sigma2) <= 1e-3 * fd.sigma2
     # sampling spread at n = 600 (12 seeds): ~2% on beta, ~5% on sigma^2; 5 sd here
@@ -113,7 +118,8 @@ def test_mle_recovers_the_parameters_and_matches_dense(comm):
 
 
 @pytest.mark.mpi
-def test_kriging_matches_the_dense_formulas(comm):
+@pytest.mark.parametrize("device", DEVICES)
+def test_kriging_matches_the_dense_formulas(comm, device):
     from distla import gp
     from distla.grid import ProcessGrid
     pts, y, new, ynew = _data(500, 60, seed=4)
@@ -126,8 +132,9 @@ def test_kriging_matches_the_dense_formulas(comm):
     mean = Ks @ sla.cho_solve(cf, y)
     var = s2 * (1.0 - np.einsum("ij,ji->i", Ks, sla.cho_solve(cf, Ks.T)))
     for g in [ProcessGrid(comm=comm), ProcessGrid(1, comm.size, comm)]:
-        for lik, rtol in ((gp.TLRLikelihood(g, pts, y, corr, 48, tol=1e-10), 1e-6),
-                          (gp.DenseLikelihood(g, pts, y, corr, 48), 1e-10)):
+        for lik, rtol in ((gp.TLRLikelihood(g, pts, y, corr, 48, tol=1e-10, device=device),
+                           1e-6),
+                          (gp.DenseLikelihood(g, pts, y, corr, 48, device=device), 1e-10)):
             m, v, ev = gp.predict(lik, BETA, new, slab=25)        # 3 slabs, the last short
             assert ev.sigma2 == pytest.approx(s2, rel=rtol)
             assert np.linalg.norm(m - mean) <= rtol * np.linalg.norm(mean)
