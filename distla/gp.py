@@ -119,6 +119,7 @@ class _Likelihood:
         from mpi4py import MPI
         self.grid.comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
         ld, quad = self.grid.comm.bcast((ld, quad), root=0)
+        ok = ok and quad > 0 and math.isfinite(ld)        # the same on every rank
         ll, s2 = profile_loglik(ld, quad, self.n) if ok else (-math.inf, math.nan)
         ev = Evaluation(float(beta), ll, s2, ld, quad, *map(float, times), rank_mean=rank,
                         factor=factor if keep else None, alpha=alpha if keep else None)
