@@ -11,6 +11,8 @@ generates the same points from the same seed (O(n) memory), then evaluates only 
   :class:`SquaredExponential` ``sigma^2 exp(-r^2 / (2 beta^2))``, :class:`Exponential`
   ``sigma^2 exp(-r / beta)``, :class:`Matern` ``sigma^2 2^(1-nu) / Gamma(nu) (r/beta)^nu
   K_nu(r/beta)`` (nu = 1/2 is the exponential kernel).
+* :func:`cross_covariance` -- the ``m x n`` matrix ``k(|a_i - b_j|)`` between two point sets
+  (kriging's ``K_*``), no nugget;
 * :func:`entry_function` -- ``fn(I, J)`` of global index arrays, for
   :meth:`distla.DistMatrix.from_function` and :func:`distla.tlr.from_function`;
   :func:`covariance_matrix` -- the dense :class:`~distla.DistMatrix`;
@@ -32,6 +34,7 @@ __all__ = [
     "Matern",
     "SquaredExponential",
     "covariance_matrix",
+    "cross_covariance",
     "default_problem",
     "entry_function",
     "morton_codes",
@@ -319,6 +322,34 @@ def entry_function(pts, kernel: Kernel, xp=np):
     fn.n = p.shape[0]
     fn.tiles = tiles
     return fn
+
+
+def cross_covariance(a, b, kernel: Kernel, xp=np):
+    """``K[i, j] = k(|a_i - b_j|)`` for point sets ``a`` (``m x d``) and ``b`` (``n x d``):
+    an ``(m, n)`` float64 array of ``xp`` (NumPy, or CuPy). No nugget: the nugget models
+    measurement noise, independent of the field, so it never enters a cross-covariance (add
+    it yourself for the covariance of noisy observations at coinciding points). Memory: the
+    result only (squared distances are computed in place); slab over ``a`` for large ``m n``.
+    Not collective."""
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"kernel must be a distla.covariance.Kernel, not {type(kernel).__name__}")
+    a = np.asarray(a.get() if hasattr(a, "get") else a, dtype=np.float64)
+    b = np.asarray(b.get() if hasattr(b, "get") else b, dtype=np.float64)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+        raise ValueError(f"points must be m x d and n x d arrays, got shapes {a.shape} and "
+                         f"{b.shape}")
+    if xp is np:
+        from scipy.spatial.distance import cdist
+        r2 = cdist(a, b, "sqeuclidean")
+    else:  # pragma: no cover - needs a GPU
+        A, B = xp.asarray(a), xp.asarray(b)
+        r2 = xp.zeros((a.shape[0], b.shape[0]), np.float64)
+        for c in range(a.shape[1]):
+            diff = A[:, c:c + 1] - B[None, :, c]
+            diff *= diff
+            r2 += diff
+            del diff
+    return kernel.apply_(r2, xp.empty_like(r2) if isinstance(kernel, Matern) else None)
 
 
 #: GPU ranks evaluate covariance tiles with one fused CUDA kernel per stack (distance, kernel

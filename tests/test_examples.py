@@ -58,3 +58,25 @@ def test_scaling_study(tmp_path):
     lines = out.splitlines()
     assert lines[0].startswith("matmul: 2 ranks") and len(lines) == 4
     assert len((tmp_path / "s.jsonl").read_text().splitlines()) == 4
+
+
+def test_gaussian_process_mle(tmp_path):
+    import json
+    import re
+    out = run("gaussian_process_mle.py", "--n", 500, "--tile", 64, "--predict", 40,
+              "--tol", "1e-10", "--json", "gp.jsonl", n=3, cwd=tmp_path)
+    lines = out.splitlines()
+    evals = [ln for ln in lines if re.match(r"\s+TLR\s+\d+\s", ln)]
+    assert len(evals) >= 5 and all(len(ln.split()) == 9 for ln in evals)   # time split each
+    diff = next(ln for ln in lines if ln.startswith("TLR vs dense MLE"))
+    rb, rs = map(float, re.findall(r"beta ([-+.e\d]+), sigma\^2 ([-+.e\d]+)", diff)[0])
+    assert max(rb, rs) < 1e-3 and "agree" in diff
+    krig = next(ln for ln in lines if ln.startswith("TLR vs dense kriging"))
+    em, ev = map(float, re.findall(r"mean ([-+.e\d]+), variance ([-+.e\d]+)", krig)[0])
+    assert max(em, ev) < 1e-6
+    recs = [json.loads(ln) for ln in (tmp_path / "gp.jsonl").read_text().splitlines()]
+    assert {(r["bench"], r["impl"]) for r in recs} == {
+        ("gp_mle", "distla-tlr"), ("gp_mle", "distla-dense"), ("gp_krige", "distla-tlr")}
+    assert all(r["seconds"] > 0 and r["n"] == 500 and r["ranks"] == 3 for r in recs)
+    fit = next(r for r in recs if r["impl"] == "distla-tlr" and r["bench"] == "gp_mle")
+    assert abs(fit["beta"] / fit["beta_true"] - 1) < 0.15    # sampling spread ~2-3% at n=500

@@ -21,7 +21,7 @@ LAYERS = {
     "distla.covariance": 5,
     "distla.linalg": 6, "distla.tlr": 6,
     "distla.problems": 7, "distla.defaults": 7, "distla.runtime": 7, "distla.warmup": 7,
-    "distla.model": 7,
+    "distla.model": 7, "distla.gp": 7,
     "distla.bench": 8,
     "distla.cli": 9, "distla.__main__": 9, "distla": 9,
 }

@@ -100,6 +100,7 @@ def timed_result(fn, device="cpu", comm=None, reps: int = 1, warmup: int = 0, se
     best = math.inf
     result = None
     for i in range(int(warmup) + max(1, int(reps))):
+        result = None              # the previous result is freed before the next setup/run
         arg = setup() if setup is not None else None
         sync(device)
         comm.Barrier()

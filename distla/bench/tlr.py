@@ -13,16 +13,17 @@ without ``--no-dense``, evaluated in column chunks and never more than one at a 
 ``A X`` with ``n x 8`` probes, never ``L L^T``), so n = 65536 fits one 141 GB GPU.
 
 Reported per n: build time (``build_s`` = ``compress_s``, after one untimed warm-up build on
-GPU) beside the TLR factor time (``factor_s``, copy outside the timed region) and their ratio,
-logdet and solve times, the end-to-end rate ``unknowns_per_s = n / (build + factor + logdet)``,
-the memory per phase (``mem_build_gib``, ``mem_factor_gib``, ``mem_solve_gib``: largest
-footprint on one rank), dense factor time and the speedup; memory of the TLR matrix (compressed
-footprint and allocated padded stacks) as a fraction of the dense n x n matrix; ranks
-min/mean/max before and after factoring; accuracy: ``||A - L L^T||_2 / ||A||_2`` (10 steps of
-subspace iteration with 8 random probe vectors, a lower bound; with the exact dense A, or with
-the TLR matrix under ``--no-dense``), the compression error ``||A - A_tlr||_2 / ||A||_2`` (dense
-only), the log-determinant relative error against the dense factor, and the backward error ``||A
-x - b|| / (||A|| ||x||)`` of a TLR solve. Times are maxima over ranks. ``--profile`` adds
+GPU, see ``--warmup``) beside the TLR factor time (``factor_s``, copy outside the timed region)
+and their ratio, logdet and solve times, the end-to-end rate ``unknowns_per_s = n / (build +
+factor + logdet)`` and time ``end_to_end_s`` (build + factor + logdet + solve), the memory per
+phase (``mem_build_gib``, ``mem_factor_gib``, ``mem_solve_gib``: largest footprint on one
+rank), dense factor time and the speedup; memory of the TLR matrix (compressed footprint and
+allocated padded stacks) as a fraction of the dense n x n matrix; ranks min/mean/max before and
+after factoring; accuracy: ``||A - L L^T||_2 / ||A||_2`` (10 steps of subspace iteration with 8
+random probe vectors, a lower bound; with the exact dense A, or with the TLR matrix under
+``--no-dense``), the compression error ``||A - A_tlr||_2 / ||A||_2`` (dense only), the
+log-determinant relative error against the dense factor, and the backward error ``||A x - b|| /
+(||A|| ||x||)`` of a TLR solve. Times are maxima over ranks. ``--profile`` adds
 ``prof_<phase>`` seconds (bcast, update, reduce, panel, potrf, header, compress, trsm, store,
 ...) of one extra factorization read from a :class:`distla.trace.Tracer` (device seconds on GPU
 ranks, maxima over ranks; ``prof_profiled`` is its wall time).
@@ -59,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip the dense matrix: no dense Cholesky, accuracy vs the TLR "
                              "matrix only")
     parser.add_argument("--reps", type=int, default=1, help="best of REPS factorizations")
+    parser.add_argument("--warmup", type=int, default=None, metavar="W",
+                        help="untimed builds and factorizations before the timed ones "
+                             "(default 1 on gpu: the first run compiles kernels; 0 on cpu)")
     parser.add_argument("--beta", type=float, default=0.1, help="kernel length scale")
     parser.add_argument("--nugget", type=float, default=1e-2, help="diagonal nugget")
     parser.add_argument("--seed", type=int, default=0)
@@ -180,7 +184,7 @@ class _TLRRun:
         self.args, self.grid, self.device = args, grid, device
         self.pts, self.ker, self.nb, self.n = pts, ker, nb, len(pts)
         self.work = int(args.workspace) << 20 if args.workspace else None
-        self.warm = 1 if device == "gpu" else 0   # first run compiles kernels: untimed on GPU
+        self.warm = (1 if device == "gpu" else 0) if args.warmup is None else max(0, args.warmup)
 
     def build(self):
         from .. import tlr
@@ -212,6 +216,7 @@ class _TLRRun:
             compress_s=t_build, build_s=t_build, factor_s=t_fact, logdet_s=t_ld,
             solve_s=t_solve, build_over_factor=t_build / t_fact if t_fact > 0 else None,
             unknowns_per_s=self.n / (t_build + t_fact + t_ld),
+            end_to_end_s=t_build + t_fact + t_ld + t_solve, warmup=self.warm,
             mem_build_gib=T.info["mem_build"] / gib, mem_factor_gib=L.info["mem_factor"] / gib,
             mem_solve_gib=L.info.get("mem_solve", 0) / gib,
             mem_frac=T.nbytes / T.nbytes_dense, alloc_frac=T.nbytes_allocated / T.nbytes_dense,

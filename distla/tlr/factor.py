@@ -96,6 +96,21 @@ class TLRCholesky(TLRMatrix):
         loc = xh[np.ix_(B.row_indices(), B.col_indices())]
         return B._like(local=B.backend.asarray(loc))
 
+    def solve_triangular(self, B, trans: bool = False):
+        """Collective: ``L^-1 B`` (``L^-T B`` with ``trans``) for ``B`` replicated on every rank,
+        ``(n,)`` or ``(n, r)`` (NumPy or CuPy); the result is replicated, same shape, on this
+        factor's device. One triangular sweep: half of :meth:`solve`. Column norms of
+        ``L^-1 B`` are the quadratic forms ``diag(B^T A^-1 B)`` (kriging variances)."""
+        err, Bs, shape = None, None, None
+        try:
+            Bs, shape = self._rhs_stack(B)
+        except Exception as e:  # noqa: BLE001 - agreed on below
+            err = e
+        agree(self.grid.comm, err)
+        with trace("solve"):
+            _tri_solve(self, Bs, trans=bool(trans))
+        return self._unstack(Bs, shape)
+
 
 def _solve_replicated(L, b):
     """Collective: ``A^-1 b`` for ``b`` replicated (``(n,)`` or ``(n, r)``)."""

@@ -1,0 +1,277 @@
+"""Gaussian-process maximum likelihood and kriging with distla's Cholesky factorizations,
+tile low-rank (:class:`TLRLikelihood`) or dense (:class:`DenseLikelihood`).
+
+Model: observations ``y`` (``n``) at points ``x`` (``n x d``, Morton-ordered for TLR) are
+``N(0, sigma^2 C(beta))`` with ``C(beta) = R_beta + tau I``: ``R_beta`` a correlation kernel
+(a :class:`distla.covariance.Kernel` with ``sigma = 1``, length scale ``beta``) and ``tau``
+its nugget (the noise-to-signal ratio, fixed). The log-likelihood
+
+    l(beta, sigma^2) = -1/2 (y^T C^-1 y / sigma^2 + n log sigma^2 + log det C + n log 2 pi)
+
+is largest over ``sigma^2`` at ``sigma^2 = y^T C^-1 y / n``, which leaves the profile
+
+    lp(beta) = -n/2 (log(2 pi sigma^2_hat) + 1) - 1/2 log det C(beta),
+
+maximized over ``log beta`` by Brent's bounded method (:func:`fit`). One evaluation builds
+``C``, factors it, reads ``log det C`` from the factor and solves ``alpha = C^-1 y``.
+
+Kriging (:func:`predict`, zero mean) at new points ``x_*``: mean ``K_* alpha``, variance of
+the field ``sigma^2 (1 - ||L^-1 K_*^T||^2)`` column by column, with the cross-covariance
+``K_*`` computed a slab of new points at a time (replicated on every rank, like the TLR
+solve's right-hand sides). Add ``sigma^2 tau`` for the variance of a new observation.
+
+Every function and call here is collective over the grid; all ranks get the same numbers
+(rank 0's are broadcast), so an optimizer driven by them takes the same path everywhere.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import covariance as cov
+from . import tlr
+from .errors import NotPositiveDefiniteError, collective
+from .matrix import DistMatrix
+
+__all__ = ["DenseLikelihood", "Evaluation", "Fit", "TLRLikelihood", "fit", "predict",
+           "profile_loglik"]
+
+
+def profile_loglik(logdet_c: float, quad: float, n: int) -> tuple[float, float]:
+    """``(lp, sigma2_hat)``: the profile log-likelihood for ``log det C`` and ``y^T C^-1 y``.
+    Not collective."""
+    s2 = quad / n
+    return -0.5 * n * (math.log(2 * math.pi * s2) + 1.0) - 0.5 * logdet_c, s2
+
+
+@dataclass
+class Evaluation:
+    """One likelihood evaluation at ``beta``: ``loglik`` (profiled; ``-inf`` when ``C`` was
+    not positive definite), ``sigma2`` (its maximizer), ``logdet`` (of ``C``), ``quad``
+    (``y^T C^-1 y``), seconds of each phase (max over ranks) and, for TLR, the mean tile
+    rank. ``factor`` and ``alpha`` are kept only when asked (``keep=True``)."""
+
+    beta: float
+    loglik: float
+    sigma2: float
+    logdet: float
+    quad: float
+    build_s: float
+    factor_s: float
+    solve_s: float
+    rank_mean: float = 0.0
+    factor: object = field(default=None, repr=False)
+    alpha: object = field(default=None, repr=False)
+
+    @property
+    def seconds(self) -> float:
+        return self.build_s + self.factor_s + self.solve_s
+
+
+class _Likelihood:
+    """What does not depend on the parameters, set up once: the grid, the points (and their
+    order), the tiling, the data on the device. ``lik(beta)`` -> :class:`Evaluation`;
+    ``history`` lists every evaluation; ``report(ev)`` (optional) is called after each."""
+
+    kind = "?"
+
+    def __init__(self, grid, pts, y, kernel, tile, *, device="cpu"):
+        with collective(grid.comm):
+            pts = np.ascontiguousarray(pts, dtype=np.float64)
+            y = np.asarray(y, dtype=np.float64)
+            if pts.ndim != 2 or y.shape != (pts.shape[0],):
+                raise ValueError(f"need points n x d and y of n entries, got {pts.shape} and "
+                                 f"{y.shape}")
+            if not isinstance(kernel, cov.Kernel):
+                raise TypeError(f"kernel must be a distla.covariance.Kernel, not "
+                                f"{type(kernel).__name__}")
+            from .device import get_backend
+            self.backend = get_backend(device, grid.comm)
+        self.grid, self.pts, self.y, self.n = grid, pts, y, len(y)
+        self.kernel = kernel.replace(sigma=1.0)
+        self.tile, self.device, self.xp = int(tile), device, self.backend.xp
+        self.y_dev = self.xp.asarray(y)
+        self.history: list[Evaluation] = []
+        self.report = None
+
+    def __call__(self, beta: float, keep: bool = False) -> Evaluation:
+        """Collective: evaluate the profile log-likelihood at ``beta``."""
+        kern = self.kernel.replace(beta=float(beta))
+        t = [time.perf_counter()]
+        factor, rank, ok = None, 0.0, True
+        try:
+            factor, rank = self._factor(kern, t)
+        except NotPositiveDefiniteError:     # raised on every rank alike
+            ok = False
+            t += [time.perf_counter()] * (3 - len(t))
+        ld = quad = float("nan")
+        alpha = None
+        if ok:
+            ld = self._logdet(factor)
+            alpha = self._solve(factor)
+            quad = float(self.y_dev @ alpha)
+        self.backend.synchronize()
+        t.append(time.perf_counter())
+        times = np.diff(np.array(t))
+        from mpi4py import MPI
+        self.grid.comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
+        ld, quad = self.grid.comm.bcast((ld, quad), root=0)
+        ok = ok and quad > 0 and math.isfinite(ld)        # the same on every rank
+        ll, s2 = profile_loglik(ld, quad, self.n) if ok else (-math.inf, math.nan)
+        ev = Evaluation(float(beta), ll, s2, ld, quad, *map(float, times), rank_mean=rank,
+                        factor=factor if keep else None, alpha=alpha if keep else None)
+        self.history.append(ev)
+        if self.report is not None:
+            self.report(ev)
+        return ev
+
+    def _sync_mark(self, t):
+        self.backend.synchronize()
+        t.append(time.perf_counter())
+
+
+class TLRLikelihood(_Likelihood):
+    """Collective: the profile likelihood with the TLR Cholesky (``tol``: fixed accuracy;
+    ``method``: build method of :func:`distla.tlr.from_kernel`). ``C`` is built from the
+    kernel tile by tile, never dense."""
+
+    kind = "TLR"
+
+    def __init__(self, grid, pts, y, kernel, tile, *, tol=1e-8, method="auto", device="cpu",
+                 seed=0):
+        super().__init__(grid, pts, y, kernel, tile, device=device)
+        self.tol, self.method, self.seed = tol, method, seed
+
+    def _factor(self, kern, t):
+        T = tlr.from_kernel(self.grid, self.pts, kern, self.tile, tol=self.tol,
+                            method=self.method, device=self.device, seed=self.seed)
+        rank = T.ranks.mean
+        self._sync_mark(t)
+        L = tlr.cholesky(T, overwrite=True, seed=self.seed)
+        self._sync_mark(t)
+        return L, rank
+
+    def _logdet(self, L):
+        return L.logdet()
+
+    def _solve(self, L):
+        return L.solve(self.y_dev)
+
+    def forward(self, L, B):
+        """``L^-1 B`` for ``B`` replicated ``(n, r)``."""
+        return L.solve_triangular(B)
+
+
+class DenseLikelihood(_Likelihood):
+    """Collective: the profile likelihood with distla's dense Cholesky (``C`` formed in
+    ``tile x tile`` blocks, then factored in place)."""
+
+    kind = "dense"
+
+    def _factor(self, kern, t):
+        from .linalg.cholesky import cholesky
+        A = cov.covariance_matrix(self.grid, self.pts, kern, block=(self.tile, self.tile),
+                                  device=self.device)
+        self._sync_mark(t)
+        L = cholesky(A, overwrite_a=True, check_finite=False, check_symmetric=False)
+        self._sync_mark(t)
+        return L, 0.0
+
+    def _logdet(self, L):
+        from .linalg.cholesky import logdet
+        return logdet(L)
+
+    def _rhs(self, L, fn, r):
+        return DistMatrix.from_function(self.grid, (self.n, r), (L.mb, L.mb), fn,
+                                        device=self.device)
+
+    def _solve(self, L):
+        from .linalg.cholesky import cho_solve
+        y = self.y_dev
+        X = cho_solve(L, self._rhs(L, lambda I, J: y[I], 1), check_finite=False)
+        return self.xp.asarray(X.to_global(root=None)[:, 0])
+
+    def forward(self, L, B):
+        """``L^-1 B`` for ``B`` replicated ``(n, r)`` (through a distributed TRSM)."""
+        from .pblas import triangular_solve
+        xp = self.xp
+        Bd = xp.asarray(B)
+        W = triangular_solve(L, self._rhs(L, lambda I, J: Bd[I, J], Bd.shape[1]), lower=True)
+        return xp.asarray(W.to_global(root=None))
+
+
+@dataclass
+class Fit:
+    """The result of :func:`fit`: estimates, the profile log-likelihood there, the number of
+    evaluations, the wall seconds of the whole fit (max over ranks) and the optimizer's
+    result."""
+
+    beta: float
+    sigma2: float
+    loglik: float
+    nevals: int
+    seconds: float
+    result: object = field(repr=False)
+
+
+def fit(lik: _Likelihood, bounds=(0.02, 0.5), xatol: float = 1e-5) -> Fit:
+    """Collective: maximize ``lik``'s profile log-likelihood over ``beta`` in ``bounds``
+    (Brent's bounded method on ``log beta``, to ``xatol`` in ``log beta``, i.e. relative in
+    beta); ``sigma^2`` is the profiled estimate at the optimum."""
+    from mpi4py import MPI
+    from scipy.optimize import minimize_scalar
+    lo, hi = map(float, bounds)
+    if not 0 < lo < hi:
+        with collective(lik.grid.comm):
+            raise ValueError(f"bounds must satisfy 0 < lo < hi, got {bounds}")
+    start = len(lik.history)
+    t0 = time.perf_counter()
+
+    def objective(logb):
+        ll = lik(math.exp(logb)).loglik
+        return -ll if math.isfinite(ll) else 1e300
+
+    res = minimize_scalar(objective, bounds=(math.log(lo), math.log(hi)), method="bounded",
+                          options={"xatol": xatol})
+    secs = lik.grid.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+    beta = math.exp(float(res.x))
+    best = [e for e in lik.history[start:] if e.beta == beta] or [lik(beta)]
+    ev = best[-1]
+    return Fit(beta, ev.sigma2, ev.loglik, len(lik.history) - start, secs, res)
+
+
+def predict(lik: _Likelihood, beta: float, new_pts, slab: int | None = None):
+    """Collective: kriging at ``new_pts`` (``m x d``, identical on every rank) with the model
+    at ``beta`` (``sigma^2`` profiled): ``(mean, var, ev)`` with ``mean``, ``var`` (of the
+    field, not of a new observation) host arrays of ``m`` on every rank and ``ev`` the
+    evaluation at ``beta``. ``slab``: new points per cross-covariance slab (default: the
+    slab's ``n x slab`` array ~ 256 MiB)."""
+    new = np.asarray(new_pts, dtype=np.float64)
+    with collective(lik.grid.comm):
+        if new.ndim != 2 or new.shape[1] != lik.pts.shape[1]:
+            raise ValueError(f"new points must be m x {lik.pts.shape[1]}, got {new.shape}")
+    ev = lik(beta, keep=True)
+    if not math.isfinite(ev.loglik):
+        with collective(lik.grid.comm):
+            raise ValueError(f"the covariance at beta={beta} is not positive definite (at "
+                             f"this accuracy)")
+    xp, m = lik.xp, new.shape[0]
+    kern = lik.kernel.replace(beta=float(beta))
+    c0 = float(kern(np.zeros(1))[0])
+    slab = int(slab or max(1, (256 << 20) // (8 * max(1, lik.n))))
+    mean, var = np.empty(m), np.empty(m)
+    for s0 in range(0, m, slab):
+        Ks = cov.cross_covariance(new[s0:s0 + slab], lik.pts, kern, xp)    # (s, n)
+        mean[s0:s0 + len(Ks)] = _host(Ks @ ev.alpha)
+        W = lik.forward(ev.factor, Ks.T)                                    # (n, s)
+        var[s0:s0 + len(Ks)] = ev.sigma2 * (c0 - _host(xp.sum(W * W, axis=0)))
+        del Ks, W
+    ev.factor = None
+    return mean, var, ev
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
