@@ -2,7 +2,7 @@
 
 Subcommands (every one is run by all ranks of the MPI job, e.g. ``mpiexec -n 4 distla solve``):
 
-* ``solve``    -- solve A X = B from a .npy/.mtx file, print residuals, write X.
+* ``solve``    -- solve A X = B from a .npy/.mtx/HDF5 file, print residuals, write X.
 * ``generate`` -- write a test matrix (spd, general, covariance) to .npy without forming it on
   one rank.
 * ``bench``    -- the benchmarks (``distla bench NAME --help``; same as ``python -m
@@ -97,9 +97,11 @@ def build_parser() -> ArgumentParser:
                                    "ones (so the exact solution is all ones; the forward error is "
                                    "printed too), or a seeded standard-normal B with "
                                    "--rhs-kind random.")
-    s.add_argument("--matrix", "-A", required=True, metavar="FILE", help="A: .npy or .mtx")
+    s.add_argument("--matrix", "-A", required=True, metavar="FILE",
+                   help="A: .npy, .mtx or file.h5:/dataset")
     s.add_argument("--rhs", "-b", metavar="FILE",
-                   help="B: .npy or .mtx, n x k or a length-n vector (default: see --rhs-kind)")
+                   help="B: .npy, .mtx or file.h5:/dataset; n x k or a length-n vector "
+                        "(default: see --rhs-kind)")
     s.add_argument("--rhs-kind", choices=("ones", "random"), default="ones",
                    help="B when --rhs is not given: A @ ones (default) or standard normal")
     s.add_argument("--nrhs", type=int, default=1, help="columns of a generated B (default 1)")
@@ -145,7 +147,8 @@ def build_parser() -> ArgumentParser:
                    help="spd: symmetric diagonally dominant; general: standard normal; "
                         "covariance: a kernel matrix of 2-D points (default spd)")
     g.add_argument("--n", "-n", type=int, required=True)
-    g.add_argument("--out", "-o", required=True, metavar="FILE", help=".npy (or .mtx)")
+    g.add_argument("--out", "-o", required=True, metavar="FILE",
+                   help=".npy, file.h5:/dataset (or .mtx)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     g.add_argument("--nb", type=int, default=256, help="block size used while writing")
@@ -233,6 +236,11 @@ def _check_device(device: str, comm):
         return get_backend(device, comm)
 
 
+def _writable_format(path) -> bool:
+    from . import h5io
+    return h5io.is_h5(path) or str(path).lower().endswith((".npy", ".mtx", ".mm"))
+
+
 def _inspect(path, comm, what):
     from . import io
     try:
@@ -310,8 +318,9 @@ def cmd_solve(args, comm) -> int:
             raise CommandError(f"--rhs: {binfo.path} has {binfo.shape[0]} rows, but the "
                                f"matrix is {n} x {n}")
     if args.out is not None:
-        if not str(args.out).lower().endswith((".npy", ".mtx", ".mm")):
-            raise CommandError(f"--out: {args.out}: unknown extension; use .npy or .mtx")
+        if not _writable_format(args.out):
+            raise CommandError(f"--out: {args.out}: unknown extension; use .npy, .mtx or "
+                               f"file.h5:/dataset")
         try:
             io.check_writable(args.out, comm)
         except (OSError, ValueError) as e:
@@ -464,8 +473,9 @@ def cmd_generate(args, comm) -> int:
     for opt, path in (("--out", args.out), ("--rhs-out", args.rhs_out)):
         if path is None:
             continue
-        if not str(path).lower().endswith((".npy", ".mtx", ".mm")):
-            raise CommandError(f"{opt}: {path}: unknown extension; use .npy or .mtx")
+        if not _writable_format(path):
+            raise CommandError(f"{opt}: {path}: unknown extension; use .npy, .mtx or "
+                               f"file.h5:/dataset")
         try:
             io.check_writable(path, comm)
         except (OSError, ValueError) as e:
@@ -497,8 +507,8 @@ def cmd_generate(args, comm) -> int:
         say(f"wrote {args.kind} matrix {args.n} x {args.n} {args.dtype} to {args.out}")
         if args.rhs_out:
             with t.phase("rhs", None, comm), guarded(comm):
-                writer = io.write_matrix if args.rhs_out.lower().endswith((".mtx", ".mm")) \
-                    else io.write_npy
+                writer = io.write_npy if args.rhs_out.lower().endswith(".npy") \
+                    else io.write_matrix
                 writer(args.rhs_out, b, vector=True)
             say(f"wrote b = A @ ones (length {args.n}) to {args.rhs_out}")
         say(t.table(), level=2)
@@ -515,8 +525,8 @@ def cmd_generate(args, comm) -> int:
             ones = DistMatrix.from_function(grid, (args.n, 1), (nb, nb), lambda I, J: 1.0,
                                             dtype=A.dtype)
             b = matmul(A, ones)
-            writer = io.write_matrix if args.rhs_out.lower().endswith((".mtx", ".mm")) \
-                else io.write_npy
+            writer = io.write_npy if args.rhs_out.lower().endswith(".npy") \
+                else io.write_matrix
             writer(args.rhs_out, b, vector=True)
         say(f"wrote b = A @ ones (length {args.n}) to {args.rhs_out}")
     say(t.table(), level=2)

@@ -38,7 +38,6 @@ from .filebase import (  # noqa: F401 - re-exported: distla.io is their public h
     MatrixInfo,
     _check_writable,
     atomic_output,
-    check_writable,
 )
 
 __all__ = ["MatrixFileError", "MatrixInfo", "inspect", "read_matrix", "write_npy",
@@ -421,6 +420,15 @@ def _read_mtx(path: str) -> np.ndarray:
     if a.ndim == 1:
         a = a.reshape(-1, 1)
     return a
+
+
+def check_writable(path, comm=None) -> None:
+    """Raise (on every rank of ``comm`` if given: collective) if ``path`` (for HDF5 the file
+    of ``file.h5:/name``) cannot be created (missing or read-only directory). Checked on
+    rank 0."""
+    from .filebase import check_writable as _cw
+    path = os.fspath(path)
+    _cw(h5io.split_path(path)[0] if h5io.is_h5(path) else path, comm)
 
 
 def write_npy(path, A, *, vector: bool = False) -> None:
