@@ -255,7 +255,8 @@ def _solver(method: str):
     """The function ``f(A, B, **kw) -> (X, rcond or None)`` for ``method`` (the solvers are
     imported lazily so that the rest of the command line works whatever is installed). A is
     left unchanged. For the LU methods and Cholesky the factors also give the reciprocal
-    condition estimate (and its LinAlgWarning); the other methods return None for it."""
+    condition estimate (and its LinAlgWarning); the other methods return None for it.
+    ``anorm`` (||A||_inf when already known) spares Cholesky its pass over A for ||A||_1."""
     try:
         from . import linalg
         from .linalg.condition import warn_if_ill_conditioned
@@ -263,7 +264,7 @@ def _solver(method: str):
     except ImportError as e:
         raise CommandError(f"--method {method}: the solvers cannot be imported ({e})") from None
 
-    def run(A, B, **kw):
+    def run(A, B, anorm=None, **kw):
         if "pivoting" in kw:
             raise CommandError("-O pivoting=...: the method chooses the pivoting; use "
                                "--method gepp (partial), calu (tournament) or genp (none)")
@@ -272,7 +273,7 @@ def _solver(method: str):
             X = linalg.lu_solve(F, B, check_finite=True)
             rc = F.rcond()
         elif method == "cholesky":
-            anorm = norm(A, 1)
+            anorm = norm(A, 1) if anorm is None else anorm   # Hermitian: ||A||_1 = ||A||_inf
             c = linalg.cho_factor(A, **kw)
             X = linalg.cho_solve(c, B)
             rc = linalg.cho_rcond(c, anorm)
@@ -346,6 +347,7 @@ def cmd_solve(args, comm) -> int:
                                    dtype=dtype, info=ainfo)
         dtype = A.dtype
         xtrue = None
+        anorm = None          # ||A||_inf once known: one pass over A serves every check
         if binfo is not None and binfo.dtype.kind == "c" and dtype.kind != "c":
             if args.method not in LU_PIVOTING or args.device != "cpu":
                 raise CommandError(
@@ -362,11 +364,14 @@ def cmd_solve(args, comm) -> int:
                                        dtype=dtype, info=binfo)
                     rhs_desc = f"{binfo.path} ({B.n} column{'s' * (B.n != 1)})"
                 elif args.rhs_kind == "ones":
-                    from .pblas import matmul
                     xtrue = DistMatrix.from_function(grid, (n, args.nrhs), (nb, nb),
                                                      lambda I, J: 1.0, dtype=dtype,
                                                      device=args.device)
-                    B = matmul(A, xtrue)
+                    if args.nrhs <= 16:    # one pass over A: B and ||A||_inf
+                        from .checks import product_and_norm
+                        B, anorm = product_and_norm(A, xtrue)
+                    else:
+                        B = A @ xtrue
                     rhs_desc = f"A @ ones ({args.nrhs} column{'s' * (args.nrhs != 1)})"
                 else:
                     B = DistMatrix.random(grid, (n, args.nrhs), (nb, nb),
@@ -382,7 +387,11 @@ def cmd_solve(args, comm) -> int:
             with Progress(nflops, f"{args.method}", comm=comm, enabled=show,
                           interval=args.progress or None):
                 with guarded(comm):
-                    X, rc = solver(A, B, **kw)
+                    if args.method == "cholesky" and anorm is None:
+                        from .pblas import norm
+                        anorm = norm(A, np.inf)
+                    X, rc = solver(A, B, anorm=anorm if args.method == "cholesky" else None,
+                                   **kw)
         t_solve = timings.seconds["solve"]
         say(f"solve: {t_solve:.4g} s, {format_rate(nflops / t_solve if t_solve > 0 else 0)} "
             f"(factor + solve, nominal {nflops:.3g} flops)")
@@ -399,9 +408,9 @@ def cmd_solve(args, comm) -> int:
             from . import checks
             with timings.phase("residual", backend, comm):
                 with guarded(comm):
-                    sresid = checks.solve_residual(A, X, B)
                     full = args.check == "full"
-                    berr = checks.backward_error(A, X, B) if full else None
+                    res = checks.solve_checks(A, X, B, berr=full, anorm=anorm)
+                    sresid, berr = res["sresid"], res["berr"]
                     ferr = None
                     if xtrue is not None and full:
                         from .pblas import norm
