@@ -6,15 +6,17 @@ file's only dataset and a write uses ``/data``. A 2-D dataset is an ``m x n`` ma
 stores it row-major); a 1-D dataset of length n is read as ``n x 1``. Numeric types only:
 float32/64 and complex64/128 are kept, integers and bools become float64.
 
-Reading: every rank selects exactly its blocks of the 2D block-cyclic layout as a union of at
-most four regular hyperslabs (its full row blocks x its full column blocks, plus the partial
-last block row/column when it owns one) and reads them with one call per slab of local block
-rows (about ``slab_bytes`` at a time), so memory stays bounded and no block is read by two
-ranks. Writing: rank 0 creates the dataset in a temporary file (a copy of the target when it
-exists, so other datasets survive), then the ranks write their hyperslabs one rank after the
-other -- or all at once through h5py's MPI driver when h5py is built with MPI
-(``h5py.get_config().mpi``; ``DISTLA_H5_MPI=0`` turns that off); the temporary replaces the
-target only when every rank succeeded (:func:`distla.filebase.atomic_output`).
+Reading: every rank selects the whole rows of its row blocks (a union of at most two regular
+hyperslabs: its full row blocks and the partial last one) and reads them with one call per slab
+of local block rows (about ``slab_bytes`` at a time, bounded memory), then picks its columns in
+memory: HDF5 reads whole rows far faster than runs of nb elements per row (the rates are in
+benchmarks/results/2026-11-24-cpu-job.jsonl). Writing selects exactly the rank's blocks (row
+runs x column runs, at most four regular hyperslabs): rank 0 creates the dataset in a
+temporary file (a copy of the target when it exists, so other datasets survive), then the
+ranks write their hyperslabs one rank after the other -- or all at once through h5py's MPI
+driver when h5py is built with MPI (``h5py.get_config().mpi``; ``DISTLA_H5_MPI=0`` turns
+that off); the temporary replaces the target only when every rank succeeded
+(:func:`distla.filebase.atomic_output`).
 
 Errors (h5py missing, no such dataset, a group, not 1-D/2-D, unsupported type, unreadable file)
 raise :class:`MatrixFileError` (FileNotFoundError for a missing file) with the same message on
@@ -134,6 +136,10 @@ def _runs(N: int, b: int, p: int, P: int, i0: int = 0, i1: int | None = None):
     the partial last block when this process owns it)."""
     nfull = N // b
     nblocks = -(-N // b)
+    if P == 1:                                       # one process: a single contiguous run
+        i1 = nblocks if i1 is None else min(i1, nblocks)
+        lo, hi = i0 * b, min(N, i1 * b)
+        return [(lo, hi - lo, 1, hi - lo)] if hi > lo else []
     mine = max(0, -(-(nblocks - p) // P))
     full_mine = max(0, -(-(nfull - p) // P))
     i1 = mine if i1 is None else min(i1, mine)
@@ -160,12 +166,13 @@ def _select(space, rows, cols, h5s) -> None:
             op = h5s.SELECT_OR
 
 
-def _chunks(M, itemsize: int, slab_bytes: int):
-    """``(lr0, lr1, row_runs)`` for slabs of M's local block rows of about ``slab_bytes``."""
+def _chunks(M, row_bytes: int, slab_bytes: int):
+    """``(lr0, lr1, row_runs)`` for slabs of M's local block rows of about ``slab_bytes``
+    (``row_bytes`` per row of the buffer)."""
     g = M.grid
     p = (g.myrow - M.rsrc) % g.nprow
     nloc_blocks = -(-M.local_shape[0] // M.mb)
-    per = max(1, slab_bytes // max(1, M.mb * max(1, M.local_shape[1]) * itemsize))
+    per = max(1, slab_bytes // max(1, M.mb * row_bytes))
     for i0 in range(0, nloc_blocks, per):
         i1 = min(nloc_blocks, i0 + per)
         lr1 = min(M.local_shape[0], i1 * M.mb)
@@ -195,21 +202,27 @@ def read_into(info: MatrixInfo, A, slab_bytes: int = 1 << 27) -> None:
         mloc, nloc = A.local_shape
         fdt = info.dtype.newbyteorder("=")
         if mloc and nloc:
-            cols = _col_runs(A, 0, info.ndim)
+            # whole rows (one contiguous run per row block), local columns picked in memory:
+            # HDF5 reads runs of nb elements per row far slower than whole rows
+            ncols = 1 if info.ndim == 1 else info.shape[1]
+            cols = [None] if info.ndim == 1 else [(0, ncols, 1, ncols)]
+            pick = None if nloc == ncols else np.asarray(A.col_indices())
             buf = None
             with h5py.File(info.path, "r") as f:
                 ds = f[info.dataset]
                 if ds.shape != ((info.shape[0],) if info.ndim == 1 else info.shape):
                     raise MatrixFileError(f"{info.path}:{info.dataset} changed while being "
                                           f"read (shape {ds.shape}, expected {info.shape})")
-                for lr0, lr1, rows in _chunks(A, fdt.itemsize, slab_bytes):
-                    shape = (lr1 - lr0,) if info.ndim == 1 else (lr1 - lr0, nloc)
+                for lr0, lr1, rows in _chunks(A, fdt.itemsize * ncols, slab_bytes):
+                    shape = (lr1 - lr0,) if info.ndim == 1 else (lr1 - lr0, ncols)
                     if buf is None or buf.shape != shape:
                         buf = np.empty(shape, dtype=fdt)
                     fs = ds.id.get_space()
                     _select(fs, rows, cols, h5s)
                     ds.id.read(h5s.create_simple(shape), fs, buf)
-                    piece = buf.reshape(lr1 - lr0, nloc).astype(A.dtype, copy=False)
+                    piece = buf.reshape(lr1 - lr0, ncols)
+                    piece = (piece if pick is None else piece[:, pick]).astype(A.dtype,
+                                                                              copy=False)
                     A.local[lr0:lr1, :] = A.backend.asarray(piece) if A.backend.is_gpu \
                         else piece
     except MatrixFileError as e:
@@ -233,7 +246,7 @@ def _write_local(ds, S, c0: int, ndim: int, slab_bytes: int) -> None:
     if not (mloc and nloc):
         return
     cols = _col_runs(S, c0, ndim)
-    for lr0, lr1, rows in _chunks(S, S.dtype.itemsize, slab_bytes):
+    for lr0, lr1, rows in _chunks(S, S.dtype.itemsize * nloc, slab_bytes):
         host = np.ascontiguousarray(S.backend.to_host(S.local[lr0:lr1, :]))
         if ndim == 1:
             host = host.reshape(-1)
