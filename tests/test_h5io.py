@@ -208,6 +208,25 @@ def test_read_errors_are_the_same_on_every_rank(comm, mpi_tmp_path):
             io.read_matrix(path, g, (2, 2))
 
 
+@pytest.mark.mpi
+@pytest.mark.gpu
+def test_read_and_write_on_gpu_ranks(comm, grids, mpi_tmp_path):
+    a = np.arange(19 * 11, dtype=np.float64).reshape(19, 11)
+    f = mpi_tmp_path / "gpu.h5"
+    if comm.rank == 0:
+        with h5py.File(f, "w") as h:
+            h["a"] = a
+    comm.Barrier()
+    for g in grids:
+        A = io.read_matrix(f"{f}:/a", g, (4, 3), device="gpu", src=(g.nprow - 1, 0))
+        assert A.device == "gpu"
+        np.testing.assert_array_equal(A.to_global(None), a)
+        io.write_matrix(f"{mpi_tmp_path / 'gout.h5'}:/b", A)
+        back = io.read_matrix(f"{mpi_tmp_path / 'gout.h5'}:/b", g, (5, 5))
+        np.testing.assert_array_equal(back.to_global(None), a)
+    comm.Barrier()
+
+
 # ---------------------------------------------------------------------------------------
 # command line
 # ---------------------------------------------------------------------------------------

@@ -510,6 +510,11 @@ def test_checks_and_pblas_on_gpu(comm, grids):
         Ag, Xg, Bg = A.to("gpu"), X.to("gpu"), B.to("gpu")
         assert checks.solve_residual(Ag, Xg, Bg) == pytest.approx(rc, rel=1e-6)
         assert checks.backward_error(Ag, Xg, Bg) < 1e-14
+        P, an = checks.product_and_norm(Ag, Xg)
+        assert P.device == "gpu" and an == pytest.approx(np.abs(a).sum(axis=1).max())
+        close(P.to_global(None), a @ x, np.float64)
+        r = checks.solve_checks(Ag, Xg, Bg, anorm=an)
+        assert r["sresid"] == pytest.approx(rc, rel=1e-6) and r["berr"] < 1e-14
         F = LU(DistMatrix.from_global(g, lu, block=8, src=corner(g)).to("gpu"), perm)
         assert checks.passes(checks.factor_residual_lu(Ag, F), 1.0)
         close((Ag @ Xg).to_global(None), a @ x, np.float64)

@@ -220,8 +220,9 @@ def _cold(args, comm, d, rec) -> list[dict]:
                 raise RuntimeError("--cold with several ranks needs mpiexec on PATH "
                                    "(or DISTLA_MPIEXEC)")
             cmd = [*mpiexec.split(), "-n", str(size), *cmd]
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_LOCAL", "HYDRA_"))}
+        env = {k: v for k, v in os.environ.items()       # not this job's launcher state
+               if k.startswith("OMPI_ALLOW_RUN_AS_ROOT") or
+               not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_LOCAL", "HYDRA_"))}
         t0 = time.perf_counter()
         p = subprocess.run(cmd, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
