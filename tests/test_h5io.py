@@ -158,16 +158,24 @@ def test_write_keeps_other_datasets_and_replaces_one(comm, mpi_tmp_path):
     if comm.rank == 0:
         with h5py.File(f, "w") as h:
             h["other"] = np.arange(4.0)
-            h["x"] = np.zeros((2, 2))
+            h["g/x"] = np.zeros((2, 2))
+            h["g/y"] = np.ones(3)
+            h["g"].attrs["unit"] = "m"
+            h.attrs["title"] = "t"
     comm.Barrier()
-    X = DistMatrix.random(g, (9, 5), (2, 2), seed=1)
-    io.write_matrix(f"{f}:/x", X)
+    X = DistMatrix.random(g, (90, 50), (8, 8), seed=1)
+    io.write_matrix(f"{f}:/g/x", X)
+    size = f.stat().st_size
+    io.write_matrix(f"{f}:g/x", X)          # rewriting does not grow the file
     ref = X.to_global(None)
     comm.Barrier()
     if comm.rank == 0:
+        assert f.stat().st_size <= size
         with h5py.File(f) as h:
             np.testing.assert_array_equal(h["other"][...], np.arange(4.0))
-            np.testing.assert_array_equal(h["x"][...], ref)
+            np.testing.assert_array_equal(h["g/y"][...], np.ones(3))
+            np.testing.assert_array_equal(h["g/x"][...], ref)
+            assert h["g"].attrs["unit"] == "m" and h.attrs["title"] == "t"
         assert [p.name for p in mpi_tmp_path.iterdir() if ".partial" in p.name] == []
     comm.Barrier()
 
@@ -200,6 +208,10 @@ def test_read_errors_are_the_same_on_every_rank(comm, mpi_tmp_path):
         with h5py.File(f, "w") as h:
             h["a"] = np.ones((4, 4))
     comm.Barrier()
+    (mpi_tmp_path / "junk.h5").write_bytes(b"not hdf5") if comm.rank == 0 else None
+    comm.Barrier()
+    with pytest.raises(io.MatrixFileError, match="not a readable HDF5"):
+        io.write_matrix(f"{mpi_tmp_path / 'junk.h5'}:/x", io.read_matrix(f"{f}:/a", g, (2, 2)))
     for path, needle in [(f"{f}:/b", "no dataset"), (f"{f}", None)]:
         if needle is None:
             assert io.read_matrix(path, g, (2, 2)).shape == (4, 4)
