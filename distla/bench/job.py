@@ -1,6 +1,8 @@
-"""Benchmark: the whole job a user runs -- generate (or reuse) a matrix file, read it, make
-the right-hand side, factor and solve, check the residual, write x -- each phase beside its
-floor measured in the same run.
+"""Benchmark: the whole job (generate, read, rhs, solve, check, write x) beside its floors.
+
+The job a user runs -- generate (or reuse) a matrix file, read it, make the right-hand side,
+factor and solve, check the residual, write x -- each phase beside its floor measured in the
+same run.
 
     mpiexec -n 2 python -m distla bench job --n 8192 --dir /tmp/job --device cpu
     python -m distla bench job --n 32768 --nb 1024 --device gpu --dir /scratch --cold
