@@ -7,10 +7,14 @@ Rows (same run, same file, page cache warm after the first touch): ``sequential 
 (``io.read_matrix``: one collective MPI_File_read_all per rank), ``read memmap`` (the
 memory-mapped path, ``DISTLA_IO=memmap``), ``write mpiio`` (``io.write_npy``) and ``np.save``
 on rank 0 of the gathered matrix (a one-process floor for writing). Best of --reps.
+``--h5`` adds the HDF5 rows: ``write h5`` / ``read h5`` (``file.h5:/A`` through
+``distla.h5io``) beside ``h5py write (rank 0)`` / ``h5py read (rank 0)`` of the same data.
+``--memmap`` adds the memory-mapped read. Every record carries the command line.
 """
 import argparse
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -37,7 +41,11 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--dir", default="/tmp")
     ap.add_argument("--json")
+    ap.add_argument("--h5", action="store_true", help="also the HDF5 rows")
+    ap.add_argument("--memmap", action="store_true", help="also the memory-mapped read")
     a = ap.parse_args()
+    command = f"mpiexec -n {MPI.COMM_WORLD.size} python benchmarks/io_rate.py " + \
+        " ".join(sys.argv[1:])
     comm = MPI.COMM_WORLD
     g = ProcessGrid(comm=comm)
     n, nb = a.n, a.nb
@@ -49,7 +57,7 @@ def main():
     def rec(impl, sec):
         rows.append({"bench": "io", "impl": impl, "n": n, "nb": nb, "ranks": comm.size,
                      "device": "cpu", "seconds": sec, "tflops": None,
-                     "gbytes_per_s": nbytes / sec / 1e9})
+                     "gbytes_per_s": nbytes / sec / 1e9, "command": command})
 
     rec("write mpiio", best(comm, lambda: io.write_npy(path, A), a.reps))
     full = A.to_global(root=0)
@@ -68,9 +76,31 @@ def main():
     rec("sequential read (rank 0)", best(comm, seq, a.reps))
     buf = None
     rec("read mpiio", best(comm, lambda: io.read_matrix(path, g, (nb, nb)), a.reps))
-    os.environ["DISTLA_IO"] = "memmap"
-    rec("read memmap", best(comm, lambda: io.read_matrix(path, g, (nb, nb)), a.reps))
-    os.environ.pop("DISTLA_IO")
+    if a.memmap:
+        os.environ["DISTLA_IO"] = "memmap"
+        rec("read memmap", best(comm, lambda: io.read_matrix(path, g, (nb, nb)), a.reps))
+        os.environ.pop("DISTLA_IO")
+    if a.h5:
+        import h5py
+        h5 = path[:-4] + ".h5"
+        rec("write h5", best(comm, lambda: io.write_matrix(h5 + ":/A", A), a.reps))
+        full = A.to_global(root=0)
+        if comm.rank == 0:
+            t = time.perf_counter()
+            with h5py.File(h5 + ".ref.h5", "w") as f:
+                f.create_dataset("A", data=full)
+            rec("h5py write (rank 0)", time.perf_counter() - t)
+            os.unlink(h5 + ".ref.h5")
+        del full
+
+        def seq_h5():
+            if comm.rank == 0:
+                with h5py.File(h5, "r") as f:
+                    f["A"][...]
+        rec("h5py read (rank 0)", best(comm, seq_h5, a.reps))
+        rec("read h5", best(comm, lambda: io.read_matrix(h5 + ":/A", g, (nb, nb)), a.reps))
+        if comm.rank == 0:
+            os.unlink(h5)
     if comm.rank == 0:
         os.unlink(path)
         for r in rows:

@@ -13,6 +13,8 @@ LLT.dat (3.0).
 * :func:`factor_residual_cholesky` — ||A - L L^H||_inf / (||A||_inf eps n).
 * :func:`factor_residual_lu` — ||P A - L U||_inf / (||A||_inf eps max(m, n)).
 * :func:`backward_error` — LAPACK's componentwise BERR, max over rows and columns.
+* :func:`solve_checks` — SRESID, BERR and ||A||_inf together in one pass over A (few columns);
+  :func:`product_and_norm` — ``A X`` and ||A||_inf in one pass (``distla solve``'s rhs).
 * :func:`permute_rows` — a distributed row permutation by one all-to-all per process column.
 """
 from __future__ import annotations
@@ -26,7 +28,7 @@ from .errors import collective
 from .matrix import DistMatrix
 
 __all__ = ["eps", "solve_residual", "factor_residual_cholesky", "factor_residual_lu",
-           "backward_error", "passes", "permute_rows"]
+           "backward_error", "solve_checks", "product_and_norm", "passes", "permute_rows"]
 
 
 def eps(dtype) -> float:
@@ -124,20 +126,31 @@ def _check_operands(*mats):
 # ---------------------------------------------------------------------------------------
 # residuals
 # ---------------------------------------------------------------------------------------
+def _check_system(A, X, B, what):
+    with collective(A.grid.comm if isinstance(A, DistMatrix) else None):
+        _check_operands(A, X, B)
+        if A.n != X.m or X.shape != B.shape or A.m != B.m:
+            raise ValueError(f"{what}: shapes A {A.shape}, X {X.shape}, "
+                             f"B {B.shape} do not match A X = B")
+
+
 def solve_residual(A: DistMatrix, X: DistMatrix, B: DistMatrix) -> float:
     """Collective: ScaLAPACK's SRESID (pdlaschk) for ``A X = B``:
     ``max_j ||A x_j - b_j||_inf / (||A||_inf ||x_j||_inf eps n)`` over the columns j of X
     (A n x n, X and B n x nrhs, any layouts on one grid). A float on every rank; 0.0 for an
-    empty system; NaN if any input has NaN."""
-    from .pblas import matmul
-    with collective(A.grid.comm if isinstance(A, DistMatrix) else None):
-        _check_operands(A, X, B)
-        if A.n != X.m or X.shape != B.shape or A.m != B.m:
-            raise ValueError(f"solve_residual: shapes A {A.shape}, X {X.shape}, "
-                             f"B {B.shape} do not match A X = B")
-    n = A.n
-    if n == 0 or X.n == 0:
+    empty system; NaN if any input has NaN. Up to 16 columns: one pass over A
+    (:func:`solve_checks`)."""
+    _check_system(A, X, B, "solve_residual")
+    if A.n == 0 or X.n == 0:
         return 0.0
+    if X.n <= _FEW_RHS:
+        return solve_checks(A, X, B, berr=False)["sresid"]
+    return _solve_residual_summa(A, X, B)
+
+
+def _solve_residual_summa(A, X, B) -> float:
+    from .pblas import matmul
+    n = A.n
     R = _match(matmul(A, X.astype(A.dtype) if X.dtype != A.dtype else X), B) - \
         (B.astype(A.dtype) if B.dtype != A.dtype else B)
     rnorm = _col_maxabs(R)
@@ -203,15 +216,18 @@ def factor_residual_lu(A: DistMatrix, F) -> float:
 def backward_error(A: DistMatrix, X: DistMatrix, B: DistMatrix) -> float:
     """Collective: LAPACK's componentwise backward error (BERR of xGERFS),
     ``max_{i,j} |B - A X|_ij / (|A| |X| + |B|)_ij``, with xGERFS's guard for tiny
-    denominators (safe1 = (n+1) safmin). A float on every rank."""
-    from .pblas import matmul
-    with collective(A.grid.comm if isinstance(A, DistMatrix) else None):
-        _check_operands(A, X, B)
-        if A.n != X.m or X.shape != B.shape or A.m != B.m:
-            raise ValueError(f"backward_error: shapes A {A.shape}, X {X.shape}, "
-                             f"B {B.shape} do not match A X = B")
+    denominators (safe1 = (n+1) safmin). A float on every rank. Up to 16 columns: one pass
+    over A (:func:`solve_checks`)."""
+    _check_system(A, X, B, "backward_error")
     if A.m == 0 or X.n == 0:
         return 0.0
+    if X.n <= _FEW_RHS:
+        return solve_checks(A, X, B, berr=True, anorm=1.0)["berr"]
+    return _backward_error_summa(A, X, B)
+
+
+def _backward_error_summa(A, X, B) -> float:
+    from .pblas import matmul
     xp = A.xp
     X = X.astype(A.dtype) if X.dtype != A.dtype else X
     B = B.astype(A.dtype) if B.dtype != A.dtype else B
@@ -228,6 +244,119 @@ def backward_error(A: DistMatrix, X: DistMatrix, B: DistMatrix) -> float:
         ratio = xp.where(den > safe2, num / den, (num + safe1) / (den + safe1))
         ratio = xp.where(xp.isnan(den) | xp.isnan(num), xp.nan, ratio)
     return _local_max(B, ratio)
+
+
+# ---------------------------------------------------------------------------------------
+# one pass over A: products with few columns and every norm the checks need
+# ---------------------------------------------------------------------------------------
+_FEW_RHS = 16                               # the A-stationary limit of pblas.matmul too
+_PASS_ELEMS = {"cpu": 1 << 20, "gpu": 1 << 26}   # |A| slab: 8 MB on CPU, 512 MB on GPU
+
+
+def _stationary_pass(A: DistMatrix, xfull: np.ndarray, *, absolute: bool, rowsums: bool):
+    """Collective: one sweep over A's local columns, a slab at a time, computing at this
+    rank's rows ``Y = A x``, ``D = |A| |x|`` (``absolute``) and ``s = |A| 1`` (``rowsums``),
+    summed along process rows (an all-reduce each for Y and for [D, s]). ``xfull`` is the
+    whole ``n x k`` x on the host (A's dtype). A never moves and is read once; the |A| slab
+    is the only temporary of A's kind. Returns device arrays Y (mloc x k), D (mloc x k, real
+    or None), s (mloc x 1, real or None)."""
+    be, xp = A.backend, A.xp
+    mloc, nloc = A.local_shape
+    k = xfull.shape[1]
+    real = np.finfo(A.dtype).dtype
+    xc = be.asarray(np.asfortranarray(xfull[A.col_indices()]))
+    axc = be.asarray(np.asfortranarray(np.abs(xfull[A.col_indices()]), dtype=real))
+    Y = be.zeros((mloc, k), A.dtype)
+    E = be.zeros((mloc, (k if absolute else 0) + (1 if rowsums else 0)), real)
+    D = E[:, :k] if absolute else None
+    s = E[:, E.shape[1] - 1:] if rowsums else None
+    if mloc and nloc:
+        w = max(1, _PASS_ELEMS.get(A.device, 1 << 20) // mloc)
+        for c in range(0, nloc, w):
+            a = A.local[:, c:c + w]
+            be.gemm("N", "N", 1.0, a, xc[c:c + w], 1.0, Y)
+            if absolute or rowsums:
+                t = xp.asfortranarray(xp.abs(a))
+                if absolute:
+                    be.gemm("N", "N", 1.0, t, axc[c:c + w], 1.0, D)
+                if rowsums:
+                    s += t.sum(axis=1, keepdims=True)
+                del t
+    comms = A.grid.comms(A.device)
+    comms.row.allreduce(Y, "sum")
+    if E.shape[1]:
+        comms.row.allreduce(E, "sum")
+    return Y, D, s
+
+
+def _host_vec(M, a, k) -> np.ndarray:
+    return _host(M, a).reshape(k) if a is not None else np.full(k, -np.inf)
+
+
+def product_and_norm(A: DistMatrix, X: DistMatrix):
+    """Collective: ``(A @ X, ||A||_inf)`` for an X of at most 16 columns, in one pass over A
+    (:func:`_stationary_pass`): the product has A's row layout and X's column layout, the
+    norm is the same float on every rank (NaN if A has NaN). ``distla solve`` makes its
+    right-hand side ``A @ ones`` this way and reuses the norm in its checks."""
+    with collective(A.grid.comm if isinstance(A, DistMatrix) else None):
+        _check_operands(A, X)
+        if A.n != X.m:
+            raise ValueError(f"product_and_norm: A {A.shape} and X {X.shape} do not match")
+        if X.n > _FEW_RHS:
+            raise ValueError(f"product_and_norm: X has {X.n} columns; at most {_FEW_RHS}")
+    xfull = X.to_global(None).astype(A.dtype, copy=False)
+    Y, _, s = _stationary_pass(A, xfull, absolute=False, rowsums=True)
+    C = DistMatrix(A.grid, (A.m, X.n), (A.mb, X.nb), dtype=A.dtype, device=A.device,
+                   src=(A.rsrc, X.csrc))
+    if C.local.size:
+        C.local[...] = Y[:, A.xp.asarray(C.col_indices())]
+    an = float(_host(A, s.max())) if s is not None and s.size else -np.inf
+    return C, float(_allmax(A.grid.comm, np.array([an]))[0]) if A.m else 0.0
+
+
+def solve_checks(A: DistMatrix, X: DistMatrix, B: DistMatrix, *, berr: bool = True,
+                 anorm: float | None = None) -> dict:
+    """Collective: ``{"sresid", "berr", "anorm"}`` for ``A X = B`` -- ScaLAPACK's SRESID
+    (:func:`solve_residual`), LAPACK's BERR (:func:`backward_error`; None unless ``berr``)
+    and ``||A||_inf`` -- from one pass over A: ``A X`` and ``|A| |X|`` by local GEMMs on
+    A's slabs where A lives (any device), summed along process rows; the norms from the same
+    slabs. ``anorm`` (||A||_inf, e.g. from :func:`product_and_norm`) skips the row sums.
+    X and B (any layouts) travel whole: at most 16 columns (more: the SUMMA-based checks)."""
+    _check_system(A, X, B, "solve_checks")
+    if A.n == 0 or X.n == 0:
+        return {"sresid": 0.0, "berr": 0.0 if berr else None, "anorm": 0.0}
+    if X.n > _FEW_RHS:
+        return {"sresid": _solve_residual_summa(A, X, B),
+                "berr": _backward_error_summa(A, X, B) if berr else None,
+                "anorm": _norm_inf(A) if anorm is None else float(anorm)}
+    xp, k, n = A.xp, X.n, A.n
+    xfull = X.to_global(None).astype(A.dtype, copy=False)
+    bfull = B.to_global(None).astype(A.dtype, copy=False)
+    Y, D, s = _stationary_pass(A, xfull, absolute=berr, rowsums=anorm is None)
+    mloc = A.local_shape[0]
+    rn, an, be_max = np.full(k, -np.inf), -np.inf, -np.inf
+    if mloc:
+        bl = A.backend.asarray(np.asfortranarray(bfull[A.row_indices()]))
+        absR = xp.abs(bl - Y)
+        rn = _host_vec(A, absR.max(axis=0), k)
+        if s is not None:
+            an = float(_host(A, s.max()))
+        if berr:
+            real = np.finfo(A.dtype).dtype
+            den = D + xp.abs(bl)
+            safe1 = (n + 1) * float(np.finfo(real).tiny)
+            safe2 = safe1 / eps(real)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = xp.where(den > safe2, absR / den, (absR + safe1) / (den + safe1))
+                ratio = xp.where(xp.isnan(den) | xp.isnan(absR), xp.nan, ratio)
+            be_max = float(_host(A, ratio.max()))
+    out = _allmax(A.grid.comm, np.concatenate([rn, [an, be_max]]))
+    anorm = float(out[k]) if anorm is None else float(anorm)
+    xnorm = np.abs(xfull).max(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = out[:k] / (xnorm * (anorm * eps(A.dtype) * n))
+    sresid = float(np.nan if np.isnan(ratios).any() else ratios.max())
+    return {"sresid": sresid, "berr": float(out[k + 1]) if berr else None, "anorm": anorm}
 
 
 # ---------------------------------------------------------------------------------------

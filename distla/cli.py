@@ -2,7 +2,7 @@
 
 Subcommands (every one is run by all ranks of the MPI job, e.g. ``mpiexec -n 4 distla solve``):
 
-* ``solve``    -- solve A X = B from a .npy/.mtx file, print residuals, write X.
+* ``solve``    -- solve A X = B from a .npy/.mtx/HDF5 file, print residuals, write X.
 * ``generate`` -- write a test matrix (spd, general, covariance) to .npy without forming it on
   one rank.
 * ``bench``    -- the benchmarks (``distla bench NAME --help``; same as ``python -m
@@ -97,9 +97,11 @@ def build_parser() -> ArgumentParser:
                                    "ones (so the exact solution is all ones; the forward error is "
                                    "printed too), or a seeded standard-normal B with "
                                    "--rhs-kind random.")
-    s.add_argument("--matrix", "-A", required=True, metavar="FILE", help="A: .npy or .mtx")
+    s.add_argument("--matrix", "-A", required=True, metavar="FILE",
+                   help="A: .npy, .mtx or file.h5:/dataset")
     s.add_argument("--rhs", "-b", metavar="FILE",
-                   help="B: .npy or .mtx, n x k or a length-n vector (default: see --rhs-kind)")
+                   help="B: .npy, .mtx or file.h5:/dataset; n x k or a length-n vector "
+                        "(default: see --rhs-kind)")
     s.add_argument("--rhs-kind", choices=("ones", "random"), default="ones",
                    help="B when --rhs is not given: A @ ones (default) or standard normal")
     s.add_argument("--nrhs", type=int, default=1, help="columns of a generated B (default 1)")
@@ -145,7 +147,8 @@ def build_parser() -> ArgumentParser:
                    help="spd: symmetric diagonally dominant; general: standard normal; "
                         "covariance: a kernel matrix of 2-D points (default spd)")
     g.add_argument("--n", "-n", type=int, required=True)
-    g.add_argument("--out", "-o", required=True, metavar="FILE", help=".npy (or .mtx)")
+    g.add_argument("--out", "-o", required=True, metavar="FILE",
+                   help=".npy, file.h5:/dataset (or .mtx)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     g.add_argument("--nb", type=int, default=256, help="block size used while writing")
@@ -233,6 +236,11 @@ def _check_device(device: str, comm):
         return get_backend(device, comm)
 
 
+def _writable_format(path) -> bool:
+    from . import h5io
+    return h5io.is_h5(path) or str(path).lower().endswith((".npy", ".mtx", ".mm"))
+
+
 def _inspect(path, comm, what):
     from . import io
     try:
@@ -248,7 +256,8 @@ def _solver(method: str):
     imported lazily so that the rest of the command line works whatever is installed). A is
     left unchanged. For the LU methods and Cholesky the factors also give the reciprocal
     condition estimate (and its LinAlgWarning); rbt and tlr estimate it (and warn) themselves
-    and return it in their info."""
+    and return it in their info. ``anorm`` (||A||_inf when already known) spares Cholesky its
+    pass over A for ||A||_1."""
     try:
         from . import linalg
         from .linalg.condition import warn_if_ill_conditioned
@@ -256,7 +265,7 @@ def _solver(method: str):
     except ImportError as e:
         raise CommandError(f"--method {method}: the solvers cannot be imported ({e})") from None
 
-    def run(A, B, **kw):
+    def run(A, B, anorm=None, **kw):
         if "pivoting" in kw:
             raise CommandError("-O pivoting=...: the method chooses the pivoting; use "
                                "--method gepp (partial), calu (tournament) or genp (none)")
@@ -264,7 +273,7 @@ def _solver(method: str):
             F = linalg.lu_factor(A, pivoting=LU_PIVOTING[method], **kw)
             X, rc = linalg.lu_solve_rcond(F, B)     # the estimate shares the solve's sweeps
         elif method == "cholesky":
-            anorm = norm(A, 1)
+            anorm = norm(A, 1) if anorm is None else anorm   # Hermitian: ||A||_1 = ||A||_inf
             c = linalg.cho_factor(A, **kw)
             X, rc = linalg.cho_solve_rcond(c, B, anorm)
         elif method in ("rbt", "tlr"):     # these warn themselves; their info has rcond
@@ -315,8 +324,9 @@ def cmd_solve(args, comm) -> int:
             raise CommandError(f"--rhs: {binfo.path} has {binfo.shape[0]} rows, but the "
                                f"matrix is {n} x {n}")
     if args.out is not None:
-        if not str(args.out).lower().endswith((".npy", ".mtx", ".mm")):
-            raise CommandError(f"--out: {args.out}: unknown extension; use .npy or .mtx")
+        if not _writable_format(args.out):
+            raise CommandError(f"--out: {args.out}: unknown extension; use .npy, .mtx or "
+                               f"file.h5:/dataset")
         try:
             io.check_writable(args.out, comm)
         except (OSError, ValueError) as e:
@@ -342,6 +352,7 @@ def cmd_solve(args, comm) -> int:
                                    dtype=dtype, info=ainfo)
         dtype = A.dtype
         xtrue = None
+        anorm = None          # ||A||_inf once known: one pass over A serves every check
         if binfo is not None and binfo.dtype.kind == "c" and dtype.kind != "c":
             if args.method not in LU_PIVOTING or args.device != "cpu":
                 raise CommandError(
@@ -358,11 +369,14 @@ def cmd_solve(args, comm) -> int:
                                        dtype=dtype, info=binfo)
                     rhs_desc = f"{binfo.path} ({B.n} column{'s' * (B.n != 1)})"
                 elif args.rhs_kind == "ones":
-                    from .pblas import matmul
                     xtrue = DistMatrix.from_function(grid, (n, args.nrhs), (nb, nb),
                                                      lambda I, J: 1.0, dtype=dtype,
                                                      device=args.device)
-                    B = matmul(A, xtrue)
+                    if args.nrhs <= 16:    # one pass over A: B and ||A||_inf
+                        from .checks import product_and_norm
+                        B, anorm = product_and_norm(A, xtrue)
+                    else:
+                        B = A @ xtrue
                     rhs_desc = f"A @ ones ({args.nrhs} column{'s' * (args.nrhs != 1)})"
                 else:
                     B = DistMatrix.random(grid, (n, args.nrhs), (nb, nb),
@@ -378,7 +392,11 @@ def cmd_solve(args, comm) -> int:
             with Progress(nflops, f"{args.method}", comm=comm, enabled=show,
                           interval=args.progress or None):
                 with guarded(comm):
-                    X, rc = solver(A, B, **kw)
+                    if args.method == "cholesky" and anorm is None:
+                        from .pblas import norm
+                        anorm = norm(A, np.inf)
+                    X, rc = solver(A, B, anorm=anorm if args.method == "cholesky" else None,
+                                   **kw)
         t_solve = timings.seconds["solve"]
         say(f"solve: {t_solve:.4g} s, {format_rate(nflops / t_solve if t_solve > 0 else 0)} "
             f"(factor + solve, nominal {nflops:.3g} flops)")
@@ -395,9 +413,9 @@ def cmd_solve(args, comm) -> int:
             from . import checks
             with timings.phase("residual", backend, comm):
                 with guarded(comm):
-                    sresid = checks.solve_residual(A, X, B)
                     full = args.check == "full"
-                    berr = checks.backward_error(A, X, B) if full else None
+                    res = checks.solve_checks(A, X, B, berr=full, anorm=anorm)
+                    sresid, berr = res["sresid"], res["berr"]
                     ferr = None
                     if xtrue is not None and full:
                         from .pblas import norm
@@ -469,8 +487,9 @@ def cmd_generate(args, comm) -> int:
     for opt, path in (("--out", args.out), ("--rhs-out", args.rhs_out)):
         if path is None:
             continue
-        if not str(path).lower().endswith((".npy", ".mtx", ".mm")):
-            raise CommandError(f"{opt}: {path}: unknown extension; use .npy or .mtx")
+        if not _writable_format(path):
+            raise CommandError(f"{opt}: {path}: unknown extension; use .npy, .mtx or "
+                               f"file.h5:/dataset")
         try:
             io.check_writable(path, comm)
         except (OSError, ValueError) as e:
@@ -502,8 +521,8 @@ def cmd_generate(args, comm) -> int:
         say(f"wrote {args.kind} matrix {args.n} x {args.n} {args.dtype} to {args.out}")
         if args.rhs_out:
             with t.phase("rhs", None, comm), guarded(comm):
-                writer = io.write_matrix if args.rhs_out.lower().endswith((".mtx", ".mm")) \
-                    else io.write_npy
+                writer = io.write_npy if args.rhs_out.lower().endswith(".npy") \
+                    else io.write_matrix
                 writer(args.rhs_out, b, vector=True)
             say(f"wrote b = A @ ones (length {args.n}) to {args.rhs_out}")
         say(t.table(), level=2)
@@ -520,8 +539,8 @@ def cmd_generate(args, comm) -> int:
             ones = DistMatrix.from_function(grid, (args.n, 1), (nb, nb), lambda I, J: 1.0,
                                             dtype=A.dtype)
             b = matmul(A, ones)
-            writer = io.write_matrix if args.rhs_out.lower().endswith((".mtx", ".mm")) \
-                else io.write_npy
+            writer = io.write_npy if args.rhs_out.lower().endswith(".npy") \
+                else io.write_matrix
             writer(args.rhs_out, b, vector=True)
         say(f"wrote b = A @ ones (length {args.n}) to {args.rhs_out}")
     say(t.table(), level=2)

@@ -1,4 +1,5 @@
-"""Reading and writing matrix files: NumPy ``.npy``, Matrix Market ``.mtx``.
+"""Reading and writing matrix files: NumPy ``.npy``, Matrix Market ``.mtx``, HDF5
+(``file.h5:/dataset``, through :mod:`distla.h5io`; h5py is the optional extra ``hdf5``).
 
 * ``.npy`` is read and written with MPI-IO: every rank does one collective call through a file
   view (``MPI_Type_create_darray``) that selects exactly its blocks of the 2D block-cyclic
@@ -12,6 +13,8 @@
 * ``.mtx`` (Matrix Market; the dense ``array`` format, and ``coordinate`` which is densified)
   is text: rank 0 parses it (``scipy.io.mmread``) and scatters it, so it must fit in rank 0's
   memory. Use it for small and moderate n; convert big matrices to .npy.
+* HDF5 (``.h5``/``.hdf5``, a path ``file.h5:/name``): every rank reads its own hyperslabs;
+  written rank after rank, or collectively where h5py has MPI (:mod:`distla.h5io`).
 
 :func:`inspect` reads only a file's header (and refuses a .npy whose size does not match it).
 :func:`read_matrix` (collective) returns a DistMatrix. :func:`write_npy` (collective) writes a
@@ -25,37 +28,26 @@ SIGTERM/SIGINT. Errors (missing or malformed file, unsupported type) raise
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
+from . import h5io
 from .errors import agree, on_root
+from .filebase import (  # noqa: F401 - re-exported: distla.io is their public home
+    MatrixFileError,
+    MatrixInfo,
+    _check_writable,
+    atomic_output,
+)
 
 __all__ = ["MatrixFileError", "MatrixInfo", "inspect", "read_matrix", "write_npy",
            "write_matrix", "write_npy_generated", "atomic_output", "FORMATS"]
 
-FORMATS = ("npy", "mtx")
+FORMATS = ("npy", "mtx", "h5")
 _NPY_MAGIC = b"\x93NUMPY"
 _MM_MAGIC = b"%%MatrixMarket"
 
 
-class MatrixFileError(ValueError):
-    """A matrix file that cannot be used (malformed, wrong type or shape)."""
-
-
-@dataclass(frozen=True)
-class MatrixInfo:
-    """What a matrix file's header says: ``path``, ``format`` ('npy' | 'mtx'), ``shape``
-    (m, n) (a 1-D .npy of length n is read as n x 1; ``ndim`` keeps 1), ``dtype`` (the
-    stored type), ``fortran_order`` (npy), ``symmetry`` (mtx: general, symmetric, ...)."""
-    path: str
-    format: str
-    shape: tuple[int, int]
-    dtype: np.dtype
-    ndim: int = 2
-    fortran_order: bool = False
-    symmetry: str = "general"
-    offset: int = 0          # npy: bytes before the data
 
 
 def _format_of(path: str) -> str:
@@ -78,6 +70,8 @@ def inspect(path) -> MatrixInfo:
     """Read and check ``path``'s header only (not collective; cheap). Raises
     FileNotFoundError or :class:`MatrixFileError` with a one-line message."""
     path = os.fspath(path)
+    if h5io.is_h5(path):
+        return h5io.inspect(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
     if os.path.isdir(path):
@@ -168,6 +162,9 @@ def read_matrix(path, grid, block=(64, 64), *, device="cpu", dtype=None, src=(0,
         return DistMatrix.from_global(grid, a, shape=info.shape, block=block, device=device,
                                       src=src, dtype=dt)
     A = DistMatrix.zeros(grid, info.shape, block, dtype=dt, device=device, src=src)
+    if info.format == "h5":
+        h5io.read_into(info, A)
+        return A
     if _mpiio_ok(info.dtype, info.shape) and chunk_rows is None:
         _read_npy_mpiio(info, A)
         return A
@@ -361,13 +358,25 @@ def write_npy_generated(path, grid, shape, block, fn, *, dtype=np.float64,
     m, n = shape
     mb, nb = block
     dtype = np.dtype(dtype)
-    on_root(comm, lambda: _check_writable(path))
+    on_root(comm, lambda: _check_writable(h5io.split_path(path)[0] if h5io.is_h5(path)
+                                          else path))
     from .layout import numroc
     rows_max = max(1, numroc(m, mb, 0, 0, grid.nprow))
     unit = nb * grid.npcol                       # slabs start on process column 0
     width = unit * max(1, slab_bytes // max(1, rows_max * nb * dtype.itemsize))
     sums = np.zeros(numroc(m, mb, grid.myrow, 0, grid.nprow), dtype=dtype) if row_sums \
         else None
+
+    def slabs():
+        for c0 in range(0, n, width):
+            w = min(width, n - c0)
+            S = DistMatrix.from_function(grid, (m, w), (mb, nb),
+                                         lambda I, J: fn(I, J + c0), dtype=dtype)
+            if sums is not None and S.local.size:
+                sums[...] += S.local.sum(axis=1)
+            yield c0, S
+            if progress is not None:
+                progress(c0 + w)
 
     def write(tmp):
         header = comm.bcast(_npy_header((m, n), dtype, True) if comm.Get_rank() == 0
@@ -377,23 +386,19 @@ def write_npy_generated(path, grid, shape, block, fn, *, dtype=np.float64,
             fh.Set_size(len(header) + m * n * dtype.itemsize)
             if comm.Get_rank() == 0:
                 fh.Write_at(0, header)
-            for c0 in range(0, n, width):
-                w = min(width, n - c0)
-                S = DistMatrix.from_function(grid, (m, w), (mb, nb),
-                                             lambda I, J: fn(I, J + c0), dtype=dtype)
-                if sums is not None and S.local.size:
-                    sums[...] += S.local.sum(axis=1)
+            for c0, S in slabs():
                 etype, ftype = _filetype(S, dtype, True)
                 try:
                     fh.Set_view(len(header) + c0 * m * dtype.itemsize, etype, ftype)
                     fh.Write_all([np.asfortranarray(S.local), etype])
                 finally:
                     ftype.Free()
-                if progress is not None:
-                    progress(c0 + w)
         finally:
             fh.Close()
-    atomic_output(path, comm, write)
+    if h5io.is_h5(path):
+        h5io.write_slabs(path, grid, (m, n), dtype, slabs)
+    else:
+        atomic_output(path, comm, write)
     if sums is None:
         return None
     grid.row_comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
@@ -401,65 +406,6 @@ def write_npy_generated(path, grid, shape, block, fn, *, dtype=np.float64,
     if b.local.size:
         b.local[:, 0] = sums
     return b
-
-
-# ---------------------------------------------------------------------------------------
-# nothing half-written: a temporary name in the target directory, renamed when all agree
-# ---------------------------------------------------------------------------------------
-_PENDING: set = set()
-
-
-def _cleanup_pending(signum=None, frame=None):
-    for p in list(_PENDING):
-        try:
-            os.unlink(p)
-        except OSError:
-            pass
-        _PENDING.discard(p)
-    if signum is not None:
-        import signal
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-
-
-def atomic_output(path: str, comm, write) -> None:
-    """Collective: ``write(tmp)`` (collective) writes to a temporary file beside ``path``; the
-    temporary becomes ``path`` (one rename on rank 0) only after every rank agreed that its part
-    succeeded. On an error, SIGTERM or SIGINT the temporary is removed and nothing exists under
-    ``path`` (an older file there is left as it was)."""
-    import signal
-    import threading
-    path = os.fspath(path)
-    d, name = os.path.split(os.path.abspath(path))
-    tag = comm.bcast(os.urandom(6).hex() if comm.Get_rank() == 0 else None, root=0)
-    tmp = os.path.join(d, f".{name}.{tag}.partial")
-    _PENDING.add(tmp)
-    old = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            old[sig] = signal.signal(sig, _cleanup_pending)
-    try:
-        err = None
-        try:
-            write(tmp)
-        except Exception as e:  # noqa: BLE001 - agreed on below
-            err = e
-        agree(comm, err)
-        err = None
-        if comm.Get_rank() == 0:
-            try:
-                os.replace(tmp, path)
-            except OSError as e:
-                err = e
-        agree(comm, err)
-        _PENDING.discard(tmp)
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
-        if tmp in _PENDING:
-            if comm.Get_rank() == 0:
-                _cleanup_pending()
-            _PENDING.discard(tmp)
 
 
 def _read_mtx(path: str) -> np.ndarray:
@@ -476,23 +422,13 @@ def _read_mtx(path: str) -> np.ndarray:
     return a
 
 
-def _check_writable(path: str) -> None:
-    d = os.path.dirname(os.path.abspath(path)) or "."
-    if not os.path.isdir(d):
-        raise FileNotFoundError(f"{path}: directory {d} does not exist")
-    if not os.access(d, os.W_OK):
-        raise PermissionError(f"{path}: directory {d} is not writable")
-    if os.path.isdir(path):
-        raise MatrixFileError(f"{path}: is a directory")
-
-
 def check_writable(path, comm=None) -> None:
-    """Raise (on every rank of ``comm`` if given: collective) if ``path`` cannot be created
-    (missing or read-only directory). Checked on rank 0."""
-    if comm is None:
-        _check_writable(os.fspath(path))
-    else:
-        on_root(comm, lambda: _check_writable(os.fspath(path)))
+    """Raise (on every rank of ``comm`` if given: collective) if ``path`` (for HDF5 the file
+    of ``file.h5:/name``) cannot be created (missing or read-only directory). Checked on
+    rank 0."""
+    from .filebase import check_writable as _cw
+    path = os.fspath(path)
+    _cw(h5io.split_path(path)[0] if h5io.is_h5(path) else path, comm)
 
 
 def write_npy(path, A, *, vector: bool = False) -> None:
@@ -536,13 +472,18 @@ def _write_npy_memmap(path, A, shape) -> None:
 
 def write_matrix(path, A, *, vector: bool = False, root: int = 0) -> None:
     """Collective: gather the DistMatrix ``A`` to ``root`` and write it there as ``.npy``
-    (``np.save``) or, for a ``.mtx``/``.mm`` path, Matrix Market dense array format.
-    ``vector=True`` writes an n x 1 matrix as a 1-D array (npy)."""
+    (``np.save``) or, for a ``.mtx``/``.mm`` path, Matrix Market dense array format; an HDF5
+    path (``file.h5:/name``) is written without gathering (:func:`distla.h5io.write`).
+    ``vector=True`` writes an n x 1 matrix as a 1-D array (npy, h5)."""
     comm = A.grid.comm
     path = os.fspath(path)
     low = path.lower()
+    if h5io.is_h5(path):
+        h5io.write(path, A, vector=vector)
+        return
     if not low.endswith((".mtx", ".mm", ".npy")):
-        raise MatrixFileError(f"{path}: unknown extension; write .npy or .mtx")
+        raise MatrixFileError(f"{path}: unknown extension; write .npy, .mtx or "
+                              f".h5:/dataset")
     a = A.to_global(root=root)
 
     def write(tmp):

@@ -3,7 +3,8 @@
 * :func:`matmul` — ``C = alpha op(A) op(B) + beta C`` by SUMMA: for every block of the inner
   dimension, the owning process column broadcasts its piece of A along process rows, the owning
   process row broadcasts its piece of B down process columns, every rank does one local GEMM.
-  The broadcasts of step k+1 are posted before the GEMM of step k (lookahead 1).
+  The broadcasts of step k+1 are posted before the GEMM of step k (lookahead 1). With at most
+  16 columns in op(B), A stays where it is instead (one local GEMM, one row all-reduce).
 * :func:`triangular_solve` — pdtrsm, by a right-looking block substitution.
 * :func:`norm` — 'fro', 1, inf and 'max' norms.
 
@@ -29,7 +30,9 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
 
     The result has A's row layout (mb, rsrc) and B's column layout (nb, csrc); a given ``C``
     must have that layout and is updated in place and returned. If A's column blocking differs
-    from B's row blocking, B is redistributed to match first.
+    from B's row blocking, B is redistributed to match first. A ``B`` of at most 16 columns
+    (right-hand sides, residuals) takes the A-stationary path: A never moves, B is gathered
+    and the products are summed along process rows.
     """
     with collective(A.grid.comm, signature("matmul", A, B, C, transa=transa, transb=transb,
                                            alpha=alpha, beta=beta)):
@@ -46,7 +49,8 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
         A = A.transpose()
     if transb:
         B = B.transpose()
-    if (B.mb, B.rsrc) != (A.nb, A.csrc):
+    few = B.n <= _FEW_RHS       # A stationary: B keeps its layout, only its columns travel
+    if not few and (B.mb, B.rsrc) != (A.nb, A.csrc):
         B = B.redistribute(block=(A.nb, B.nb), src=(A.csrc % B.grid.nprow, B.csrc))
     if C is None:
         C = DistMatrix(A.grid, (m, n), (A.mb, B.nb), dtype=A.dtype, device=A.device,
@@ -58,8 +62,31 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
         C.local[...] = 0      # BLAS semantics: beta = 0 ignores C (NaN/Inf included)
     elif beta != 1.0:
         C.local *= beta
-    _summa(A, B, C, alpha)
+    if few:
+        _matmul_few(A, B, C, alpha)
+    else:
+        _summa(A, B, C, alpha)
     return C
+
+
+def _matmul_few(A, B, C, alpha):
+    """C += alpha A B for a B of at most ``_FEW_RHS`` columns, A stationary (collective).
+
+    SUMMA broadcasts every block column of A along its process row: all of A crosses the
+    network for a product that is one GEMV per column of B. Here every rank gets B whole
+    (n x k, small: one allgather), multiplies its local A by the rows of B at its columns (one
+    local GEMM), and the partial products are summed along each process row (one all-reduce
+    of ``mloc x k`` words); each rank keeps its columns of C."""
+    be, xp = A.backend, A.xp
+    full = B.to_global(None)
+    mloc, nloc = A.local_shape
+    Y = be.zeros((mloc, B.n), A.dtype)
+    if mloc and nloc and B.n:
+        xc = np.asfortranarray(full[A.col_indices()], dtype=A.dtype)
+        be.gemm("N", "N", alpha, A.local, be.asarray(xc), 0.0, Y)
+    A.grid.comms(A.device).row.allreduce(Y, "sum")
+    if C.local.size:
+        C.local[...] += Y[:, xp.asarray(C.col_indices())]
 
 
 def _summa(A, B, C, alpha):

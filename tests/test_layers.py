@@ -12,12 +12,12 @@ ROOT = Path(__file__).resolve().parents[1] / "distla"
 # layer of each module (longest matching prefix wins); DESIGN.md shows the same table
 LAYERS = {
     "distla.layout": 0, "distla.errors": 0, "distla.trace": 0, "distla.progress": 0,
-    "distla.random": 0, "distla.testing": 0, "distla.redistribute": 0,
+    "distla.random": 0, "distla.testing": 0, "distla.redistribute": 0, "distla.filebase": 0,
     "distla.device": 1,
     "distla.comm": 2,
     "distla.grid": 3,
     "distla.matrix": 4,
-    "distla.pblas": 5, "distla.validate": 5, "distla.io": 5, "distla.checks": 5,
+    "distla.pblas": 5, "distla.validate": 5, "distla.io": 5, "distla.h5io": 5, "distla.checks": 5,
     "distla.covariance": 5,
     "distla.linalg": 6, "distla.tlr": 6,
     "distla.problems": 7, "distla.defaults": 7, "distla.runtime": 7, "distla.warmup": 7,

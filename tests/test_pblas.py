@@ -36,7 +36,8 @@ def close(got, want, dtype):
 # --------------------------------------------------------------------------------------
 # matmul (SUMMA)
 # --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("m,k,n", [(13, 9, 11), (1, 7, 5), (8, 1, 6), (5, 6, 1), (20, 17, 3)])
+@pytest.mark.parametrize("m,k,n", [(13, 9, 11), (1, 7, 5), (8, 1, 6), (5, 6, 1), (20, 17, 3),
+                                   (14, 11, 19)])
 def test_matmul_all_grids(grids, m, k, n):
     a, b = rand((m, k), seed=1), rand((k, n), seed=2)
     want = a @ b
@@ -55,6 +56,57 @@ def test_matmul_all_grids(grids, m, k, n):
             close(C.to_global(None), want, np.float64)
             # the operands are not modified
             np.testing.assert_array_equal(B.to_global(None), b)
+
+
+@pytest.mark.parametrize("k", [1, 4, 16])
+def test_matmul_few_columns_matches_summa(grids, k):
+    """Up to 16 columns matmul keeps A stationary; it agrees with SUMMA (run directly on the
+    same operands) and with NumPy on every grid, blocking and source process, alpha/beta
+    included."""
+    from distla.pblas import _FEW_RHS, _summa
+    assert k <= _FEW_RHS
+    a, b, c = rand((23, 19), seed=40), rand((19, k), seed=41), rand((23, k), seed=42)
+    for g in grids:
+        for ba, sa, bb, sb in [((4, 3), (0, 0), (3, 2), (0, 0)),
+                               ((5, 6), corner(g), (4, 1), (0, 0)),
+                               ((3, 2), (0, 0), (7, 3), corner(g))]:
+            A = DistMatrix.from_global(g, a, block=ba, src=sa)
+            B = DistMatrix.from_global(g, b, block=bb, src=sb)
+            C = DistMatrix.from_global(g, c, block=(ba[0], bb[1]), src=(sa[0], sb[1]))
+            out = matmul(A, B, alpha=2.0, beta=-0.5, C=C)
+            assert out is C
+            ref = DistMatrix.from_global(g, -0.5 * c, block=C.block, src=C.src)
+            Bs = B.redistribute(block=(A.nb, B.nb), src=(A.csrc % g.nprow, B.csrc))
+            _summa(A, Bs, ref, 2.0)
+            close(C.to_global(None), ref.to_global(None), np.float64)
+            close(C.to_global(None), 2.0 * a @ b - 0.5 * c, np.float64)
+
+
+def test_product_and_norm_and_solve_checks_one_pass(comm, grids):
+    """checks.product_and_norm / solve_checks (one pass over A) against NumPy and against
+    the SUMMA-based checks, real and complex."""
+    n = 21
+    for dtype in (np.float64, np.complex128):
+        a = rand((n, n), dtype, 43)
+        x = rand((n, 3), dtype, 44)
+        b = a @ x + 1e-9 * rand((n, 3), dtype, 45)
+        for g in some(grids):
+            A = DistMatrix.from_global(g, a, block=(4, 5), src=corner(g))
+            X = DistMatrix.from_global(g, x, block=(3, 2))
+            B = DistMatrix.from_global(g, b, block=(6, 1), src=corner(g))
+            P, an = checks.product_and_norm(A, X)
+            assert (P.mb, P.rsrc, P.nb, P.csrc) == (A.mb, A.rsrc, X.nb, X.csrc)
+            close(P.to_global(None), a @ x, np.float64)
+            assert an == pytest.approx(np.abs(a).sum(axis=1).max(), rel=1e-14)
+            assert comm.allgather(an) == [an] * comm.size
+            r = checks.solve_checks(A, X, B)
+            assert r["anorm"] == pytest.approx(an, rel=1e-14)
+            assert r["sresid"] == pytest.approx(checks._solve_residual_summa(A, X, B),
+                                                rel=1e-6)
+            assert r["berr"] == pytest.approx(checks._backward_error_summa(A, X, B),
+                                              rel=1e-6)
+            assert checks.solve_checks(A, X, B, berr=False, anorm=an) == \
+                {"sresid": r["sresid"], "berr": None, "anorm": an}
 
 
 @pytest.mark.parametrize("transa", [False, True])
@@ -458,6 +510,11 @@ def test_checks_and_pblas_on_gpu(comm, grids):
         Ag, Xg, Bg = A.to("gpu"), X.to("gpu"), B.to("gpu")
         assert checks.solve_residual(Ag, Xg, Bg) == pytest.approx(rc, rel=1e-6)
         assert checks.backward_error(Ag, Xg, Bg) < 1e-14
+        P, an = checks.product_and_norm(Ag, Xg)
+        assert P.device == "gpu" and an == pytest.approx(np.abs(a).sum(axis=1).max())
+        close(P.to_global(None), a @ x, np.float64)
+        r = checks.solve_checks(Ag, Xg, Bg, anorm=an)
+        assert r["sresid"] == pytest.approx(rc, rel=1e-6) and r["berr"] < 1e-14
         F = LU(DistMatrix.from_global(g, lu, block=8, src=corner(g)).to("gpu"), perm)
         assert checks.passes(checks.factor_residual_lu(Ag, F), 1.0)
         close((Ag @ Xg).to_global(None), a @ x, np.float64)

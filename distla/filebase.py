@@ -1,0 +1,114 @@
+"""What every matrix-file module shares (layer 0, so that the format modules ``io`` and
+``h5io`` can both use it): :class:`MatrixFileError`, :class:`MatrixInfo` (a file's header),
+:func:`check_writable`, and :func:`atomic_output` (nothing half-written: a temporary beside the
+target, renamed once every rank succeeded). ``distla.io`` re-exports all of them.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import agree, on_root
+
+__all__ = ["MatrixFileError", "MatrixInfo", "atomic_output", "check_writable"]
+
+
+class MatrixFileError(ValueError):
+    """A matrix file that cannot be used (malformed, wrong type or shape)."""
+
+
+@dataclass(frozen=True)
+class MatrixInfo:
+    """What a matrix file's header says: ``path``, ``format`` ('npy' | 'mtx' | 'h5'), ``shape``
+    (m, n) (a 1-D .npy of length n is read as n x 1; ``ndim`` keeps 1), ``dtype`` (the
+    stored type), ``fortran_order`` (npy), ``symmetry`` (mtx: general, symmetric, ...),
+    ``dataset`` (h5)."""
+    path: str
+    format: str
+    shape: tuple[int, int]
+    dtype: np.dtype
+    ndim: int = 2
+    fortran_order: bool = False
+    symmetry: str = "general"
+    offset: int = 0          # npy: bytes before the data
+    dataset: str = ""        # h5: the dataset's path inside the file
+
+
+def _check_writable(path: str) -> None:
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(d):
+        raise FileNotFoundError(f"{path}: directory {d} does not exist")
+    if not os.access(d, os.W_OK):
+        raise PermissionError(f"{path}: directory {d} is not writable")
+    if os.path.isdir(path):
+        raise MatrixFileError(f"{path}: is a directory")
+
+
+def check_writable(path, comm=None) -> None:
+    """Raise (on every rank of ``comm`` if given: collective) if ``path`` cannot be created
+    (missing or read-only directory). Checked on rank 0."""
+    if comm is None:
+        _check_writable(os.fspath(path))
+    else:
+        on_root(comm, lambda: _check_writable(os.fspath(path)))
+
+
+# ---------------------------------------------------------------------------------------
+# nothing half-written: a temporary name in the target directory, renamed when all agree
+# ---------------------------------------------------------------------------------------
+_PENDING: set = set()
+
+
+def _cleanup_pending(signum=None, frame=None):
+    for p in list(_PENDING):
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+        _PENDING.discard(p)
+    if signum is not None:
+        import signal
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def atomic_output(path: str, comm, write) -> None:
+    """Collective: ``write(tmp)`` (collective) writes to a temporary file beside ``path``; the
+    temporary becomes ``path`` (one rename on rank 0) only after every rank agreed that its part
+    succeeded. On an error, SIGTERM or SIGINT the temporary is removed and nothing exists under
+    ``path`` (an older file there is left as it was)."""
+    import signal
+    import threading
+    path = os.fspath(path)
+    d, name = os.path.split(os.path.abspath(path))
+    tag = comm.bcast(os.urandom(6).hex() if comm.Get_rank() == 0 else None, root=0)
+    tmp = os.path.join(d, f".{name}.{tag}.partial")
+    _PENDING.add(tmp)
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            old[sig] = signal.signal(sig, _cleanup_pending)
+    try:
+        err = None
+        try:
+            write(tmp)
+        except Exception as e:  # noqa: BLE001 - agreed on below
+            err = e
+        agree(comm, err)
+        err = None
+        if comm.Get_rank() == 0:
+            try:
+                os.replace(tmp, path)
+            except OSError as e:
+                err = e
+        agree(comm, err)
+        _PENDING.discard(tmp)
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+        if tmp in _PENDING:
+            if comm.Get_rank() == 0:
+                _cleanup_pending()
+            _PENDING.discard(tmp)

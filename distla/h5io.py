@@ -1,0 +1,364 @@
+"""HDF5 matrix files (``file.h5:/group/dataset``; also ``.hdf5``), through h5py (an optional
+extra: ``pip install 'distla[hdf5]'``).
+
+A path names a file and a dataset in it: ``A.h5:/A``. Without ``:dataset`` a read takes the
+file's only dataset and a write uses ``/data``. A 2-D dataset is an ``m x n`` matrix (HDF5
+stores it row-major); a 1-D dataset of length n is read as ``n x 1``. Numeric types only:
+float32/64 and complex64/128 are kept, integers and bools become float64.
+
+Reading: every rank selects the whole rows of its row blocks (a union of at most two regular
+hyperslabs: its full row blocks and the partial last one) and reads them with one call per slab
+of local block rows (about ``slab_bytes`` at a time, bounded memory), then picks its columns in
+memory: HDF5 reads whole rows far faster than runs of nb elements per row (the rates are in
+benchmarks/results/2026-11-24-cpu-job.jsonl). Writing selects exactly the rank's blocks (row
+runs x column runs, at most four regular hyperslabs): rank 0 creates the dataset in a
+temporary file (a copy of the target when it exists, so other datasets survive), then the
+ranks write their hyperslabs one rank after the other -- or all at once through h5py's MPI
+driver when h5py is built with MPI (``h5py.get_config().mpi``; ``DISTLA_H5_MPI=0`` turns
+that off); the temporary replaces the target only when every rank succeeded
+(:func:`distla.filebase.atomic_output`).
+
+Errors (h5py missing, no such dataset, a group, not 1-D/2-D, unsupported type, unreadable file)
+raise :class:`MatrixFileError` (FileNotFoundError for a missing file) with the same message on
+every rank of a collective call.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .errors import agree, on_root
+from .filebase import MatrixFileError, MatrixInfo, _check_writable, atomic_output
+
+__all__ = ["SUFFIXES", "split_path", "is_h5", "inspect", "read_into", "write",
+           "write_slabs", "DEFAULT_DATASET"]
+
+SUFFIXES = (".h5", ".hdf5")
+DEFAULT_DATASET = "/data"
+
+
+def split_path(path) -> tuple[str, str] | None:
+    """``'a.h5:/g/x'`` -> ``('a.h5', '/g/x')``; ``'a.h5'`` -> ``('a.h5', '')``; a path that
+    is not HDF5 -> None. Not collective."""
+    p = os.fspath(path)
+    low = p.lower()
+    best = None
+    for suf in SUFFIXES:
+        i = low.rfind(suf + ":")
+        if i >= 0 and (best is None or i > best[0]):
+            best = (i, suf)
+    if best is not None:
+        i, suf = best
+        return p[:i + len(suf)], p[i + len(suf) + 1:]
+    if low.endswith(SUFFIXES):
+        return p, ""
+    return None
+
+
+def is_h5(path) -> bool:
+    """Whether ``path`` names an HDF5 file (by its suffix). Not collective."""
+    return split_path(path) is not None
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError:
+        raise MatrixFileError("HDF5 files need h5py, which is not installed: "
+                              "pip install 'distla[hdf5]' (or pip install h5py)") from None
+    return h5py
+
+
+def _datasets(f, h5py) -> list[str]:
+    names = []
+    f.visititems(lambda name, obj: names.append("/" + name)
+                 if isinstance(obj, h5py.Dataset) else None)
+    return names
+
+
+def _listing(names) -> str:
+    if not names:
+        return "it holds no dataset"
+    more = f", ... ({len(names)} in all)" if len(names) > 6 else ""
+    return "its datasets: " + ", ".join(names[:6]) + more
+
+
+def inspect(path) -> MatrixInfo:
+    """The header of the dataset ``path`` names (not collective; reads no data). Raises
+    FileNotFoundError or :class:`MatrixFileError` with a one-line message."""
+    fpath, dset = split_path(path) or (os.fspath(path), "")
+    h5py = _h5py()
+    if not os.path.exists(fpath):
+        raise FileNotFoundError(f"{fpath}: no such file")
+    if os.path.isdir(fpath):
+        raise MatrixFileError(f"{fpath}: is a directory, not an HDF5 file")
+    try:
+        f = h5py.File(fpath, "r")
+    except OSError as e:
+        raise MatrixFileError(f"{fpath}: not a readable HDF5 file ({e})") from None
+    with f:
+        if not dset:
+            names = _datasets(f, h5py)
+            if len(names) != 1:
+                raise MatrixFileError(f"{fpath}: name the dataset ({fpath}:/NAME); "
+                                      f"{_listing(names)}")
+            dset = names[0]
+        obj = f.get(dset)
+        if obj is None:
+            raise MatrixFileError(f"{fpath}: no dataset {dset!r}; "
+                                  f"{_listing(_datasets(f, h5py))}")
+        if not isinstance(obj, h5py.Dataset):
+            raise MatrixFileError(f"{fpath}:{dset} is a group, not a dataset; "
+                                  f"{_listing(_datasets(obj, h5py))}")
+        dtype, shape = obj.dtype, obj.shape
+        name = obj.name
+    if dtype.fields is not None or dtype.kind not in "biufc":
+        raise MatrixFileError(f"{fpath}:{name} holds {dtype} data; a matrix must be numeric "
+                              f"(float32/64, complex64/128, integers)")
+    if shape is None or len(shape) not in (1, 2):
+        nd = 0 if shape is None else len(shape)
+        raise MatrixFileError(f"{fpath}:{name} is a {nd}-D dataset of shape {shape}; "
+                              f"expected a matrix (2-D) or a vector (1-D)")
+    ndim = len(shape)
+    shape2 = (int(shape[0]), 1) if ndim == 1 else (int(shape[0]), int(shape[1]))
+    return MatrixInfo(fpath, "h5", shape2, np.dtype(dtype), ndim, dataset=name)
+
+
+# ---------------------------------------------------------------------------------------
+# hyperslabs of the block-cyclic layout
+# ---------------------------------------------------------------------------------------
+def _runs(N: int, b: int, p: int, P: int, i0: int = 0, i1: int | None = None):
+    """The global indices of local blocks ``i0 <= i < i1`` of the process at coordinate ``p``
+    (relative to the source) along a dimension of length ``N``, blocks ``b``, ``P``
+    processes: ``[(start, stride, count, block)]``, at most two runs (the full blocks, and
+    the partial last block when this process owns it)."""
+    nfull = N // b
+    nblocks = -(-N // b)
+    if P == 1:                                       # one process: a single contiguous run
+        i1 = nblocks if i1 is None else min(i1, nblocks)
+        lo, hi = i0 * b, min(N, i1 * b)
+        return [(lo, hi - lo, 1, hi - lo)] if hi > lo else []
+    mine = max(0, -(-(nblocks - p) // P))
+    full_mine = max(0, -(-(nfull - p) // P))
+    i1 = mine if i1 is None else min(i1, mine)
+    out = []
+    f1 = min(i1, full_mine)
+    if f1 > i0:
+        out.append(((p + i0 * P) * b, P * b, f1 - i0, b))
+    if full_mine < mine and i0 <= full_mine < i1:
+        out.append((nfull * b, N - nfull * b, 1, N - nfull * b))
+    return out
+
+
+def _select(space, rows, cols, h5s) -> None:
+    """Select the union of the products of row runs and column runs in ``space``."""
+    op = h5s.SELECT_SET
+    for r in rows:
+        for c in cols:
+            if c is None:                                     # a 1-D dataset
+                space.select_hyperslab((r[0],), (r[2],), stride=(r[1],), block=(r[3],),
+                                       op=op)
+            else:
+                space.select_hyperslab((r[0], c[0]), (r[2], c[2]), stride=(r[1], c[1]),
+                                       block=(r[3], c[3]), op=op)
+            op = h5s.SELECT_OR
+
+
+def _chunks(M, row_bytes: int, slab_bytes: int):
+    """``(lr0, lr1, row_runs)`` for slabs of M's local block rows of about ``slab_bytes``
+    (``row_bytes`` per row of the buffer)."""
+    g = M.grid
+    p = (g.myrow - M.rsrc) % g.nprow
+    nloc_blocks = -(-M.local_shape[0] // M.mb)
+    per = max(1, slab_bytes // max(1, M.mb * row_bytes))
+    for i0 in range(0, nloc_blocks, per):
+        i1 = min(nloc_blocks, i0 + per)
+        lr1 = min(M.local_shape[0], i1 * M.mb)
+        yield i0 * M.mb, lr1, _runs(M.m, M.mb, p, g.nprow, i0, i1)
+
+
+def _col_runs(M, c0: int, ndim: int):
+    g = M.grid
+    if ndim == 1:
+        return [None]
+    q = (g.mycol - M.csrc) % g.npcol
+    return [(s + c0, st, cnt, b) for s, st, cnt, b in _runs(M.n, M.nb, q, g.npcol)]
+
+
+def _copy(dst: np.ndarray, src: np.ndarray, step: int = 64) -> None:
+    """``dst[...] = src`` between C and Fortran order (HDF5 rows <-> local columns) in strips
+    of ``step`` rows or columns: one assignment of a whole slab walks the source across more
+    cache lines than fit (n = 8192: 2.1 s per 512 MB as one slab of 2048 rows, 0.49 s in
+    strips of 64)."""
+    if dst.ndim != 2 or src.ndim != 2 or min(dst.shape) <= step:
+        dst[...] = src
+    elif dst.strides[0] < dst.strides[1] and src.strides[0] > src.strides[1]:   # C -> F
+        for r in range(0, dst.shape[0], step):
+            dst[r:r + step] = src[r:r + step]
+    elif dst.strides[0] > dst.strides[1] and src.strides[0] < src.strides[1]:   # F -> C
+        for c in range(0, dst.shape[1], step):
+            dst[:, c:c + step] = src[:, c:c + step]
+    else:
+        dst[...] = src
+
+
+# ---------------------------------------------------------------------------------------
+# read
+# ---------------------------------------------------------------------------------------
+def read_into(info: MatrixInfo, A, slab_bytes: int = 1 << 27) -> None:
+    """Collective: fill the DistMatrix ``A`` (shape ``info.shape``, any layout and device)
+    from the dataset ``info`` describes (from :func:`inspect`, the same on every rank). Each
+    rank reads only its own hyperslabs, a slab of local block rows at a time, into one reused
+    host buffer (C order, the file's type) and copies it into place."""
+    err = None
+    try:
+        h5py = _h5py()
+        from h5py import h5s
+        mloc, nloc = A.local_shape
+        fdt = info.dtype.newbyteorder("=")
+        if mloc and nloc:
+            # whole rows (one contiguous run per row block), local columns picked in memory:
+            # HDF5 reads runs of nb elements per row far slower than whole rows
+            ncols = 1 if info.ndim == 1 else info.shape[1]
+            cols = [None] if info.ndim == 1 else [(0, ncols, 1, ncols)]
+            pick = None if nloc == ncols else np.asarray(A.col_indices())
+            buf = None
+            with h5py.File(info.path, "r") as f:
+                ds = f[info.dataset]
+                if ds.shape != ((info.shape[0],) if info.ndim == 1 else info.shape):
+                    raise MatrixFileError(f"{info.path}:{info.dataset} changed while being "
+                                          f"read (shape {ds.shape}, expected {info.shape})")
+                for lr0, lr1, rows in _chunks(A, fdt.itemsize * ncols, slab_bytes):
+                    shape = (lr1 - lr0,) if info.ndim == 1 else (lr1 - lr0, ncols)
+                    if buf is None or buf.shape != shape:
+                        buf = np.empty(shape, dtype=fdt)
+                    fs = ds.id.get_space()
+                    _select(fs, rows, cols, h5s)
+                    ds.id.read(h5s.create_simple(shape), fs, buf)
+                    piece = buf.reshape(lr1 - lr0, ncols)
+                    piece = (piece if pick is None else piece[:, pick]).astype(A.dtype,
+                                                                              copy=False)
+                    if A.backend.is_gpu:
+                        A.local[lr0:lr1, :] = A.backend.asarray(piece)
+                    else:
+                        _copy(A.local[lr0:lr1, :], piece)
+    except MatrixFileError as e:
+        err = e
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        err = MatrixFileError(f"{info.path}:{info.dataset}: cannot read ({e})")
+    agree(A.grid.comm, err)
+
+
+# ---------------------------------------------------------------------------------------
+# write
+# ---------------------------------------------------------------------------------------
+def _use_mpi(h5py) -> bool:
+    return bool(h5py.get_config().mpi) and os.environ.get("DISTLA_H5_MPI", "1") != "0"
+
+
+def _write_local(ds, S, c0: int, ndim: int, slab_bytes: int) -> None:
+    """Write this rank's part of the slab S (its columns start at global column ``c0``)."""
+    from h5py import h5s
+    mloc, nloc = S.local_shape
+    if not (mloc and nloc):
+        return
+    cols = _col_runs(S, c0, ndim)
+    for lr0, lr1, rows in _chunks(S, S.dtype.itemsize * nloc, slab_bytes):
+        src = S.backend.to_host(S.local[lr0:lr1, :])
+        host = np.empty(src.shape, dtype=src.dtype)
+        _copy(host, src)
+        if ndim == 1:
+            host = host.reshape(-1)
+        fs = ds.id.get_space()
+        _select(fs, rows, cols, h5s)
+        ds.id.write(h5s.create_simple(host.shape), fs, host)
+
+
+def _copy_except(src, dst, dset: str) -> None:
+    """Copy every object of the open file ``src`` into ``dst`` except the dataset ``dset``
+    (which is about to be rewritten; copying the whole file and deleting it would leave its
+    old space in the file, growing it at every rewrite). Root attributes come along."""
+    for k, v in src.attrs.items():
+        dst.attrs[k] = v
+    want = "/" + dset.strip("/")
+
+    def walk(g_src, g_dst, prefix):
+        for name in g_src:
+            path = f"{prefix}/{name}"
+            if path == want:
+                continue
+            if want.startswith(path + "/"):
+                sub = g_dst.require_group(name)
+                for k, v in g_src[name].attrs.items():
+                    sub.attrs[k] = v
+                walk(g_src[name], sub, path)
+            else:
+                g_src.copy(g_src[name], g_dst, name=name)
+    walk(src, dst, "")
+
+
+def write_slabs(path, grid, shape, dtype, slabs, *, slab_bytes: int = 1 << 27) -> None:
+    """Collective: write the dataset ``path`` (``file.h5:/name``) of global ``shape`` (1-D
+    or 2-D) and ``dtype`` from ``slabs()``, an iterator (called once, on every rank) of
+    ``(c0, S)``: S a DistMatrix on ``grid`` holding global columns ``c0 .. c0 + S.n`` (c0 a
+    multiple of ``S.nb * npcol`` when S's source column is 0). Nothing appears under the file's
+    name until every rank wrote its part; an existing file keeps its other datasets."""
+    comm = grid.comm
+    fpath, dset = split_path(path) or (os.fspath(path), "")
+    dset = dset or DEFAULT_DATASET
+    dtype = np.dtype(dtype)
+    err = None
+    try:
+        _h5py()
+    except MatrixFileError as e:
+        err = e
+    agree(comm, err)
+    on_root(comm, lambda: _check_writable(fpath))
+    import h5py
+    ndim = len(shape)
+    rank, size = comm.Get_rank(), comm.Get_size()
+
+    def create(tmp):
+        with h5py.File(tmp, "w") as f:
+            if os.path.exists(fpath):
+                try:
+                    old = h5py.File(fpath, "r")
+                except OSError as e:
+                    raise MatrixFileError(f"{fpath}: exists and is not a readable HDF5 "
+                                          f"file ({e}); remove it or write elsewhere") from None
+                with old:
+                    _copy_except(old, f, dset)
+            f.create_dataset(dset, shape=tuple(shape), dtype=dtype)
+
+    def write(tmp):
+        on_root(comm, lambda: create(tmp))
+        mpi = _use_mpi(h5py)
+        err = None
+        for c0, S in slabs():
+            if mpi:
+                try:
+                    with h5py.File(tmp, "r+", driver="mpio", comm=comm) as f:
+                        _write_local(f[dset], S, c0, ndim, slab_bytes)
+                except Exception as e:  # noqa: BLE001 - agreed on below
+                    err = err or e
+                continue
+            for r in range(size):
+                if r == rank and err is None:
+                    try:
+                        with h5py.File(tmp, "r+") as f:
+                            _write_local(f[dset], S, c0, ndim, slab_bytes)
+                    except Exception as e:  # noqa: BLE001 - agreed on below
+                        err = e
+                comm.Barrier()
+        if err is not None and not isinstance(err, MatrixFileError):
+            err = OSError(f"{fpath}:{dset}: cannot write ({err})")
+        agree(comm, err)
+    atomic_output(fpath, comm, write)
+
+
+def write(path, A, *, vector: bool = False) -> None:
+    """Collective: write the DistMatrix ``A`` to ``path`` (``file.h5:/name``) without
+    gathering it; ``vector=True`` writes an n x 1 matrix as a 1-D dataset."""
+    shape = (A.m,) if vector and A.n == 1 else A.shape
+    write_slabs(path, A.grid, shape, A.dtype, lambda: iter([(0, A)]))

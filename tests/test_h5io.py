@@ -1,0 +1,267 @@
+"""HDF5 matrix files (distla.h5io, through distla.io): path parsing and header errors
+(serial), round trips on every grid shape of the communicator (mpi-marked: both rank orders,
+nonzero source process, blocks that do not divide n, real and complex types, vectors), and
+the command line reading an .h5 matrix and writing x to .h5."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from distla import h5io, io
+
+h5py = pytest.importorskip("h5py")
+
+
+# ---------------------------------------------------------------------------------------
+# serial: paths and headers
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path, want", [
+    ("a.h5:/x", ("a.h5", "/x")),
+    ("dir.h5/b.HDF5:/g/y", ("dir.h5/b.HDF5", "/g/y")),
+    ("a.h5", ("a.h5", "")),
+    ("c:/data/a.hdf5", ("c:/data/a.hdf5", "")),
+    ("a.npy", None),
+    ("a.h5x", None),
+])
+def test_split_path(path, want):
+    assert h5io.split_path(path) == want
+    assert h5io.is_h5(path) == (want is not None)
+
+
+def test_inspect(tmp_path):
+    f = tmp_path / "a.h5"
+    with h5py.File(f, "w") as h:
+        h["m"] = np.ones((3, 4), dtype=np.complex64)
+        h["g/v"] = np.arange(5, dtype=np.int16)
+    info = io.inspect(f"{f}:/m")
+    assert (info.format, info.shape, info.dtype, info.ndim, info.dataset) == \
+        ("h5", (3, 4), np.dtype(np.complex64), 2, "/m")
+    info = io.inspect(f"{f}:g/v")
+    assert (info.shape, info.ndim, info.dataset) == ((5, 1), 1, "/g/v")
+    assert io._result_dtype(info.dtype) == np.float64
+    with h5py.File(tmp_path / "one.h5", "w") as h:
+        h["only"] = np.zeros((2, 2))
+    assert io.inspect(tmp_path / "one.h5").dataset == "/only"   # the file's only dataset
+
+
+def test_inspect_errors(tmp_path):
+    f = tmp_path / "a.h5"
+    with h5py.File(f, "w") as h:
+        h["m"] = np.ones((2, 2))
+        h["cube"] = np.ones((2, 2, 2))
+        h["s"] = np.array([b"ab", b"cd"])
+        h["c"] = np.zeros(3, dtype=[("a", "f8"), ("b", "i4")])
+        h.create_group("grp")
+    for ds, needle in [("/nope", "no dataset '/nope'"), ("/grp", "is a group"),
+                       ("/cube", "3-D"), ("/s", "numeric"), ("/c", "numeric")]:
+        with pytest.raises(io.MatrixFileError, match=needle):
+            io.inspect(f"{f}:{ds}")
+    with pytest.raises(io.MatrixFileError, match="name the dataset"):
+        io.inspect(f)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        io.inspect(tmp_path / "missing.h5:/x")
+    (tmp_path / "bad.h5").write_bytes(b"not an hdf5 file")
+    with pytest.raises(io.MatrixFileError, match="not a readable HDF5"):
+        io.inspect(tmp_path / "bad.h5:/x")
+
+
+def test_missing_h5py_is_a_clear_error(tmp_path, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "h5py", None)   # import h5py now raises ImportError
+    with pytest.raises(io.MatrixFileError, match=r"pip install 'distla\[hdf5\]'"):
+        io.inspect(tmp_path / "a.h5:/x")
+
+
+@pytest.mark.parametrize("N, b, P", [(10, 3, 1), (10, 3, 2), (10, 3, 3), (12, 4, 3),
+                                     (5, 8, 2), (1, 1, 4), (17, 2, 4)])
+def test_runs_cover_the_layout(N, b, P):
+    """The hyperslab runs of every process, chunked, are exactly its global indices."""
+    from distla import layout
+    for p in range(P):
+        want = np.concatenate([np.arange(g * b, min(N, g * b + b))
+                               for g in range(p, -(-N // b), P)] or [np.zeros(0, int)])
+        nblk = -(-layout.numroc(N, b, p, 0, P) // b)
+        for step in (1, 2, max(1, nblk)):
+            got = []
+            for i0 in range(0, nblk, step):
+                for s, st, cnt, blk in h5io._runs(N, b, p, P, i0, i0 + step):
+                    got += [s + k * st + j for k in range(cnt) for j in range(blk)]
+            np.testing.assert_array_equal(np.array(got, dtype=int), want)
+
+
+# ---------------------------------------------------------------------------------------
+# mpi: round trips on every grid shape
+# ---------------------------------------------------------------------------------------
+@pytest.mark.mpi
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+def test_roundtrip_every_grid(comm, grids, mpi_tmp_path, dtype):
+    from distla import DistMatrix
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((23, 17))
+    if np.dtype(dtype).kind == "c":
+        a = a + 1j * rng.standard_normal(a.shape)
+    a = a.astype(dtype)
+    src = mpi_tmp_path / f"src_{np.dtype(dtype).name}.h5"
+    if comm.rank == 0:
+        with h5py.File(src, "w") as h:
+            h["a"] = a
+            h["v"] = a[:, 0]
+            h["keep"] = np.arange(3.0)
+    comm.Barrier()
+    for g in grids:
+        for block, s in [((4, 3), (0, 0)), ((5, 7), (g.nprow - 1, g.npcol - 1)),
+                         ((30, 2), (0, g.npcol - 1))]:
+            A = io.read_matrix(f"{src}:/a", g, block, src=s)
+            assert A.dtype == np.dtype(dtype)
+            np.testing.assert_array_equal(A.to_global(None), a)
+            v = io.read_matrix(f"{src}:/v", g, block, src=s)
+            assert v.shape == (23, 1)
+            np.testing.assert_array_equal(v.to_global(None)[:, 0], a[:, 0])
+            out = mpi_tmp_path / f"out_{np.dtype(dtype).name}.h5"
+            B = DistMatrix.from_global(g, a, block=block[::-1], src=s)
+            io.write_matrix(f"{out}:/b", B)
+            io.write_matrix(f"{out}:/x/v", v, vector=True)
+            comm.Barrier()
+            if comm.rank == 0:
+                with h5py.File(out) as h:
+                    np.testing.assert_array_equal(h["b"][...], a)
+                    np.testing.assert_array_equal(h["x/v"][...], a[:, 0])
+                    assert h["b"].dtype == np.dtype(dtype)
+            back = io.read_matrix(f"{out}:/b", g, block, src=s)
+            np.testing.assert_array_equal(back.to_global(None), a)
+            comm.Barrier()
+
+
+@pytest.mark.mpi
+def test_small_slabs_and_int_file(comm, grids, mpi_tmp_path):
+    """Reads a slab of block rows at a time (tiny slab_bytes), integers become float64."""
+    from distla import DistMatrix
+    a = np.arange(41 * 9, dtype=np.int32).reshape(41, 9)
+    f = mpi_tmp_path / "int.h5"
+    if comm.rank == 0:
+        with h5py.File(f, "w") as h:
+            h["i"] = a
+    comm.Barrier()
+    info = io.inspect(f"{f}:/i")
+    for g in grids:
+        A = DistMatrix.zeros(g, info.shape, (3, 2), src=(g.nprow - 1, 0))
+        h5io.read_into(info, A, slab_bytes=1)
+        assert A.dtype == np.float64
+        np.testing.assert_array_equal(A.to_global(None), a)
+
+
+@pytest.mark.mpi
+def test_write_keeps_other_datasets_and_replaces_one(comm, mpi_tmp_path):
+    from distla import DistMatrix, ProcessGrid
+    g = ProcessGrid(comm=comm)
+    f = mpi_tmp_path / "keep.h5"
+    if comm.rank == 0:
+        with h5py.File(f, "w") as h:
+            h["other"] = np.arange(4.0)
+            h["g/x"] = np.zeros((2, 2))
+            h["g/y"] = np.ones(3)
+            h["g"].attrs["unit"] = "m"
+            h.attrs["title"] = "t"
+    comm.Barrier()
+    X = DistMatrix.random(g, (90, 50), (8, 8), seed=1)
+    io.write_matrix(f"{f}:/g/x", X)
+    size = f.stat().st_size
+    io.write_matrix(f"{f}:g/x", X)          # rewriting does not grow the file
+    ref = X.to_global(None)
+    comm.Barrier()
+    if comm.rank == 0:
+        assert f.stat().st_size <= size
+        with h5py.File(f) as h:
+            np.testing.assert_array_equal(h["other"][...], np.arange(4.0))
+            np.testing.assert_array_equal(h["g/y"][...], np.ones(3))
+            np.testing.assert_array_equal(h["g/x"][...], ref)
+            assert h["g"].attrs["unit"] == "m" and h.attrs["title"] == "t"
+        assert [p.name for p in mpi_tmp_path.iterdir() if ".partial" in p.name] == []
+    comm.Barrier()
+
+
+@pytest.mark.mpi
+def test_generated_h5_matches_npy(comm, mpi_tmp_path):
+    """write_npy_generated writes the same matrix to .h5 as to .npy (slabs of block columns,
+    tiny slabs so that there are several), and the same row sums."""
+    from distla import ProcessGrid
+    from distla.problems import problem_entries
+    g = ProcessGrid(comm=comm)
+    fn = problem_entries("general", 29, seed=4)
+    kw = dict(dtype=np.float64, slab_bytes=1, row_sums=True)
+    b1 = io.write_npy_generated(mpi_tmp_path / "g.npy", g, (29, 29), (4, 4), fn, **kw)
+    b2 = io.write_npy_generated(f"{mpi_tmp_path / 'g.h5'}:/g", g, (29, 29), (4, 4), fn, **kw)
+    np.testing.assert_allclose(b1.to_global(None), b2.to_global(None), rtol=1e-14)
+    comm.Barrier()
+    if comm.rank == 0:
+        with h5py.File(mpi_tmp_path / "g.h5") as h:
+            np.testing.assert_array_equal(h["g"][...], np.load(mpi_tmp_path / "g.npy"))
+    comm.Barrier()
+
+
+@pytest.mark.mpi
+def test_read_errors_are_the_same_on_every_rank(comm, mpi_tmp_path):
+    from distla import ProcessGrid
+    g = ProcessGrid(comm=comm)
+    f = mpi_tmp_path / "e.h5"
+    if comm.rank == 0:
+        with h5py.File(f, "w") as h:
+            h["a"] = np.ones((4, 4))
+    comm.Barrier()
+    (mpi_tmp_path / "junk.h5").write_bytes(b"not hdf5") if comm.rank == 0 else None
+    comm.Barrier()
+    with pytest.raises(io.MatrixFileError, match="not a readable HDF5"):
+        io.write_matrix(f"{mpi_tmp_path / 'junk.h5'}:/x", io.read_matrix(f"{f}:/a", g, (2, 2)))
+    for path, needle in [(f"{f}:/b", "no dataset"), (f"{f}", None)]:
+        if needle is None:
+            assert io.read_matrix(path, g, (2, 2)).shape == (4, 4)
+            continue
+        with pytest.raises(io.MatrixFileError, match=needle):
+            io.read_matrix(path, g, (2, 2))
+
+
+@pytest.mark.mpi
+@pytest.mark.gpu
+def test_read_and_write_on_gpu_ranks(comm, grids, mpi_tmp_path):
+    a = np.arange(19 * 11, dtype=np.float64).reshape(19, 11)
+    f = mpi_tmp_path / "gpu.h5"
+    if comm.rank == 0:
+        with h5py.File(f, "w") as h:
+            h["a"] = a
+    comm.Barrier()
+    for g in grids:
+        A = io.read_matrix(f"{f}:/a", g, (4, 3), device="gpu", src=(g.nprow - 1, 0))
+        assert A.device == "gpu"
+        np.testing.assert_array_equal(A.to_global(None), a)
+        io.write_matrix(f"{mpi_tmp_path / 'gout.h5'}:/b", A)
+        back = io.read_matrix(f"{mpi_tmp_path / 'gout.h5'}:/b", g, (5, 5))
+        np.testing.assert_array_equal(back.to_global(None), a)
+    comm.Barrier()
+
+
+# ---------------------------------------------------------------------------------------
+# command line
+# ---------------------------------------------------------------------------------------
+def test_cli_solve_h5_in_h5_out(tmp_path):
+    import os
+
+    from test_cli import MPIEXEC, run
+    if not os.path.exists(MPIEXEC):
+        pytest.skip("no mpiexec")
+    a = tmp_path / "sys.h5"
+    p = run(["generate", "--kind", "spd", "--n", 70, "--nb", 8, "--out", f"{a}:/A",
+             "--rhs-out", f"{a}:/b"], n=3)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with h5py.File(a) as h:
+        A, b = h["A"][...], h["b"][...]
+    np.testing.assert_allclose(A, A.T)
+    np.testing.assert_allclose(b, A.sum(axis=1), rtol=1e-12)
+    p = run(["solve", "--matrix", f"{a}:/A", "--rhs", f"{a}:/b", "--grid", "1x2", "--nb", 9,
+             "--out", f"{tmp_path / 'x.h5'}:/sol/x"], n=2)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with h5py.File(tmp_path / "x.h5") as h:
+        x = h["sol/x"][...]
+    assert x.shape == (70,)
+    np.testing.assert_allclose(A @ x, b, rtol=1e-10)
+    p = run(["solve", "--matrix", f"{a}:/missing"], n=2)
+    assert p.returncode == 2 and "no dataset" in p.stdout + p.stderr
