@@ -119,8 +119,10 @@ class Backend:
             self.put_rows(a, self.xp.asarray(dest), vals)
 
     def split_tf32x3(self, a, b):
-        """Operands of a TF32 tensor-core product at ~float32 accuracy (GPU float32 only)."""
-        raise TypeError("split_tf32x3 needs float32 arrays on a GPU backend")
+        """Operands of a TF32 tensor-core product at ~float32 accuracy (pair with
+        ``gemm(..., tf32=True)``). Devices without TF32 tensor cores: ``(a, b)`` unchanged, so
+        that the product is the plain one."""
+        return a, b
 
     # ---- row movement and elementwise kernels ---------------------------------------------
     def take_rows(self, a, idx, out) -> None:

@@ -184,8 +184,7 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     anorm = norm(A, 1)
     F = A if overwrite_a else A.copy()
     max_a = _max_abs(F)
-    drv = LULoop(F, pivoting, tree, int(lookahead),
-                 tf32x3=gemm == "tf32x3" and A.backend.is_gpu)
+    drv = LULoop(F, pivoting, tree, int(lookahead), tf32x3=gemm == "tf32x3")
     piv = drv.run()
     with trace("check"):
         drv.agree_singular()
