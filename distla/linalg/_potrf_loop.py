@@ -28,8 +28,9 @@ class PotrfLoop:
     """State of one in-place lower Cholesky of ``A`` (every rank builds one, :meth:`run` is
     collective)."""
 
-    def __init__(self, A, lookahead):
+    def __init__(self, A, lookahead, compute="native"):
         self.A, self.d = A, lookahead
+        self.compute, self._lowp = compute, None   # GEMM mode (Backend.gemm_lowp), operands
         g = self.g = A.grid
         self.be, self.xp = A.backend, A.xp
         self.comms = g.comms(A.device)
@@ -212,13 +213,25 @@ class PotrfLoop:
                     continue
                 LT = seg[rs - r0:].T                     # kb x rows, column-major
                 XT = X[cs - c0:cs - c0 + w].T            # kb x w
-                if self.A.row_owner(j * self.nb) == self.g.myrow:   # diagonal block here
+                diag = self.A.row_owner(j * self.nb) == self.g.myrow
+                if diag:                                     # diagonal block here
                     be.syrk("L", "T", -1.0, LT[:, :w], 1.0, C[:w])
+                if self.compute != "native":
+                    self.gemm_lowp(k, seg, X, rs - r0 + w * diag, cs - c0, w, C[w * diag:])
+                elif diag:
                     be.gemm("T", "N", -1.0, LT[:, w:], XT, 1.0, C[w:])
                 else:
                     be.gemm("T", "N", -1.0, LT, XT, 1.0, C)
                 if self.pending:   # let posted host-MPI broadcasts move between GEMMs
                     self.pending = [r for r in self.pending if not r.test()]
+
+    def gemm_lowp(self, k, seg, X, r, c, w, C):
+        """``C -= seg[r:] X[c:c + w]^T`` in the low-precision mode, with panel k's operands
+        prepared once (split or scaled casts, :meth:`Backend.lowp_operands`). Local."""
+        if self._lowp is None or self._lowp[0] != k:
+            self._lowp = (k, *self.be.lowp_operands(seg, X.T, self.compute))
+        _, a, b, scale = self._lowp
+        self.be.gemm_lowp("N", "N", -1.0, a[r:], b[:, c:c + w], 1.0, C, self.compute, scale)
 
     def _agree_fail(self) -> int:
         """Collective: the first failing global column over all ranks (n if none)."""

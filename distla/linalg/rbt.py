@@ -26,9 +26,9 @@ diagnostics, or an exception is raised (``fallback=False``).
 
 ``precision="mixed"`` factors ``A_r`` in float32 and refines in float64 (LAPACK dsgesv style);
 when that does not converge it retries with a float64 GENP (``A_r`` recomputed), then falls
-back as above. On GPU ranks the float32 trailing updates run on TF32 tensor cores with split
-operands (``lu_factor(..., gemm='tf32x3')``: ~float32 accuracy), since FP32 GEMMs without
-tensor cores are no faster than FP64 ones on current data-center GPUs. The corrections are
+back as above. ``factor_dtype`` picks the trailing updates' precision as for every mixed solve
+(:mod:`distla.linalg.mixed`): 'fp32' (on GPU ranks 3xTF32 tensor-core products, ~float32
+accuracy), or on GPU ranks 'tf32', 'fp16', 'bf16'. The corrections are
 GMRES-IR (GMRES on ``A d = r`` preconditioned by the float32 factors applied in float64):
 GENP growth makes plain refinement with float32 factors slow or stall. That growth rises with
 n on random matrices, and from n ~ 16384 the float32 factors no longer precondition usefully;
@@ -65,6 +65,7 @@ from ._butterfly import (
 )
 from .condition import warn_if_ill_conditioned
 from .lu import LUFactor, lu_factor, lu_solve
+from .mixed import check_mixed, low_dtype
 from .refine import Refinement, refine
 
 __all__ = ["rbt_solve", "rbt_transform", "RBTInfo", "RBTFallbackWarning", "Butterfly"]
@@ -101,6 +102,7 @@ class RBTInfo:
     n_pad: int
     precision: str
     factor_dtype: str = ""
+    compute: str = ""
     iterations: int = 0
     converged: bool = False
     rcond: float | None = None
@@ -229,13 +231,14 @@ class _Path:
     zero_pivot: int | None = None
 
 
-def _genp_refine(A: DistMatrix, B: DistMatrix, fdt, depth: int, seed: int, max_iter: int,
-                 anorm: float, times: dict) -> _Path:
-    """Collective: ``A_r = U^T A V`` in precision ``fdt``, its GENP (in place; on GPU ranks a
-    float32 GENP runs its updates as 3xTF32 products), then refinement on the ORIGINAL
-    system in A's precision (:func:`distla.linalg.refine.refine`; GMRES-IR when ``fdt`` is
-    lower than A's precision, with the factors applied in A's precision: GMRES needs M^-1 to
-    be one fixed linear operator to working accuracy, Carson-Higham)."""
+def _genp_refine(A: DistMatrix, B: DistMatrix, fdt, compute, depth: int, seed: int,
+                 max_iter: int, anorm: float, times: dict) -> _Path:
+    """Collective: ``A_r = U^T A V`` in precision ``fdt``, its GENP (in place; a
+    low-precision GENP runs its updates at ``compute``, :meth:`Backend.lowp_mode`), then
+    refinement on the ORIGINAL system in A's precision (:func:`distla.linalg.refine.refine`;
+    GMRES-IR when ``fdt`` is lower than A's precision, with the factors applied in A's
+    precision: GMRES needs M^-1 to be one fixed linear operator to working accuracy,
+    Carson-Higham)."""
     from ..pblas import norm
     label = f"{fdt} GENP"
     with _clock(times, "transform"):
@@ -247,7 +250,7 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, fdt, depth: int, seed: int, max_i
     try:
         with _clock(times, "factor"):
             F = lu_factor(Ar, pivoting="none", overwrite_a=True, check_finite=False,
-                          gemm="tf32x3" if fdt == np.float32 else "native")
+                          gemm=A.backend.lowp_mode(compute) if low else "native")
     except SingularMatrixError as e:
         return _Path(None, f"{label}: GENP met an exactly zero pivot at column {e.index} of "
                      f"U^T A V", e.index)
@@ -269,7 +272,7 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, fdt, depth: int, seed: int, max_i
 # ---------------------------------------------------------------------------------------
 # driver
 # ---------------------------------------------------------------------------------------
-def _validate(A, B, depth, precision, max_iter, refine, fallback, return_info):
+def _validate(A, B, depth, max_iter, refine, fallback, return_info):
     if not isinstance(A, DistMatrix) or not isinstance(B, DistMatrix):
         raise TypeError("rbt_solve: A and B must be DistMatrix")
     if A.m != A.n:
@@ -283,10 +286,6 @@ def _validate(A, B, depth, precision, max_iter, refine, fallback, return_info):
     if A.dtype.kind not in "fc":
         raise TypeError(f"rbt_solve: unsupported dtype {A.dtype}")
     _check_depth(depth, A.n)
-    if precision not in ("double", "mixed"):
-        raise ValueError(f"precision must be 'double' or 'mixed', not {precision!r}")
-    if precision == "mixed" and A.dtype not in (np.float64, np.complex128):
-        raise TypeError(f"precision='mixed' needs a float64/complex128 matrix, not {A.dtype}")
     if not isinstance(max_iter, numbers.Integral) or isinstance(max_iter, bool) or max_iter < 0:
         raise ValueError(f"max_iter must be a non-negative int, not {max_iter!r}")
     for name, v in (("refine", refine), ("fallback", fallback), ("return_info", return_info)):
@@ -301,7 +300,7 @@ DEFAULT_SEED = 1234567   # rbt_solve's butterflies: the same answer on every run
 def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
               seed: int | None = DEFAULT_SEED, max_iter: int = 30, fallback: bool = True,
               precision: str = "double", return_info: bool = False,
-              check_finite: bool = True):
+              check_finite: bool = True, factor_dtype: str | None = None):
     """Collective: solve ``A X = B`` by RBT + GENP + iterative refinement.
 
     A: n x n DistMatrix (float32/float64; square blocks as the LU needs); B: n x nrhs on the
@@ -310,7 +309,8 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     three extra distributed products with X). ``refine=False`` applies no correction but
     still checks the first solution against the refinement criterion (so it never silently
     returns an inaccurate answer). ``precision``: 'double' (GENP in A's precision) or
-    'mixed' (float32 GENP, float64 refinement; float64 GENP when that does not converge).
+    'mixed' (float32 GENP with updates in ``factor_dtype``, float64 refinement by GMRES-IR;
+    float64 GENP when that does not converge).
 
     Failure (GENP zero pivot, refinement not converged): ``fallback=True`` solves with partial
     pivoting and warns (:class:`RBTFallbackWarning`); ``fallback=False`` raises
@@ -326,7 +326,8 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     """
     grid = A.grid if isinstance(A, DistMatrix) else None
     with collective(grid.comm if grid is not None else None):
-        _validate(A, B, depth, precision, max_iter, refine, fallback, return_info)
+        _validate(A, B, depth, max_iter, refine, fallback, return_info)
+        compute = check_mixed(A, precision, factor_dtype, "rbt_solve")
         if seed is not None:
             _resolve_seed(seed, None)
     if check_finite:
@@ -337,7 +338,7 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
         B = B.redistribute(block=(A.mb, B.nb), src=(A.rsrc, B.csrc))
     seed = _resolve_seed(seed, grid.comm)
     info = RBTInfo(depth=int(depth), seed=seed, n_pad=padded_size(A.n, int(depth)),
-                   precision=precision)
+                   precision=precision, compute=compute or str(A.dtype))
     if A.n == 0 or B.n == 0:  # nothing to solve
         X = B0.copy()
         info.converged = True
@@ -360,17 +361,19 @@ def _solve(A, B, info: RBTInfo, max_iter: int, fallback: bool) -> DistMatrix:
     times = info.times
     times["transform"] = times["factor"] = times["refine"] = 0.0
     anorm = norm(A, "inf")
-    single = {np.dtype(np.float64): np.dtype(np.float32),
-              np.dtype(np.complex128): np.dtype(np.complex64)}.get(A.dtype)
     reasons, zero_pivot = [], None
-    for fdt in ([single, A.dtype] if info.precision == "mixed" else [A.dtype]):
-        path = _genp_refine(A, B, fdt, info.depth, info.seed, max_iter, anorm, times)
+    paths = [(A.dtype, str(A.dtype))]
+    if info.precision == "mixed":
+        paths.insert(0, (low_dtype(A.dtype), info.compute))
+    for fdt, compute in paths:
+        path = _genp_refine(A, B, fdt, compute, info.depth, info.seed, max_iter, anorm,
+                            times)
         info.history = path.ref.history if path.ref else []
         info.gmres_iterations = list(path.ref.gmres_iterations) if path.ref else []
         if path.ref is not None:
             if path.ref.converged:
                 info.reason = "; ".join(reasons) if reasons else None
-                info.factor_dtype = str(fdt)
+                info.factor_dtype, info.compute = str(fdt), compute
                 info.iterations, info.converged = path.ref.iterations, True
                 info.rcond = path.ref.rcond
                 return path.ref.x
@@ -400,7 +403,7 @@ def _fallback(A, B, info: RBTInfo, fallback: bool, zero_pivot) -> DistMatrix:
         info.rcond = F.rcond()
     warn_if_ill_conditioned(info.rcond, A.dtype, "rbt_solve (partial-pivoting fallback)")
     info.fallback, info.iterations, info.converged = True, -1, False
-    info.factor_dtype = str(A.dtype)
+    info.factor_dtype = info.compute = str(A.dtype)
     return X
 
 

@@ -78,12 +78,14 @@ def scaled_residual(R: DistMatrix, X: DistMatrix, anorm: float, eps_sqrtn: float
 
 def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix | None = None,
            max_iter: int = 30, mode: str = "ir", label: str = "refinement",
-           rcond=None) -> Refinement:
+           rcond=None, precond=None) -> Refinement:
     """Collective: refine ``A X = B`` (A n x n; B n x k with A's row blocking) to working
     precision. ``solve(R)``: ``~A^-1 R`` in R's layout and dtype (collective). ``x``: a
     first solution (default ``solve(B)``). ``anorm``: ``||A||_inf``. ``mode``: 'ir', 'gmres'
-    or 'auto' (module docstring). ``rcond``: optional callable giving a condition estimate
-    checked (>= eps) before acceptance. ``label`` prefixes the failure reason."""
+    or 'auto' (module docstring). ``precond``: GMRES-IR's preconditioner (default ``solve``;
+    it must be one fixed linear operator to working accuracy). ``rcond``: optional callable
+    giving a condition estimate checked (>= eps) before acceptance. ``label`` prefixes the
+    failure reason."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     with trace("refine.solve"):
@@ -109,7 +111,7 @@ def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix |
             gmres_on = True        # classical IR does not contract: GMRES-IR from here
         if gmres_on:
             with trace("refine.gmres"):
-                d, m = gmres(A, R, solve, GMRES_RESTART, GMRES_TOL)
+                d, m = gmres(A, R, precond or solve, GMRES_RESTART, GMRES_TOL)
             out.gmres_iterations.append(m)
         else:
             with trace("refine.solve"):
