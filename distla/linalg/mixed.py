@@ -97,9 +97,10 @@ def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str,
 
     ``factor(A_low, gemm)``: the factorization of the low-precision copy (gemm: the update
     mode for ``factor_dtype``); a :class:`distla.DistlaError` or ``LinAlgError`` it raises
-    (breakdown, raised on every rank) means fallback. ``apply(F, C)``: ``A^-1 C`` from factors F in C's dtype.
-    ``promote(F)``: the factors in A's precision (GMRES-IR's preconditioner). ``full()``: the
-    full-precision solve. ``rcond(F)``: optional condition estimate (>= eps to accept)."""
+    (breakdown, raised on every rank) means fallback. ``apply(F, C)``: ``A^-1 C`` from
+    factors F in C's dtype. ``promote(F)``: the factors in A's precision (GMRES-IR's
+    preconditioner). ``full()``: the full-precision solve. ``rcond(F)``: optional condition
+    estimate (>= eps to accept)."""
     info = SolveInfo(method=method, precision="mixed", factor_dtype=str(low_dtype(A.dtype)),
                      compute=factor_dtype, requested=factor_dtype)
     t0 = time.perf_counter()
@@ -131,7 +132,7 @@ def _factor_low(A, factor, factor_dtype, info):
     """(factors of A's low-precision copy, None) or (None, the reason it failed)."""
     label = f"{factor_dtype} {info.method}"
     low = low_dtype(A.dtype)
-    if A.norm("max") >= np.finfo(low).max / 4:
+    if A.norm("max") >= float(np.finfo(low).max) / 4:
         return None, f"{label}: max|A| overflows {low}"
     t = time.perf_counter()
     try:
