@@ -36,13 +36,14 @@ from ..runtime import (
 __all__ = ["BENCHMARKS", "main", "main_argv", "run_benchmark", "plot_records",
            "load_records"]
 
-BENCHMARKS = ("matmul", "cholesky", "lu", "rbt", "tlr")
+BENCHMARKS = ("matmul", "cholesky", "lu", "rbt", "tlr", "mixed")
 _HELP = {
     "matmul": "distributed GEMM (SUMMA) beside one-process NumPy/CuPy",
     "cholesky": "distributed Cholesky factorization",
     "lu": "distributed LU factorization (partial / tournament pivoting)",
     "rbt": "random butterfly transformation solve",
     "tlr": "tile low-rank Cholesky",
+    "mixed": "mixed-precision solves vs float64 over a condition-number sweep",
 }
 
 
