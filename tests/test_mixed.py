@@ -226,6 +226,22 @@ def test_cpu_low_precision_gemm_is_float32():
     assert be.LOWP == ("fp32",) and be.lowp_mode("fp32") == "native"
 
 
+@pytest.mark.mpi
+def test_cholesky_low_precision_modes_on_cpu_are_float32(grids):
+    """The Cholesky loop's low-precision update path (operands prepared once per panel,
+    sliced per block column) computes the float32 factor on CPU ranks."""
+    from distla.linalg import cholesky
+    a = conditioned(N, 1e2, 22, spd=True).astype(np.float32)
+    for grid in grids:
+        A = _dist(grid, a, src=corner(grid))
+        ref = cholesky(A).to_global(None)
+        for mode in ("tf32x3", "fp16"):
+            L = cholesky(A, gemm=mode).to_global(None)
+            np.testing.assert_allclose(L, ref, rtol=0, atol=1e-5)
+        with pytest.raises(TypeError, match="float32"):
+            cholesky(A.astype(np.float64), gemm="fp16")
+
+
 def test_conditioned_matrix_has_the_prescribed_singular_values():
     from mpi4py import MPI
 
