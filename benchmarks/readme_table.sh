@@ -2,7 +2,7 @@
 # Reproduces the README's "Measured performance" table on a GPU machine, from the repository
 # root (every row's reference is measured in the same run, as the benchmarks do):
 #
-#   bash benchmarks/readme_table.sh [1gpu] [2gpu] [genp] [tlr] [cpu]
+#   bash benchmarks/readme_table.sh [1gpu] [2gpu] [genp] [tlr] [cpu] [mixed]
 #                                   (default: 1gpu 2gpu genp tlr)
 #
 #   1gpu  one GPU:  Cholesky and LU (partial pivoting) n=32768 beside cuSOLVER; Cholesky n=65536
@@ -13,6 +13,8 @@
 #   tlr   TLR Cholesky n=65536 on one GPU (tile 1024 and 2048) beside dense Cholesky, and
 #         n=262144 on two GPUs (2x1; dense does not fit)
 #   cpu   CPU ranks: Cholesky n=4096 nb=256 on 1x2 ranks, one BLAS thread each, beside SciPy
+#   mixed one GPU, n=32768: Cholesky and LU, float64 vs mixed (fp16, bf16) at cond 1e2, 1e6,
+#         1e10, beside cuSOLVER
 #
 # Needs one GPU per rank (2 GPUs for 2gpu/genp/tlr: device kind nvidia-h200-x2), CuPy, mpi4py
 # and Open MPI's mpirun (benchmarks/gpu/device_env.sh sets it up). Each part's timeouts add
@@ -94,8 +96,12 @@ for part in $PARTS; do
         OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
             run 300 2 cholesky --device cpu --n 4096 --nb 256 --grid 1x2 --reps 3
         ;;
+    mixed)
+        run 300 1 mixed $G --n 32768 --nb 1024 --reps 1 --method cholesky gepp \
+            --cond 1e2 1e6 1e10 --factor-dtype fp16 bf16
+        ;;
     *)
-        echo "unknown part '$part' (1gpu, 2gpu, genp, tlr, cpu)" >&2
+        echo "unknown part '$part' (1gpu, 2gpu, genp, tlr, cpu, mixed)" >&2
         exit 2
         ;;
     esac
