@@ -5,8 +5,9 @@ Krylov vectors), each moving O(n k) data while the n x n matrix stays where it i
   rank's local rows with all columns.
 * :func:`column_max`, :func:`column_dots`, :func:`axpy_columns` -- per-column max |x|, inner
   products ``x_i^H y`` and updates ``y += sum_i h_i x_i``.
-* :func:`residual` -- ``B - A X`` as a distributed GEMV (ScaLAPACK pdgemv's data movement:
-  X replicated, partial products summed along process rows).
+* :func:`residual` / :func:`abs_product` -- ``B - A X`` and ``|A| |X|`` as distributed GEMVs
+  (ScaLAPACK pdgemv's data movement: X replicated, partial products summed along process
+  rows); :func:`componentwise_error` -- LAPACK's BERR from them.
 * :func:`fanin_trsv` -- ``T X = W`` with T a triangle of an LU factor, by fan-in (the factor
   never moves).
 
@@ -20,7 +21,7 @@ from . import layout
 from .matrix import DistMatrix
 
 __all__ = ["replicate", "all_columns", "column_max", "global_max", "column_dots",
-           "axpy_columns", "residual", "fanin_trsv"]
+           "axpy_columns", "residual", "abs_product", "componentwise_error", "fanin_trsv"]
 
 
 def _gather_pieces(comm, pieces, maxlen, nlead, index_of, parts, out, xp, dtype):
@@ -112,19 +113,62 @@ def axpy_columns(Y: DistMatrix, Xs: list, h: np.ndarray, sign: float = -1.0) -> 
         Y.local += sign * X.local * hc[i][None, :]
 
 
+def _gemv_rows(A: DistMatrix, X: DistMatrix, absolute: bool):
+    """Collective: my local rows of ``A X`` (or ``|A| |X|``), all columns, summed along
+    process rows; |A| is taken in column slabs (temporaries a fraction of A's storage)."""
+    xp = A.xp
+    xf = replicate(X)[xp.asarray(A.col_indices())]
+    if absolute:
+        xf = xp.abs(xf)
+    mloc, nloc = A.local_shape
+    dt = np.result_type(A.dtype, xf.dtype)
+    y = xp.zeros((mloc, X.n), dtype=np.finfo(dt).dtype if absolute else dt)
+    step = nloc if not absolute else max(1, (1 << 22) // max(1, mloc))
+    for c in range(0, nloc, step):
+        blk = A.local[:, c:c + step]
+        y += (xp.abs(blk) if absolute else blk) @ xf[c:c + step]
+    y = xp.ascontiguousarray(y)
+    A.grid.comms(A.device).row.allreduce(y, "sum")
+    return y
+
+
 def residual(A: DistMatrix, X: DistMatrix, B: DistMatrix) -> DistMatrix:
     """Collective: ``B - A X`` in B's layout (B's rows blocked like A's; X any layout). X is
     replicated (O(n nrhs) data), every rank multiplies its local block of A, and the partial
     products are summed along process rows: the matrix itself never moves (SUMMA would
     broadcast all of A for one matrix-vector product)."""
     xp = A.xp
-    xf = replicate(X)
-    y = xp.ascontiguousarray(A.local @ xf[xp.asarray(A.col_indices())])  # mloc x nrhs
-    A.grid.comms(A.device).row.allreduce(y, "sum")
+    y = _gemv_rows(A, X, absolute=False)
     R = B.copy()
     if R.local.size:
         R.local -= y[:, xp.asarray(B.col_indices())]
     return R
+
+
+def abs_product(A: DistMatrix, X: DistMatrix, B: DistMatrix):
+    """Collective: ``|A| |X|`` as B's local array (B's rows blocked like A's), real, by the
+    same data movement as :func:`residual`."""
+    y = _gemv_rows(A, X, absolute=True)
+    return y[:, A.xp.asarray(B.col_indices())]
+
+
+def componentwise_error(A: DistMatrix, X: DistMatrix, B: DistMatrix, R: DistMatrix) -> float:
+    """Collective: LAPACK's componentwise backward error ``max |R| / (|A| |X| + |B|)`` with
+    ``R = B - A X`` given (B's layout), xGERFS's guard for tiny denominators included (as
+    :func:`distla.checks.backward_error`, without moving A)."""
+    xp = A.xp
+    den = abs_product(A, X, B) + xp.abs(B.local)
+    num = xp.abs(R.local)
+    real = np.finfo(A.dtype).dtype
+    safe1 = (A.n + 1) * float(np.finfo(real).tiny)
+    safe2 = safe1 / float(np.finfo(real).eps)
+    loc = 0.0
+    if num.size:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = xp.where(den > safe2, num / den, (num + safe1) / (den + safe1))
+            ratio = xp.where(xp.isnan(den) | xp.isnan(num), np.inf, ratio)
+        loc = float(A.backend.to_host(ratio.max()))
+    return global_max(A.grid, loc)
 
 
 def fanin_trsv(LU: DistMatrix, W, lower: bool):

@@ -45,7 +45,8 @@ class SolveInfo:
     full-precision solve); ``gmres_iterations``: Krylov iterations of each GMRES-IR
     correction; ``history``: the scaled residual at each check (<= 1: converged).
     ``fallback``: a mixed solve ended in the full-precision one; ``reason``: why.
-    ``times``: host seconds of 'factor' (low precision), 'refine', 'fallback' and 'total'.
+    ``times``: host seconds of 'factor' (low precision), 'refine', 'fallback' and 'total';
+    ``anorm``: ``||A||_inf``.
     """
 
     method: str
@@ -59,6 +60,7 @@ class SolveInfo:
     fallback: bool = False
     reason: str | None = None
     times: dict = field(default_factory=dict)
+    anorm: float = float("nan")
 
 
 def low_dtype(dtype) -> np.dtype:
@@ -104,6 +106,7 @@ def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str,
     info = SolveInfo(method=method, precision="mixed", factor_dtype=str(low_dtype(A.dtype)),
                      compute=factor_dtype, requested=factor_dtype)
     t0 = time.perf_counter()
+    info.anorm = A.norm("inf")
     F, why = _factor_low(A, factor, factor_dtype, info)
     if F is not None:
         ref = _refine(A, B, F, apply, promote, max_iter, rcond, f"{factor_dtype} {method}",
@@ -132,7 +135,8 @@ def _factor_low(A, factor, factor_dtype, info):
     """(factors of A's low-precision copy, None) or (None, the reason it failed)."""
     label = f"{factor_dtype} {info.method}"
     low = low_dtype(A.dtype)
-    if A.norm("max") >= float(np.finfo(low).max) / 4:
+    big = float(np.finfo(low).max) / 4      # (max|a_ij| <= ||A||_inf: one pass usually)
+    if info.anorm >= big and A.norm("max") >= big:
         return None, f"{label}: max|A| overflows {low}"
     t = time.perf_counter()
     try:
@@ -159,7 +163,7 @@ def _refine(A, B, F, apply, promote, max_iter, rcond, label, info):
 
     t = time.perf_counter()
     with trace("mixed.refine"):
-        ref = refine(A, B, solve, precond=precond, anorm=A.norm("inf"), max_iter=max_iter,
+        ref = refine(A, B, solve, precond=precond, anorm=info.anorm, max_iter=max_iter,
                      mode="auto", label=label, rcond=None if rcond is None else
                      (lambda: rcond(F)))
     info.times["refine"] = time.perf_counter() - t

@@ -29,7 +29,14 @@ import scipy.linalg
 
 from ..matrix import DistMatrix
 from ..trace import trace
-from ..vector import axpy_columns, column_dots, column_max, global_max, residual
+from ..vector import (
+    axpy_columns,
+    column_dots,
+    column_max,
+    componentwise_error,
+    global_max,
+    residual,
+)
 
 __all__ = ["refine", "gmres", "Refinement", "scaled_residual", "stalled", "MODES"]
 
@@ -102,7 +109,7 @@ def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix |
         it, hist = out.iterations, out.history
         if rho <= 1.0 and it >= min(1, max_iter):
             if rho <= polish or stalled(hist, 1) or it >= max_iter:
-                return _accept(A, B, out, anorm, eps, label, rcond)
+                return _accept(A, B, R, out, anorm, eps, label, rcond)
         elif it >= max_iter or not math.isfinite(rho) or stalled(hist, PATIENCE):
             return _fail(out, label, rho, max_iter)
         elif stalled(hist, 1) and mode != "ir":
@@ -128,15 +135,14 @@ def _fail(out: Refinement, label: str, rho: float, max_iter: int) -> Refinement:
     return out
 
 
-def _accept(A, B, out: Refinement, anorm, eps, label, rcond) -> Refinement:
+def _accept(A, B, R, out: Refinement, anorm, eps, label, rcond) -> Refinement:
     """A small normwise residual does not make x accurate when A is numerically singular: the
-    componentwise backward error must be at working precision and the condition estimate (when
-    given) at least eps."""
-    from ..checks import backward_error
+    componentwise backward error (from x's residual R) must be at working precision and the
+    condition estimate (when given) at least eps."""
     # (LAPACK's guard against tiny denominators distorts the componentwise error of matrices
     # near the underflow threshold: checked above it only)
     scaled_ok = anorm * out.x.norm("max") >= np.finfo(A.dtype).tiny / eps
-    berr = backward_error(A, out.x, B) if scaled_ok else 0.0
+    berr = componentwise_error(A, out.x, B, R) if scaled_ok else 0.0
     if not berr <= max(10.0, math.sqrt(A.n)) * eps:
         out.reason = (f"{label}: componentwise backward error {berr:.3g} is not at working "
                       f"precision (A is numerically singular or the factors too inaccurate)")
