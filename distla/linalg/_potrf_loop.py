@@ -30,7 +30,7 @@ class PotrfLoop:
 
     def __init__(self, A, lookahead, compute="native"):
         self.A, self.d = A, lookahead
-        self.compute, self._lowp = compute, None   # GEMM mode (Backend.gemm_lowp), operands
+        self.compute = compute   # trailing-update GEMM mode (Backend.gemm_lowp)
         g = self.g = A.grid
         self.be, self.xp = A.backend, A.xp
         self.comms = g.comms(A.device)
@@ -203,6 +203,7 @@ class PotrfLoop:
         seg, X = self.panels[k]
         p, be = self.plan[k], self.be
         r0, c0 = p["r0"], p["c0"]
+        ops = []      # low-precision operands, prepared once per call (on this call's stream)
         with trace("update"):
             for j in js:
                 if j not in self.mine:
@@ -217,7 +218,7 @@ class PotrfLoop:
                 if diag:                                     # diagonal block here
                     be.syrk("L", "T", -1.0, LT[:, :w], 1.0, C[:w])
                 if self.compute != "native":
-                    self.gemm_lowp(k, seg, X, rs - r0 + w * diag, cs - c0, w, C[w * diag:])
+                    self.gemm_lowp(ops, seg, X, rs - r0 + w * diag, cs - c0, w, C[w * diag:])
                 elif diag:
                     be.gemm("T", "N", -1.0, LT[:, w:], XT, 1.0, C[w:])
                 else:
@@ -225,12 +226,13 @@ class PotrfLoop:
                 if self.pending:   # let posted host-MPI broadcasts move between GEMMs
                     self.pending = [r for r in self.pending if not r.test()]
 
-    def gemm_lowp(self, k, seg, X, r, c, w, C):
-        """``C -= seg[r:] X[c:c + w]^T`` in the low-precision mode, with panel k's operands
-        prepared once (split or scaled casts, :meth:`Backend.lowp_operands`). Local."""
-        if self._lowp is None or self._lowp[0] != k:
-            self._lowp = (k, *self.be.lowp_operands(seg, X.T, self.compute))
-        _, a, b, scale = self._lowp
+    def gemm_lowp(self, ops, seg, X, r, c, w, C):
+        """``C -= seg[r:] X[c:c + w]^T`` in the low-precision mode; the panel's operands
+        (split or scaled casts, :meth:`Backend.lowp_operands`) are prepared on first use and
+        kept in ``ops`` for the caller's other block columns. Local."""
+        if not ops:
+            ops.extend(self.be.lowp_operands(seg, X.T, self.compute))
+        a, b, scale = ops
         self.be.gemm_lowp("N", "N", -1.0, a[r:], b[:, c:c + w], 1.0, C, self.compute, scale)
 
     def _agree_fail(self) -> int:

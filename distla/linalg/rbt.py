@@ -86,7 +86,9 @@ class RBTInfo:
     estimate of U^T A V, or of A after a fallback) >= eps.
     ``fallback``: X came from the partial-pivoting solve; ``reason`` says why (also set when
     mixed precision had to retry in float64). ``factor_dtype``: dtype of the factorization
-    that produced X. On the original system (``return_info=True`` only): ``backward_error``,
+    that produced X; ``compute``: its updates' precision ('fp32', 'tf32', 'fp16', 'bf16' for
+    the low-precision GENP, else the dtype name). On the original system
+    (``return_info=True`` only): ``backward_error``,
     LAPACK's componentwise ``max |B - A X| / (|A||X| + |B|)`` (:func:`distla.checks.
     backward_error`); ``residual``, ScaLAPACK's SRESID ``max_j ||A x_j - b_j||_inf /
     (||A||_inf ||x_j||_inf eps n)``; ``normwise_backward_error`` = residual * eps * n.
