@@ -76,7 +76,9 @@ class LULoop:
         if self.nsteps == 0:
             return self.piv
         be = self.be
-        if self.pivoting != "none" and use_local(self.A, "getrf"):   # one process
+        # one process: the local library (it has no low-precision update modes)
+        local = self.compute == "native" and use_local(self.A, "getrf")
+        if self.pivoting != "none" and local:
             with trace("getrf"):
                 piv, info = be.getrf(self.A.local)
                 self.zero_checks.append((0, "info", info))
