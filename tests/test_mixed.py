@@ -224,6 +224,7 @@ def test_cpu_low_precision_gemm_is_float32():
         be.gemm_lowp("N", "N", 1.0, a2, b2, 0.0, c, mode, scale)
         np.testing.assert_array_equal(c, ref)
     assert be.LOWP == ("fp32",) and be.lowp_mode("fp32") == "native"
+    assert all(be.computes_in_fp32(m) for m in ("native", "tf32x3", "fp16"))
 
 
 @pytest.mark.mpi
@@ -280,6 +281,7 @@ def test_gpu_low_precision_gemm_accuracy(mode, bits):
 
     from distla.device import get_backend
     be = get_backend("gpu")
+    assert not be.computes_in_fp32(mode) and be.computes_in_fp32("native")
     rng = np.random.default_rng(17)
     a = rng.standard_normal((300, 64)) * 1e6          # fp16 max is 65504
     b = rng.standard_normal((64, 90)) * 1e-3

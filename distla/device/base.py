@@ -127,6 +127,11 @@ class Backend:
         float32 matrix at ``factor_dtype``. CPU ranks: 'native' (float32 BLAS) for all."""
         return "native"
 
+    def computes_in_fp32(self, compute: str) -> bool:
+        """True when update mode ``compute`` is plain float32 arithmetic on this device (CPU
+        ranks: every mode), so that a float32 library call may stand in for it."""
+        return True
+
     def lowp_operands(self, a, b, compute: str):
         """``(a2, b2, scale)``: the operands of ``a @ b`` (float32, any strides) prepared once
         for one or more :meth:`gemm_lowp` calls on slices of them. 'tf32x3': split for TF32

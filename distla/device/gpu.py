@@ -155,6 +155,9 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     def lowp_mode(self, factor_dtype: str) -> str:
         return {"fp32": "tf32x3"}.get(factor_dtype, factor_dtype)
 
+    def computes_in_fp32(self, compute: str) -> bool:
+        return compute == "native"
+
     def lowp_operands(self, a, b, compute: str):
         if compute not in ("fp16", "bf16"):
             return super().lowp_operands(a, b, compute)

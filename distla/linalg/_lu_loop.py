@@ -76,8 +76,8 @@ class LULoop:
         if self.nsteps == 0:
             return self.piv
         be = self.be
-        # one process: the local library (it has no low-precision update modes)
-        local = self.compute == "native" and use_local(self.A, "getrf")
+        # one process: the local library (it has no tensor-core update modes)
+        local = be.computes_in_fp32(self.compute) and use_local(self.A, "getrf")
         if self.pivoting != "none" and local:
             with trace("getrf"):
                 piv, info = be.getrf(self.A.local)

@@ -48,8 +48,8 @@ class PotrfLoop:
         nt, d, be = self.nt, self.d, self.be
         if nt == 0:
             return self.n
-        # one process: the local library (it has no low-precision update modes)
-        if self.compute == "native" and use_local(self.A, "potrf"):
+        # one process: the local library (it has no tensor-core update modes)
+        if be.computes_in_fp32(self.compute) and use_local(self.A, "potrf"):
             with trace("potrf"):
                 self.infos.append((0, be.potrf("L", self.A.local)))
             return self._agree_fail()
