@@ -121,6 +121,8 @@ class Backend:
     # ---- low-precision GEMM (mixed-precision factorizations, docs/mixed.md) -----------------
     #: factor precisions (``factor_dtype``) this device factors in; CPU ranks: float32 only
     LOWP = ("fp32",)
+    #: the default ``factor_dtype`` of mixed-precision solves
+    DEFAULT_LOWP = "fp32"
 
     def lowp_mode(self, factor_dtype: str) -> str:
         """The trailing-update mode (``lu_factor``/``cholesky`` ``gemm=``) that factors a

@@ -151,6 +151,7 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
 
     # ---- low-precision tensor-core GEMM (docs/mixed.md) -----------------------------------
     LOWP = ("fp32", "tf32", "fp16", "bf16")
+    DEFAULT_LOWP = "fp16"
 
     def lowp_mode(self, factor_dtype: str) -> str:
         return {"fp32": "tf32x3"}.get(factor_dtype, factor_dtype)

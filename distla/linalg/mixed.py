@@ -71,8 +71,10 @@ def low_dtype(dtype) -> np.dtype:
     return _LOW[d]
 
 
-def check_mixed(A: DistMatrix, precision: str, factor_dtype, what: str) -> str | None:
-    """The factor precision to use (None for 'double'): ValueError / TypeError for a bad
+def check_mixed(A: DistMatrix, precision: str, factor_dtype, what: str,
+                default: str | None = None) -> str | None:
+    """The factor precision to use (None for 'double'; for None ``default``, else the
+    device's: 'fp32' on CPU ranks, 'fp16' on GPU ranks): ValueError / TypeError for a bad
     ``precision`` or ``factor_dtype``, a non-double A, or a ``factor_dtype`` A's device does
     not factor in (CPU ranks: 'fp32' only). Call inside ``collective``."""
     if precision not in PRECISIONS:
@@ -82,7 +84,7 @@ def check_mixed(A: DistMatrix, precision: str, factor_dtype, what: str) -> str |
             raise ValueError(f"{what}: factor_dtype={factor_dtype!r} needs precision='mixed'")
         return None
     low_dtype(A.dtype)
-    fd = A.backend.LOWP[0] if factor_dtype is None else factor_dtype
+    fd = factor_dtype or default or A.backend.DEFAULT_LOWP
     if fd not in FACTOR_DTYPES:
         raise ValueError(f"{what}: factor_dtype must be one of {', '.join(FACTOR_DTYPES)}, "
                          f"not {fd!r}")

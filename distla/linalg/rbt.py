@@ -311,8 +311,9 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     three extra distributed products with X). ``refine=False`` applies no correction but
     still checks the first solution against the refinement criterion (so it never silently
     returns an inaccurate answer). ``precision``: 'double' (GENP in A's precision) or
-    'mixed' (float32 GENP with updates in ``factor_dtype``, float64 refinement by GMRES-IR;
-    float64 GENP when that does not converge).
+    'mixed' (float32 GENP with updates in ``factor_dtype``, default 'fp32' on every device:
+    GENP's growth leaves half-precision factors no use as a preconditioner; float64
+    refinement by GMRES-IR; float64 GENP when that does not converge).
 
     Failure (GENP zero pivot, refinement not converged): ``fallback=True`` solves with partial
     pivoting and warns (:class:`RBTFallbackWarning`); ``fallback=False`` raises
@@ -329,7 +330,7 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     grid = A.grid if isinstance(A, DistMatrix) else None
     with collective(grid.comm if grid is not None else None):
         _validate(A, B, depth, max_iter, refine, fallback, return_info)
-        compute = check_mixed(A, precision, factor_dtype, "rbt_solve")
+        compute = check_mixed(A, precision, factor_dtype, "rbt_solve", default="fp32")
         if seed is not None:
             _resolve_seed(seed, None)
     if check_finite:
