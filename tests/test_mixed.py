@@ -87,10 +87,12 @@ def test_mixed_reaches_double_backward_error(grids, method, dtype):
 
 
 @pytest.mark.mpi
-def test_gmres_ir_takes_over_when_ir_stalls(grids):
+def test_gmres_ir_takes_over_when_ir_stalls(grids, monkeypatch):
     """cond 1e9: float32 factors make classical IR diverge (cond * eps32 > 1); GMRES-IR
-    (preconditioned by the factors in float64) still converges from the float32 LU."""
-    from distla.linalg import solve_lu
+    (preconditioned by the factors in float64) still converges from the float32 LU (without
+    the time budget, which at this size would rather fall back)."""
+    from distla.linalg import mixed, solve_lu
+    monkeypatch.setattr(mixed, "REFINE_BUDGET", None)
     a = conditioned(N, 1e9, 3)
     b = random_array((N, 1), seed=4)
     for grid in grids:
@@ -156,6 +158,21 @@ def test_never_returns_an_unrefined_answer(grids):
             X, info = solve(A, B, precision="mixed", max_iter=max_iter, return_info=True)
             assert info.fallback or info.iterations >= 1
             assert berr_np(a, X.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * N * EPS)
+
+
+@pytest.mark.mpi
+def test_time_budget_ends_a_slow_refinement_everywhere(grids, monkeypatch):
+    """A refinement past its time budget fails with that reason on every rank (here a budget
+    of zero seconds), and the float64 solve answers."""
+    from distla.linalg import mixed, solve
+    monkeypatch.setattr(mixed, "REFINE_BUDGET", 0.0)
+    monkeypatch.setattr(mixed, "MIN_SOLVES", 0)
+    a = conditioned(N, 1e9, 3)
+    b = random_array((N, 1), seed=4)
+    for grid in grids[:2]:
+        X, info = solve(_dist(grid, a), _dist(grid, b), precision="mixed", return_info=True)
+        assert info.fallback and "exceeded its time budget" in info.reason, info
+        assert berr_np(a, X.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * N * EPS)
 
 
 @pytest.mark.mpi

@@ -8,9 +8,11 @@ there with the trailing updates in ``factor_dtype`` ('fp32'; on GPU ranks also '
 gemm_lowp`). Refinement (:mod:`distla.linalg.refine`, ``mode='auto'``): classical IR with the
 low-precision solves; GMRES-IR, preconditioned by the factors applied in A's precision, from
 the first correction that does not halve the residual; stop at the first GMRES-IR correction
-that does not halve it. Any failure (factorization breakdown, overflow, stagnation, no
-convergence in ``max_iter``) runs the full-precision solve instead (``fallback=True``) or
-raises :class:`distla.ConvergenceError`; an unrefined answer is never returned. docs/mixed.md.
+that does not halve it, or when the refinement has taken ``REFINE_BUDGET`` times the
+low-precision factorization's time (``MIN_SOLVES`` solves' at least). Any failure
+(factorization breakdown, overflow, stagnation, the time budget, no convergence in
+``max_iter``) runs the full-precision solve instead (``fallback=True``) or raises
+:class:`distla.ConvergenceError`; an unrefined answer is never returned. docs/mixed.md.
 Collective over A's grid.
 """
 from __future__ import annotations
@@ -29,6 +31,13 @@ from .refine import refine
 __all__ = ["SolveInfo", "mixed_solve", "check_mixed", "low_dtype", "double_info", "PRECISIONS"]
 
 PRECISIONS = ("double", "mixed")
+# The refinement may take REFINE_BUDGET times the low-precision factorization's seconds, or
+# MIN_SOLVES times its first solve's when that is more (small n, where the factorization is
+# latency-bound too): past it the attempt fails (a converged answer is kept), so a failed
+# attempt costs about (1 + REFINE_BUDGET) low-precision factorizations on top of the float64
+# solve. None: no time limit.
+REFINE_BUDGET = 1.5
+MIN_SOLVES = 10
 _LOW = {np.dtype(np.float64): np.dtype(np.float32),
         np.dtype(np.complex128): np.dtype(np.complex64)}
 
@@ -146,7 +155,7 @@ def _factor_low(A, factor, factor_dtype, info):
             F = factor(A.astype(low), A.backend.lowp_mode(factor_dtype))
     except (DistlaError, np.linalg.LinAlgError) as e:   # zero pivot, not SPD, overflow
         return None, f"{label}: the factorization failed ({e})"
-    info.times["factor"] = time.perf_counter() - t
+    info.times["factor"] = A.grid.allreduce(time.perf_counter() - t, "max")
     return F, None
 
 
@@ -165,9 +174,13 @@ def _refine(A, B, F, apply, promote, max_iter, rcond, label, info):
 
     t = time.perf_counter()
     with trace("mixed.refine"):
-        ref = refine(A, B, solve, precond=precond, anorm=info.anorm, max_iter=max_iter,
+        x = solve(B)
+        t_solve = A.grid.allreduce(time.perf_counter() - t, "max")
+        budget = None if REFINE_BUDGET is None else \
+            max(REFINE_BUDGET * info.times["factor"], MIN_SOLVES * t_solve)
+        ref = refine(A, B, solve, x=x, precond=precond, anorm=info.anorm, max_iter=max_iter,
                      mode="auto", label=label, rcond=None if rcond is None else
-                     (lambda: rcond(F)))
+                     (lambda: rcond(F)), budget=budget)
     info.times["refine"] = time.perf_counter() - t
     info.iterations, info.history = ref.iterations, ref.history
     info.gmres_iterations = list(ref.gmres_iterations)

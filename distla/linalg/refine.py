@@ -22,6 +22,7 @@ A's grid.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -85,16 +86,19 @@ def scaled_residual(R: DistMatrix, X: DistMatrix, anorm: float, eps_sqrtn: float
 
 def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix | None = None,
            max_iter: int = 30, mode: str = "ir", label: str = "refinement",
-           rcond=None, precond=None) -> Refinement:
+           rcond=None, precond=None, budget: float | None = None) -> Refinement:
     """Collective: refine ``A X = B`` (A n x n; B n x k with A's row blocking) to working
     precision. ``solve(R)``: ``~A^-1 R`` in R's layout and dtype (collective). ``x``: a
     first solution (default ``solve(B)``). ``anorm``: ``||A||_inf``. ``mode``: 'ir', 'gmres'
     or 'auto' (module docstring). ``precond``: GMRES-IR's preconditioner (default ``solve``;
     it must be one fixed linear operator to working accuracy). ``rcond``: optional callable
     giving a condition estimate checked (>= eps) before acceptance. ``label`` prefixes the
-    failure reason."""
+    failure reason. ``budget``: seconds the refinement may take (the maximum over ranks,
+    checked at every residual and every GMRES iteration): past it, a converged x is
+    accepted as it is and an unconverged one fails."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    clock = _Budget(A.grid, budget)
     with trace("refine.solve"):
         x = solve(B) if x is None else x
     out = Refinement(x)
@@ -108,17 +112,18 @@ def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix |
         out.history.append(rho)
         it, hist = out.iterations, out.history
         if rho <= 1.0 and it >= min(1, max_iter):
-            if rho <= polish or stalled(hist, 1) or it >= max_iter:
+            if rho <= polish or stalled(hist, 1) or it >= max_iter or clock.over():
                 return _accept(A, B, R, out, anorm, eps, label, rcond)
-        elif it >= max_iter or not math.isfinite(rho) or stalled(hist, PATIENCE):
-            return _fail(out, label, rho, max_iter)
+        elif it >= max_iter or not math.isfinite(rho) or stalled(hist, PATIENCE) or \
+                clock.over():
+            return _fail(out, label, rho, max_iter, clock)
         elif stalled(hist, 1) and mode != "ir":
             if gmres_on:           # GMRES-IR does not contract: give up now
-                return _fail(out, label, rho, max_iter)
+                return _fail(out, label, rho, max_iter, clock)
             gmres_on = True        # classical IR does not contract: GMRES-IR from here
         if gmres_on:
             with trace("refine.gmres"):
-                d, m = gmres(A, R, precond or solve, GMRES_RESTART, GMRES_TOL)
+                d, m = gmres(A, R, precond or solve, GMRES_RESTART, GMRES_TOL, clock.over)
             out.gmres_iterations.append(m)
         else:
             with trace("refine.solve"):
@@ -127,9 +132,26 @@ def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix |
         out.iterations += 1
 
 
-def _fail(out: Refinement, label: str, rho: float, max_iter: int) -> Refinement:
+class _Budget:
+    """Seconds since construction against a budget, agreed over the grid (collective)."""
+
+    def __init__(self, grid, budget):
+        self.grid, self.budget, self.t0 = grid, budget, time.perf_counter()
+        self.spent = 0.0
+
+    def over(self) -> bool:
+        if self.budget is None:
+            return False
+        self.spent = self.grid.allreduce(time.perf_counter() - self.t0, "max")
+        return self.spent > self.budget
+
+
+def _fail(out: Refinement, label: str, rho: float, max_iter: int, clock=None) -> Refinement:
     why = ("produced non-finite values" if not math.isfinite(rho) else
-           "did not converge" if out.iterations >= max_iter else "stagnated")
+           "did not converge" if out.iterations >= max_iter else
+           f"exceeded its time budget ({clock.spent:.3g} s > {clock.budget:.3g} s)"
+           if clock is not None and clock.budget is not None and clock.spent > clock.budget
+           else "stagnated")
     out.reason = (f"{label}: refinement {why} after {out.iterations} iteration(s) (scaled "
                   f"residual {rho:.3g} > 1)")
     return out
@@ -157,12 +179,13 @@ def _accept(A, B, R, out: Refinement, anorm, eps, label, rcond) -> Refinement:
 
 
 def gmres(A: DistMatrix, R: DistMatrix, precond, restart: int = GMRES_RESTART,
-          tol: float = GMRES_TOL):
+          tol: float = GMRES_TOL, stop=None):
     """Collective: ``d ~ A^-1 R`` by left-preconditioned GMRES (``precond(W) ~ A^-1 W``),
     column by column but in lock step (one preconditioner application and one matvec of all
     columns per iteration), classical Gram-Schmidt with reorthogonalization, Givens
     rotations on the host. Stops when every column's preconditioned residual dropped by
-    ``tol`` or after ``restart`` iterations. Returns (d in R's layout, iterations)."""
+    ``tol``, after ``restart`` iterations, or when ``stop()`` (collective, asked after each
+    iteration) is True. Returns (d in R's layout, iterations)."""
     z = precond(R)
     beta = _norms(z)
     hdt = np.result_type(R.dtype, np.float64)   # Hessenberg, rotations: complex if R is
@@ -179,7 +202,7 @@ def gmres(A: DistMatrix, R: DistMatrix, precond, restart: int = GMRES_RESTART,
         h2 = column_dots(Vs, w)                # CGS2: a second pass keeps V orthonormal
         axpy_columns(w, Vs, h2)
         hn = _norms(w)
-        if rot.add(j, h + h2, hn, tol) or np.all(hn == 0):
+        if rot.add(j, h + h2, hn, tol) or np.all(hn == 0) or (stop is not None and stop()):
             break
         _scale_columns(w, hn)
         Vs.append(w)
