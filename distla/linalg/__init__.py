@@ -2,10 +2,11 @@
 from ..errors import LinAlgWarning
 from .cholesky import cho_factor, cho_rcond, cho_solve, cholesky, logdet, solve_cholesky
 from .lu import LUFactor, lu_factor, lu_solve, solve_lu
+from .mixed import SolveInfo
 from .rbt import RBTFallbackWarning, RBTInfo, rbt_solve, rbt_transform
 from .solve import METHODS, rcond, solve
 
 __all__ = ["cholesky", "cho_factor", "cho_solve", "cho_rcond", "solve_cholesky", "logdet",
            "lu_factor", "lu_solve", "solve_lu", "LUFactor",
            "rbt_solve", "rbt_transform", "RBTInfo", "RBTFallbackWarning",
-           "solve", "rcond", "LinAlgWarning", "METHODS"]
+           "solve", "rcond", "LinAlgWarning", "METHODS", "SolveInfo"]
