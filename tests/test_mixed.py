@@ -167,6 +167,7 @@ def test_time_budget_ends_a_slow_refinement_everywhere(grids, monkeypatch):
     from distla.linalg import mixed, solve
     monkeypatch.setattr(mixed, "REFINE_BUDGET", 0.0)
     monkeypatch.setattr(mixed, "MIN_SOLVES", 0)
+    monkeypatch.setattr(mixed, "MIN_BUDGET_S", 0.0)
     a = conditioned(N, 1e9, 3)
     b = random_array((N, 1), seed=4)
     for grid in grids[:2]:

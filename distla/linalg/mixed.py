@@ -32,12 +32,14 @@ __all__ = ["SolveInfo", "mixed_solve", "check_mixed", "low_dtype", "double_info"
 
 PRECISIONS = ("double", "mixed")
 # The refinement may take REFINE_BUDGET times the low-precision factorization's seconds, or
-# MIN_SOLVES times its first solve's when that is more (small n, where the factorization is
-# latency-bound too): past it the attempt fails (a converged answer is kept), so a failed
-# attempt costs about (1 + REFINE_BUDGET) low-precision factorizations on top of the float64
-# solve. None: no time limit.
+# MIN_SOLVES times its first solve's, or MIN_BUDGET_S, whichever is most (small n: the
+# factorization is latency-bound too, and timings of milliseconds are noise): past it the
+# attempt fails (a converged answer is kept), so a failed attempt costs about
+# (1 + REFINE_BUDGET) low-precision factorizations on top of the float64 solve.
+# REFINE_BUDGET = None: no time limit.
 REFINE_BUDGET = 1.5
 MIN_SOLVES = 10
+MIN_BUDGET_S = 0.25
 _LOW = {np.dtype(np.float64): np.dtype(np.float32),
         np.dtype(np.complex128): np.dtype(np.complex64)}
 
@@ -177,7 +179,7 @@ def _refine(A, B, F, apply, promote, max_iter, rcond, label, info):
         x = solve(B)
         t_solve = A.grid.allreduce(time.perf_counter() - t, "max")
         budget = None if REFINE_BUDGET is None else \
-            max(REFINE_BUDGET * info.times["factor"], MIN_SOLVES * t_solve)
+            max(REFINE_BUDGET * info.times["factor"], MIN_SOLVES * t_solve, MIN_BUDGET_S)
         ref = refine(A, B, solve, x=x, precond=precond, anorm=info.anorm, max_iter=max_iter,
                      mode="auto", label=label, rcond=None if rcond is None else
                      (lambda: rcond(F)), budget=budget)
