@@ -1,5 +1,7 @@
-"""Benchmark: mixed-precision solves (``precision='mixed'``) against the float64 solve over a
-condition-number sweep, with the single-device reference in the same run.
+"""Benchmark: mixed-precision solves vs the float64 solve over a condition-number sweep.
+
+``solve(..., precision='mixed')`` against the float64 solve on the same matrices, with the
+single-device reference in the same run.
 
     mpiexec -n 2 python -m distla.bench mixed --n 4096 --device cpu --method cholesky gepp
     python -m distla.bench mixed --device gpu --n 16384 --factor-dtype fp16 bf16 tf32
