@@ -2,7 +2,7 @@
 # Reproduces the README's "Measured performance" table on a GPU machine, from the repository
 # root (every row's reference is measured in the same run, as the benchmarks do):
 #
-#   bash benchmarks/readme_table.sh [1gpu] [2gpu] [genp] [tlr] [cpu] [job]
+#   bash benchmarks/readme_table.sh [1gpu] [2gpu] [genp] [tlr] [cpu] [job] [mixed]
 #                                   (default: 1gpu 2gpu genp tlr)
 #
 #   1gpu  one GPU:  Cholesky and LU (partial pivoting) n=32768 beside cuSOLVER; Cholesky n=65536
@@ -15,6 +15,8 @@
 #   cpu   CPU ranks: Cholesky n=4096 nb=256 on 1x2 ranks, one BLAS thread each, beside SciPy
 #   job   one GPU: the whole job (generate, read, rhs, solve, check, write) n=32768 nb=1024,
 #         a fresh process (--cold) and in-process repetitions, beside each phase's floor
+#   mixed one GPU, n=32768: Cholesky and LU, float64 vs mixed (fp16, bf16) at cond 1e2, 1e6,
+#         1e10, beside cuSOLVER
 #
 # Needs one GPU per rank (2 GPUs for 2gpu/genp/tlr: device kind nvidia-h200-x2), CuPy, mpi4py
 # and Open MPI's mpirun (benchmarks/gpu/device_env.sh sets it up). Each part's timeouts add
@@ -99,8 +101,12 @@ for part in $PARTS; do
     job)
         run 500 1 job $G --n 32768 --nb 1024 --dir /tmp/distla-job --cold --repeat 2
         ;;
+    mixed)
+        run 300 1 mixed $G --n 32768 --nb 1024 --reps 1 --method cholesky gepp \
+            --cond 1e2 1e6 1e10 --factor-dtype fp16 bf16
+        ;;
     *)
-        echo "unknown part '$part' (1gpu, 2gpu, genp, tlr, cpu, job)" >&2
+        echo "unknown part '$part' (1gpu, 2gpu, genp, tlr, cpu, job, mixed)" >&2
         exit 2
         ;;
     esac

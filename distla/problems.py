@@ -5,6 +5,8 @@ same matrix whatever the grid, block size or device): shared by the CLI (``distl
 * :func:`spd_matrix` -- symmetric, strictly diagonally dominant (cond < 3);
 * :func:`general_matrix` -- independent standard normal entries;
 * :func:`covariance_matrix` -- a Gaussian-process covariance (st-2D-sqexp and relatives);
+* :func:`conditioned_matrix` -- prescribed singular values (a condition-number sweep), general
+  or symmetric positive definite;
 * :func:`make_problem` / :func:`problem_entries` -- by name, as a DistMatrix or as an entry
   function for any part of it.
 
@@ -70,6 +72,42 @@ def covariance_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64
     pts = cov.points(n, dim=2, kind="jittered", seed=seed)
     return cov.covariance_matrix(grid, pts, _kernel(kernel, length, nugget), _pair(block),
                                  device=device, dtype=dtype)
+
+
+def conditioned_matrix(grid, n: int, block=64, *, cond: float = 1e6, seed: int = 0,
+                       spd: bool = False, dtype=np.float64, device="cpu"):
+    """Collective: ``A = Q1 diag(s) Q2^T`` (n x n, real) with singular values
+    ``s_i = cond^(-i / (n - 1))`` (1 down to 1/cond, log-spaced: LAPACK latms' mode 3) and
+    random orthogonal Q1, Q2; ``spd=True``: ``Q2 = Q1`` (symmetric positive definite, its
+    eigenvalues are s). Each Q is a Kronecker product ``Qa (x) Qb`` of two Haar-random
+    orthogonal matrices of sizes p x q = n (p the largest divisor of n up to sqrt(n); QR of
+    seeded normal matrices, replicated: O(n) memory), so both factors are generated entry by
+    entry; A is then one distributed product ``Q1 @ (diag(s) Q2^T)`` (2 n^3 flops). The same
+    matrix on any grid, block size or device (up to the product's rounding)."""
+    p = max(d for d in range(1, int(np.sqrt(n)) + 1) if n % d == 0) if n else 1
+    q = n // p if n else 0
+    qa, qb = _haar(p, seed), _haar(q, seed + 1)
+    qc, qd = (qa, qb) if spd else (_haar(p, seed + 2), _haar(q, seed + 3))
+    s = float(cond) ** (-np.arange(n) / max(n - 1, 1))
+
+    def q1(I, J):
+        xp = _xp_of(I)
+        return xp.asarray(qa)[I // q, J // q] * xp.asarray(qb)[I % q, J % q]
+
+    def dq2t(I, J):                 # (diag(s) Q2^T)[i, j] = s_i Q2[j, i]
+        xp = _xp_of(I)
+        return xp.asarray(s)[I] * xp.asarray(qc)[J // q, I // q] * xp.asarray(qd)[J % q, I % q]
+    blk = _pair(block)
+    Q1 = DistMatrix.from_function(grid, (n, n), blk, q1, dtype=dtype, device=device)
+    M = DistMatrix.from_function(grid, (n, n), blk, dq2t, dtype=dtype, device=device)
+    return Q1 @ M
+
+
+def _haar(m: int, seed: int) -> np.ndarray:
+    """A Haar-random m x m orthogonal matrix (QR of a seeded normal matrix, signs fixed)."""
+    g = np.random.default_rng([seed, m, 0x51ED]).standard_normal((m, m))
+    qm, r = np.linalg.qr(g)
+    return qm * np.where(np.diag(r) < 0, -1.0, 1.0)
 
 
 def _kernel(name: str, length: float, nugget: float):

@@ -591,20 +591,22 @@ def test_gpu_matches_cpu():
 
 @pytest.mark.mpi
 def test_gemm_option_validated_and_cpu_float32_unchanged():
-    """gemm='tf32x3' is float32-only (clear errors first); on CPU ranks it is plain float32."""
+    """The tensor-core gemm modes are float32-only (clear errors first); on CPU ranks every
+    one of them is plain float32."""
     from distla.linalg import lu_factor
     n, nb = 40, 8
     a = _random(n, key=300).astype(np.float32)
     for g, src in _grids(srcs=False):
         A = _dist(g, a, nb, src)
         with pytest.raises(ValueError, match="gemm"):
-            lu_factor(A, gemm="tf32")
+            lu_factor(A, gemm="fp8")
         with pytest.raises(TypeError, match="float32"):
             lu_factor(A.astype(np.float64), gemm="tf32x3")
-        F1 = lu_factor(A, pivoting="partial", gemm="tf32x3")
         F2 = lu_factor(A, pivoting="partial")
-        assert np.array_equal(F1.piv, F2.piv)
-        assert np.array_equal(F1.lu.to_global(root=None), F2.lu.to_global(root=None))
+        for mode in ("tf32x3", "tf32", "fp16", "bf16"):
+            F1 = lu_factor(A, pivoting="partial", gemm=mode)
+            assert np.array_equal(F1.piv, F2.piv)
+            assert np.array_equal(F1.lu.to_global(root=None), F2.lu.to_global(root=None))
 
 
 @pytest.mark.mpi

@@ -1,5 +1,6 @@
-"""Profile one RBT solve (cProfile on rank 0; every phase syncs the device, so time lands in
-the phase that queued the work). mpirun -n 2 python benchmarks/gpu/profile_rbt.py --n 65536"""
+"""Profile one RBT solve (cProfile on rank 0, under a synchronizing distla.trace.Tracer, so
+time lands in the phase that queued the work).
+mpirun -n 2 python benchmarks/gpu/profile_rbt.py --n 65536"""
 import argparse
 import cProfile
 import pstats
@@ -9,6 +10,7 @@ from mpi4py import MPI
 from distla import DistMatrix, ProcessGrid
 from distla.bench import common
 from distla.linalg import rbt_solve
+from distla.trace import Tracer
 
 p = argparse.ArgumentParser()
 p.add_argument("--n", type=int, default=65536)
@@ -24,9 +26,10 @@ for n in (4 * a.nb, a.n):
     B = DistMatrix.random(grid, (n, 1), (a.nb, a.nb), seed=2, device="gpu")
     prof = cProfile.Profile()
     prof.enable()
-    X, info = rbt_solve(A, B, precision=a.precision, return_info=True)
+    with Tracer(device="gpu", sync=True) as tr:
+        X, info = rbt_solve(A, B, precision=a.precision, return_info=True)
     prof.disable()
     if comm.rank == 0 and n == a.n:
-        print({k: round(v, 3) for k, v in info.times.items()}, flush=True)
+        print(tr.table(), flush=True)
         pstats.Stats(prof).sort_stats("cumulative").print_stats(28)
     del A, B, X

@@ -36,7 +36,7 @@ from ..runtime import (
 __all__ = ["BENCHMARKS", "main", "main_argv", "run_benchmark", "plot_records",
            "load_records"]
 
-BENCHMARKS = ("matmul", "cholesky", "lu", "rbt", "tlr", "job")
+BENCHMARKS = ("matmul", "cholesky", "lu", "rbt", "tlr", "job", "mixed")
 _HELP = {
     "matmul": "distributed GEMM (SUMMA) beside one-process NumPy/CuPy",
     "cholesky": "distributed Cholesky factorization",
@@ -44,6 +44,7 @@ _HELP = {
     "rbt": "random butterfly transformation solve",
     "tlr": "tile low-rank Cholesky",
     "job": "the whole job (generate, read, rhs, solve, check, write) beside its floors",
+    "mixed": "mixed-precision solves vs float64 over a condition-number sweep",
 }
 
 

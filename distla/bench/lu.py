@@ -20,6 +20,7 @@ import argparse
 
 import numpy as np
 
+from ..linalg.methods import GEMM_MODES
 from . import common
 
 NAME = "lu"
@@ -36,9 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lookahead", type=int, default=1, help="lookahead (0 or 1, default 1)")
     parser.add_argument("--order", choices=("row", "col"), default="row",
                         help="rank order of the process grid")
-    parser.add_argument("--gemm", choices=("native", "tf32x3"), default="native",
-                        help="trailing-update GEMMs: native, or tf32x3 (float32 on GPU: TF32 "
-                             "tensor cores on split operands, ~float32 accuracy)")
+    parser.add_argument("--gemm", choices=GEMM_MODES, default="native",
+                        help="trailing-update GEMMs: native, or for float32 on GPU tensor "
+                             "cores: tf32x3 (split operands, ~float32 accuracy), tf32, fp16 "
+                             "or bf16 (docs/mixed.md)")
     parser.add_argument("--profile", action="store_true",
                         help="time per phase (panel/swap/bcast/trsm/update) of one extra run")
     parser.add_argument("--no-check", dest="check", action="store_false",

@@ -118,9 +118,44 @@ class Backend:
             self.take_rows(a, self.xp.asarray(src), vals)
             self.put_rows(a, self.xp.asarray(dest), vals)
 
+    # ---- low-precision GEMM (mixed-precision factorizations, docs/mixed.md) -----------------
+    #: factor precisions (``factor_dtype``) this device factors in; CPU ranks: float32 only
+    LOWP = ("fp32",)
+    #: the default ``factor_dtype`` of mixed-precision solves
+    DEFAULT_LOWP = "fp32"
+
+    def lowp_mode(self, factor_dtype: str) -> str:
+        """The trailing-update mode (``lu_factor``/``cholesky`` ``gemm=``) that factors a
+        float32 matrix at ``factor_dtype``. CPU ranks: 'native' (float32 BLAS) for all."""
+        return "native"
+
+    def computes_in_fp32(self, compute: str) -> bool:
+        """True when update mode ``compute`` is plain float32 arithmetic on this device (CPU
+        ranks: every mode), so that a float32 library call may stand in for it."""
+        return True
+
+    def lowp_operands(self, a, b, compute: str):
+        """``(a2, b2, scale)``: the operands of ``a @ b`` (float32, any strides) prepared once
+        for one or more :meth:`gemm_lowp` calls on slices of them. 'tf32x3': split for TF32
+        tensor cores; 'fp16'/'bf16' on GPU: cast after dividing by a power of two >= max|x|
+        (``scale`` = the product of the two, a device scalar); otherwise unchanged."""
+        if compute == "tf32x3":
+            return (*self.split_tf32x3(a, b), None)
+        return a, b, None
+
+    def gemm_lowp(self, transa, transb, alpha, a, b, beta, c, compute: str,
+                  scale=None) -> None:
+        """``c = alpha scale op(a) op(b) + beta c`` for float32 ``c`` with operands from
+        :meth:`lowp_operands`, accumulated in float32. compute: 'native', 'tf32x3', 'tf32',
+        'fp16', 'bf16'; devices without those tensor cores compute in float32 (CPU ranks:
+        the operands are the float32 ones, so this is sgemm)."""
+        self.gemm(transa, transb, alpha, a, b, beta, c, tf32=compute in ("tf32", "tf32x3"))
+
     def split_tf32x3(self, a, b):
-        """Operands of a TF32 tensor-core product at ~float32 accuracy (GPU float32 only)."""
-        raise TypeError("split_tf32x3 needs float32 arrays on a GPU backend")
+        """Operands of a TF32 tensor-core product at ~float32 accuracy (pair with
+        ``gemm(..., tf32=True)``). Devices without TF32 tensor cores: ``(a, b)`` unchanged, so
+        that the product is the plain one."""
+        return a, b
 
     # ---- row movement and elementwise kernels ---------------------------------------------
     def take_rows(self, a, idx, out) -> None:

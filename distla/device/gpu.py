@@ -11,6 +11,10 @@ from .base import Backend
 from .streams import GpuStream
 
 _CUBLAS_TF32_TENSOR_OP_MATH = 3   # cublasMath_t: single precision through TF32 tensor cores
+_CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF = 0, 2, 14        # cudaDataType
+_CUBLAS_COMPUTE_32F = 68                                # cublasComputeType_t
+_CUBLAS_GEMM_DEFAULT = -1
+_CUBLAS_POINTER_MODE_HOST, _CUBLAS_POINTER_MODE_DEVICE = 0, 1
 
 
 class GpuBackend(Backend):  # pragma: no cover - needs a GPU
@@ -145,6 +149,72 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     def _getrf_nopiv(self, a):
         self._getrf(a, pivoting=False)
 
+    # ---- low-precision tensor-core GEMM (docs/mixed.md) -----------------------------------
+    LOWP = ("fp32", "tf32", "fp16", "bf16")
+    DEFAULT_LOWP = "fp16"
+
+    def lowp_mode(self, factor_dtype: str) -> str:
+        return {"fp32": "tf32x3"}.get(factor_dtype, factor_dtype)
+
+    def computes_in_fp32(self, compute: str) -> bool:
+        return compute == "native"
+
+    def lowp_operands(self, a, b, compute: str):
+        if compute not in ("fp16", "bf16"):
+            return super().lowp_operands(a, b, compute)
+        a2, sa = self._scaled_cast(a, compute)
+        b2, sb = self._scaled_cast(b, compute)
+        return a2, b2, sa * sb
+
+    def _scaled_cast(self, a, compute):
+        """(column-major fp16 / bf16 (as uint16 bits) copy of ``a / s``, s) with s the power
+        of two >= max|a| (a device scalar; 1 for a zero or empty ``a``): entries <= 1, so
+        fp16 cannot overflow, and the scaling is exact."""
+        xp = self.xp
+        if a.size == 0:
+            return xp.empty(a.shape, np.float16 if compute == "fp16" else np.uint16,
+                            order="F"), xp.ones((), np.float32)
+        m = xp.abs(a).max().astype(np.float32)
+        s = xp.where(m > 0, xp.exp2(xp.ceil(xp.log2(xp.where(m > 0, m, 1)))), 1)
+        s = s.astype(np.float32)
+        inv = (1 / s).astype(np.float32)
+        if compute == "fp16":
+            out = xp.empty(a.shape, np.float16, order="F")
+            xp.multiply(a, inv, out=out)
+        else:
+            out = xp.empty(a.shape, np.uint16, order="F")
+            _kernels()["bf16"](a, inv, out)
+        return out, s
+
+    def gemm_lowp(self, transa, transb, alpha, a, b, beta, c, compute, scale=None):
+        if compute not in ("fp16", "bf16"):
+            return super().gemm_lowp(transa, transb, alpha, a, b, beta, c, compute, scale)
+        if c.size == 0:
+            return
+        m, n = c.shape
+        k = a.shape[1] if transa == "N" else a.shape[0]
+        if k == 0:
+            c *= beta
+            return
+        if c.dtype != np.float32 or not _lapack.is_colmajor(c):
+            raise TypeError("gemm_lowp needs a column-major float32 c")
+        xp, cb = self.xp, self._cublas
+        a, b = self._colmajor(a), self._colmajor(b)
+        al = (xp.float32(alpha) * (xp.ones((), np.float32) if scale is None else scale))
+        al = al.astype(np.float32)
+        be = xp.full((), beta, np.float32)
+        t = _CUDA_R_16F if compute == "fp16" else _CUDA_R_16BF
+        h = self._blas()
+        old = cb.getPointerMode(h)
+        cb.setPointerMode(h, _CUBLAS_POINTER_MODE_DEVICE)   # alpha carries the scale
+        try:
+            cb.gemmEx(h, self._op(transa), self._op(transb), m, n, k, al.data.ptr,
+                      a.data.ptr, t, _lapack.ld(a), b.data.ptr, t, _lapack.ld(b), be.data.ptr,
+                      c.data.ptr, _CUDA_R_32F, _lapack.ld(c), _CUBLAS_COMPUTE_32F,
+                      _CUBLAS_GEMM_DEFAULT)
+        finally:
+            cb.setPointerMode(h, old)
+
     def split_tf32x3(self, a, b):
         """For float32 ``a (m x k)``, ``b (k x n)`` returns column-major ``A3 = [ah, ah, al]``
         (m x 3k) and ``B3 = [bh; bl; bh]`` (3k x n), ``xh`` = x rounded to TF32 and
@@ -223,6 +293,11 @@ def _kernels():  # pragma: no cover - needs a GPU
                    "T b1 = a00 + a01; T b2 = a10 + a11; T b3 = a00 - a01; T b4 = a10 - a11; "
                    "a00 = ut * vl * (b1 + b2); a01 = ut * vr * (b3 + b4); "
                    "a10 = ub * vl * (b1 - b2); a11 = ub * vr * (b3 - b4);", "distla_rbt_quad"),
+        # float32 -> bfloat16 bits, rounded to nearest even (CuPy has no bfloat16 dtype)
+        "bf16": ek("float32 x, float32 inv", "uint16 y",
+                   "unsigned int u = __float_as_uint(x * inv); "
+                   "y = (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);",
+                   "distla_to_bf16"),
         "tf32": ek("float32 x", "float32 hi, float32 hi2, float32 lo",
                    "const float h = __uint_as_float((__float_as_uint(x) + 0x1000u) & "
                    "0xffffe000u); hi = h; hi2 = h; lo = x - h;", "distla_split_tf32"),

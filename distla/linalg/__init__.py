@@ -10,6 +10,7 @@ from .cholesky import (
     solve_cholesky,
 )
 from .lu import LUFactor, lu_factor, lu_solve, lu_solve_rcond, solve_lu
+from .mixed import SolveInfo
 from .rbt import RBTFallbackWarning, RBTInfo, rbt_solve, rbt_transform
 from .solve import METHODS, rcond, solve
 
@@ -17,4 +18,4 @@ __all__ = ["cholesky", "cho_factor", "cho_solve", "cho_rcond", "cho_solve_rcond"
            "solve_cholesky", "logdet", "lu_factor", "lu_solve", "lu_solve_rcond", "solve_lu",
            "LUFactor",
            "rbt_solve", "rbt_transform", "RBTInfo", "RBTFallbackWarning",
-           "solve", "rcond", "LinAlgWarning", "METHODS"]
+           "solve", "rcond", "LinAlgWarning", "METHODS", "SolveInfo"]

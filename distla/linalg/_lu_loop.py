@@ -54,9 +54,9 @@ class LULoop:
     """One factorization ``P A = L U`` in A's storage (every rank builds one and calls
     :meth:`run`, which is collective)."""
 
-    def __init__(self, A, pivoting, tree, lookahead, tf32x3=False):
+    def __init__(self, A, pivoting, tree, lookahead, compute="native"):
         self.A, self.pivoting, self.tree, self.lookahead = A, pivoting, tree, lookahead
-        self.tf32x3 = tf32x3
+        self.compute = compute   # trailing-update GEMM mode (Backend.gemm_lowp)
         g = self.g = A.grid
         self.be, self.xp = A.backend, A.xp
         self.comms = g.comms(A.device)
@@ -76,7 +76,9 @@ class LULoop:
         if self.nsteps == 0:
             return self.piv
         be = self.be
-        if self.pivoting != "none" and use_local(self.A, "getrf"):   # one process
+        # one process: the local library (it has no tensor-core update modes)
+        local = be.computes_in_fp32(self.compute) and use_local(self.A, "getrf")
+        if self.pivoting != "none" and local:
             with trace("getrf"):
                 piv, info = be.getrf(self.A.local)
                 self.zero_checks.append((0, "info", info))
@@ -111,13 +113,13 @@ class LULoop:
                 self.swap(A.local, pan.piv, j0, [slice(lc1, A.local.shape[1])])
         u = self.u12(pan, lc1)
         l21, a22 = pan.lbuf[lr1 - A.local_row_start(j0):], A.local[lr1:, lc1:]
-        l21, u, tf = self.gemm_operands(l21, u)
+        l21, u, sc = self.gemm_operands(l21, u)
         last = pan.k + 1 == self.nsteps
         w = 0 if last or not self.lookahead else \
             A.local_col_start(min(self.n, j0 + kb + self.nb)) - lc1
         with trace("update"):                              # lookahead column
-            self.be.gemm("N", "N", -1.0, l21, u[:, :w], 1.0, a22[:, :w], tf32=tf)
-        side.defer(self.update, l21, u[:, w:], a22[:, w:], tf)   # the rest, beside the panel
+            self.gemm(l21, u[:, :w], a22[:, :w], sc)
+        side.defer(self.update, l21, u[:, w:], a22[:, w:], sc)   # the rest, beside the panel
         if last:
             return None
         if not self.lookahead:
@@ -149,25 +151,31 @@ class LULoop:
         return u
 
     def gemm_operands(self, l21, u):
-        """``(l21, u, tf32)``: with ``tf32x3`` the operands split for one TF32 GEMM."""
-        if self.tf32x3 and l21.size and u.size:
+        """``(l21, u, scale)``: the update's operands, prepared once per step for the
+        low-precision modes (split for 3xTF32, scaled casts for fp16/bf16)."""
+        if self.compute != "native" and l21.size and u.size:
             with trace("update"):
-                l21, u = self.be.split_tf32x3(l21, u)
-            return l21, u, True
-        return l21, u, False
+                return self.be.lowp_operands(l21, u, self.compute)
+        return l21, u, None
 
-    def update(self, l21, u, a22, tf32=False):
+    def gemm(self, l21, u, a22, scale):
+        """``a22 -= l21 u`` in the update's mode."""
+        if self.compute == "native":
+            self.be.gemm("N", "N", -1.0, l21, u, 1.0, a22)
+        else:
+            self.be.gemm_lowp("N", "N", -1.0, l21, u, 1.0, a22, self.compute, scale)
+
+    def update(self, l21, u, a22, scale=None):
         """``a22 -= l21 u``. While a host-MPI broadcast is in flight the GEMM is cut into
         column chunks with MPI polled between them (MPI has no progress thread)."""
-        be, pending = self.be, self.inflight
+        pending = self.inflight
         nc = a22.shape[1]
         with trace("update"):
             if pending is None or not self.comms.row.needs_progress or nc < 2 * _POLL_CHUNK:
-                be.gemm("N", "N", -1.0, l21, u, 1.0, a22, tf32=tf32)
+                self.gemm(l21, u, a22, scale)
                 return
             for c in range(0, nc, _POLL_CHUNK):
-                be.gemm("N", "N", -1.0, l21, u[:, c:c + _POLL_CHUNK], 1.0,
-                        a22[:, c:c + _POLL_CHUNK], tf32=tf32)
+                self.gemm(l21, u[:, c:c + _POLL_CHUNK], a22[:, c:c + _POLL_CHUNK], scale)
                 pending.poll()
 
     def swap(self, local, piv, j0, segs):

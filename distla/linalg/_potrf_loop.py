@@ -28,8 +28,9 @@ class PotrfLoop:
     """State of one in-place lower Cholesky of ``A`` (every rank builds one, :meth:`run` is
     collective)."""
 
-    def __init__(self, A, lookahead):
+    def __init__(self, A, lookahead, compute="native"):
         self.A, self.d = A, lookahead
+        self.compute = compute   # trailing-update GEMM mode (Backend.gemm_lowp)
         g = self.g = A.grid
         self.be, self.xp = A.backend, A.xp
         self.comms = g.comms(A.device)
@@ -47,7 +48,8 @@ class PotrfLoop:
         nt, d, be = self.nt, self.d, self.be
         if nt == 0:
             return self.n
-        if use_local(self.A, "potrf"):                 # one process: the local library
+        # one process: the local library (it has no tensor-core update modes)
+        if be.computes_in_fp32(self.compute) and use_local(self.A, "potrf"):
             with trace("potrf"):
                 self.infos.append((0, be.potrf("L", self.A.local)))
             progress.update_columns(self.n, self.n, 1.0 / 3.0)   # one call: all at once
@@ -220,6 +222,7 @@ class PotrfLoop:
         seg, X = self.panels[k]
         p, be = self.plan[k], self.be
         r0, c0 = p["r0"], p["c0"]
+        ops = []      # low-precision operands, prepared once per call (on this call's stream)
         with trace("update"):
             for j in js:
                 if j not in self.mine:
@@ -230,13 +233,26 @@ class PotrfLoop:
                     continue
                 LT = seg[rs - r0:].T                     # kb x rows, column-major
                 XT = X[cs - c0:cs - c0 + w].T            # kb x w
-                if self.A.row_owner(j * self.nb) == self.g.myrow:   # diagonal block here
+                diag = self.A.row_owner(j * self.nb) == self.g.myrow
+                if diag:                                     # diagonal block here
                     be.syrk("L", "T", -1.0, LT[:, :w], 1.0, C[:w])
+                if self.compute != "native":
+                    self.gemm_lowp(ops, seg, X, rs - r0 + w * diag, cs - c0, w, C[w * diag:])
+                elif diag:
                     be.gemm("T", "N", -1.0, LT[:, w:], XT, 1.0, C[w:])
                 else:
                     be.gemm("T", "N", -1.0, LT, XT, 1.0, C)
                 if self.pending:   # let posted host-MPI broadcasts move between GEMMs
                     self.pending = [r for r in self.pending if not r.test()]
+
+    def gemm_lowp(self, ops, seg, X, r, c, w, C):
+        """``C -= seg[r:] X[c:c + w]^T`` in the low-precision mode; the panel's operands
+        (split or scaled casts, :meth:`Backend.lowp_operands`) are prepared on first use and
+        kept in ``ops`` for the caller's other block columns. Local."""
+        if not ops:
+            ops.extend(self.be.lowp_operands(seg, X.T, self.compute))
+        a, b, scale = ops
+        self.be.gemm_lowp("N", "N", -1.0, a[r:], b[:, c:c + w], 1.0, C, self.compute, scale)
 
     def _agree_fail(self) -> int:
         """Collective: the first failing global column over all ranks (n if none)."""

@@ -45,6 +45,8 @@ from ..validate import check_finite as check_finite_
 from ..validate import check_symmetric, signature
 from ._potrf_loop import PotrfLoop
 from .condition import rcond_estimate, solve_and_rcond, warn_if_ill_conditioned
+from .methods import check_gemm_mode
+from .mixed import check_mixed, double_info, mixed_solve
 
 __all__ = ["cholesky", "cho_factor", "cho_solve", "cho_rcond", "cho_solve_rcond",
            "solve_cholesky", "logdet"]
@@ -57,7 +59,7 @@ _REAL = (np.dtype(np.float32), np.dtype(np.float64))
 # ---------------------------------------------------------------------------------------
 def cholesky(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
              lookahead: int = 1, check_finite: bool = True,
-             check_symmetric: bool = True) -> DistMatrix:
+             check_symmetric: bool = True, gemm: str = "native") -> DistMatrix:
     """Collective: the Cholesky factor of the symmetric positive definite ``A`` (n x n, square
     ``nb x nb`` blocks, float32/float64, CPU or GPU).
 
@@ -66,6 +68,8 @@ def cholesky(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
     A's layout and its other triangle is zero. ``overwrite_a`` lets the lower factorization
     work in A's storage (A then holds L). ``lookahead`` is the lookahead depth (0 = none).
     Phases (panel, bcast, wait, update) are timed by an active :class:`distla.trace.Tracer`.
+    ``gemm``: the trailing updates' mode, as :func:`lu_factor`'s (float32 A for all but
+    'native'; the diagonal blocks' SYRK stays float32).
 
     ``check_finite``: NaN/Inf in A raise ValueError first (naming one entry).
     ``check_symmetric``: a matrix that is not symmetric (Hermitian) within ``sqrt(eps)``
@@ -75,15 +79,15 @@ def cholesky(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
     Raises :class:`~distla.errors.NotPositiveDefiniteError` on every rank, with ``.index`` the
     0-based global column of the first non-positive leading minor.
     """
-    _check_factor_input(A, lookahead)
+    _check_factor_input(A, lookahead, gemm)
     _check_values(A, check_finite, check_symmetric, "cholesky")
     if not lower:  # U = (chol of A's upper triangle, read as the lower one of A^T)^T
         L = A.transpose()
-        _potrf_lower(L, int(lookahead))
+        _potrf_lower(L, int(lookahead), gemm)
         _zero_upper(L)
         return L.transpose()
     L = A if overwrite_a else A.copy()
-    _potrf_lower(L, int(lookahead))
+    _potrf_lower(L, int(lookahead), gemm)
     _zero_upper(L)
     return L
 
@@ -132,26 +136,60 @@ def cho_solve(c_and_lower, B: DistMatrix, overwrite_b: bool = False,
 
 def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
                    overwrite_b: bool = False, lookahead: int = 1, check_finite: bool = True,
-                   check_symmetric: bool = True, check_rcond: bool = True) -> DistMatrix:
+                   check_symmetric: bool = True, check_rcond: bool = True,
+                   precision: str = "double", factor_dtype=None, max_iter: int = 30,
+                   fallback: bool = True, return_info: bool = False) -> DistMatrix:
     """Collective: solve ``A X = B`` for symmetric positive definite A (pdposv): Cholesky
     factor, then :func:`cho_solve`. Input errors are raised before any work (``check_finite``,
     ``check_symmetric``: see :func:`cholesky`). ``check_rcond``: estimate the condition number
-    from the factor and warn with :class:`distla.LinAlgWarning` when rcond < eps."""
+    from the factor and warn with :class:`distla.LinAlgWarning` when rcond < eps.
+
+    ``precision='mixed'`` (float64 A): Cholesky of a float32 copy with updates in
+    ``factor_dtype`` ('fp32'; GPU ranks also 'tf32', 'fp16', 'bf16'; default 'fp32' on CPU
+    ranks, 'fp16' on GPU ranks), refined to float64,
+    with the float64 solve as fallback (dsposv-style; :mod:`distla.linalg.mixed`;
+    ``max_iter``, ``fallback``). ``return_info=True`` returns ``(X, SolveInfo)``."""
     with collective(A.grid.comm if isinstance(A, DistMatrix) else None,
-                    signature("solve_cholesky", A, B, lookahead=lookahead)):
+                    signature("solve_cholesky", A, B, lookahead=lookahead,
+                              precision=precision, factor_dtype=factor_dtype)):
         _validate_factor_input(A, lookahead)
         _check_rhs(A, B, "solve_cholesky")
+        fd = check_mixed(A, precision, factor_dtype, "solve_cholesky")
     _check_values(A, check_finite, check_symmetric, "solve_cholesky")
     if check_finite:
         check_finite_(("B", B), what="solve_cholesky")
+    if fd is not None:
+        X, info = _solve_mixed(A, B, fd, lookahead, max_iter, fallback, check_rcond)
+        return (X, info) if return_info else X
     anorm = norm(A, 1) if check_rcond else None
     L = cholesky(A, lower=True, overwrite_a=overwrite_a, lookahead=lookahead,
                  check_finite=False, check_symmetric=False)
     if not check_rcond:
-        return cho_solve((L, True), B, overwrite_b=overwrite_b, check_finite=False)
-    X, rc = cho_solve_rcond((L, True), B, anorm, check_finite=False)
-    warn_if_ill_conditioned(rc, A.dtype, "solve_cholesky")
-    return X
+        X = cho_solve((L, True), B, overwrite_b=overwrite_b, check_finite=False)
+    else:
+        X, rc = cho_solve_rcond((L, True), B, anorm, check_finite=False)
+        warn_if_ill_conditioned(rc, A.dtype, "solve_cholesky")
+    return (X, double_info(A, "cholesky")) if return_info else X
+
+
+def _solve_mixed(A, B, fd, lookahead, max_iter, fallback, check_rcond):
+    """Collective: the mixed-precision Cholesky solve (:func:`distla.linalg.mixed.
+    mixed_solve`)."""
+    B0 = B
+    if (B.mb, B.rsrc) != (A.mb, A.rsrc):   # refine in A's row blocking
+        B = B.redistribute(block=(A.mb, B.nb), src=(A.rsrc, B.csrc))
+    X, info = mixed_solve(
+        A, B, method="cholesky", factor_dtype=fd,
+        factor=lambda A32, gemm: cholesky(A32, overwrite_a=True, lookahead=lookahead,
+                                          check_finite=False, check_symmetric=False,
+                                          gemm=gemm),
+        apply=lambda L, C: cho_solve((L, True), C, overwrite_b=True, check_finite=False),
+        promote=lambda L: L.astype(A.dtype), max_iter=max_iter, fallback=fallback,
+        full=lambda: solve_cholesky(A, B, lookahead=lookahead, check_finite=False,
+                                    check_symmetric=False, check_rcond=check_rcond))
+    if not X.same_layout(B0):
+        X = X.redistribute(block=B0.block, src=B0.src)
+    return X, info
 
 
 def cho_solve_rcond(c_and_lower, B: DistMatrix, anorm: float, check_finite: bool = True):
@@ -208,11 +246,12 @@ def _validate_factor_input(A, lookahead):
         raise ValueError(f"lookahead must be a non-negative int, not {lookahead!r}")
 
 
-def _check_factor_input(A, lookahead):
+def _check_factor_input(A, lookahead, gemm="native"):
     if not isinstance(A, DistMatrix):
         raise TypeError(f"cholesky needs a DistMatrix, not {type(A).__name__}")
-    with collective(A.grid.comm, signature("cholesky", A, lookahead=lookahead)):
+    with collective(A.grid.comm, signature("cholesky", A, lookahead=lookahead, gemm=gemm)):
         _validate_factor_input(A, lookahead)
+        check_gemm_mode(gemm, A)
 
 
 def _check_values(A, finite: bool, symmetric: bool, what: str) -> None:
@@ -246,9 +285,9 @@ def _zero_upper(L):
             blk[...] = xp.tril(blk)
 
 
-def _potrf_lower(A: DistMatrix, lookahead: int) -> None:
+def _potrf_lower(A: DistMatrix, lookahead: int, gemm: str = "native") -> None:
     """In-place lower Cholesky of A's storage (upper triangle: garbage). Collective; raises
     NotPositiveDefiniteError on every rank on failure."""
-    fail = PotrfLoop(A, lookahead).run()
+    fail = PotrfLoop(A, lookahead, gemm).run()
     if fail < A.n:
         raise NotPositiveDefiniteError(fail)

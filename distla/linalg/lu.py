@@ -52,10 +52,11 @@ from ..validate import check_finite_result, signature
 from ._lu_loop import LULoop
 from ._pivoting import ipiv_to_perm, largest_multiplier, permute_rows
 from .condition import rcond_estimate, solve_and_rcond, warn_if_ill_conditioned
-from .methods import PIVOTING, pivoting_name
+from .methods import GEMM_MODES, PIVOTING, check_gemm_mode, pivoting_name
+from .mixed import check_mixed, double_info, mixed_solve
 
 __all__ = ["LUFactor", "lu_factor", "lu_solve", "lu_solve_rcond", "solve_lu", "PIVOTING",
-           "DEFAULT_PIVOT_THRESHOLD"]
+           "GEMM_MODES", "DEFAULT_PIVOT_THRESHOLD"]
 
 DEFAULT_PIVOT_THRESHOLD = 1e-10   # GENP: smallest accepted |u_jj| / max_i |a_ij^(j)|
 
@@ -159,10 +160,11 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     shapes the reduction over each process column) or 'none' (GENP). ``overwrite_a``: factor in
     A's storage. ``lookahead``: 0 or 1 (values > 1 act as 1: one panel ahead is what hides the
     panel). Phases are timed by an active :class:`distla.trace.Tracer`. ``gemm``: 'native'
-    (trailing updates in A's precision) or 'tf32x3' (float32 only: on GPU ranks each update is
-    one TF32 tensor-core GEMM of split operands, three products of 10-bit-mantissa halves,
-    about float32's accuracy (~2^-21 relative) at several times float32's rate; CPU ranks
-    compute it in float32 as usual).
+    (trailing updates in A's precision) or, for float32 A, a tensor-core mode
+    (:data:`GEMM_MODES`, docs/mixed.md): 'tf32x3' (each update one TF32 GEMM of split
+    operands, about float32's accuracy at several times float32's rate), 'tf32', 'fp16' or
+    'bf16' (operands rounded to that format, per-block scaled, float32 accumulation; panels
+    stay float32). Devices without tensor cores (CPU ranks) compute all of them in float32.
 
     ``check_finite``: scan A for NaN/Inf first (ValueError naming one such entry).
     ``pivot_threshold`` (GENP only): a pivot smaller than ``pivot_threshold`` times the
@@ -189,10 +191,7 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
             raise ValueError(f"tree must be 'binary' or 'flat', not {tree!r}")
         if not isinstance(lookahead, numbers.Integral) or lookahead < 0:
             raise ValueError(f"lookahead must be a non-negative int, not {lookahead!r}")
-        if gemm not in ("native", "tf32x3"):
-            raise ValueError(f"gemm must be 'native' or 'tf32x3', not {gemm!r}")
-        if gemm == "tf32x3" and A.dtype != np.float32:
-            raise TypeError(f"gemm='tf32x3' needs a float32 matrix, not {A.dtype}")
+        check_gemm_mode(gemm, A)
         if not (isinstance(pivot_threshold, numbers.Real) and 0 <= pivot_threshold < 1):
             raise ValueError(f"pivot_threshold must be a number in [0, 1), not "
                              f"{pivot_threshold!r}")
@@ -201,8 +200,7 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     anorm = norm(A, 1)
     F = A if overwrite_a else A.copy()
     max_a = _max_abs(F)
-    drv = LULoop(F, pivoting, tree, int(lookahead),
-                 tf32x3=gemm == "tf32x3" and A.backend.is_gpu)
+    drv = LULoop(F, pivoting, tree, int(lookahead), compute=gemm)
     piv = drv.run()
     with trace("check"):
         drv.agree_singular()
@@ -326,14 +324,23 @@ def lu_solve_rcond(F: LUFactor, B: DistMatrix, check_finite: bool = True):
 
 def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=False,
              overwrite_a: bool = False, overwrite_b: bool = False, check_finite: bool = True,
-             check_rcond: bool = True, **kw) -> DistMatrix:
+             check_rcond: bool = True, precision: str = "double", factor_dtype=None,
+             max_iter: int = 30, fallback: bool = True, return_info: bool = False,
+             **kw) -> DistMatrix:
     """Collective: solve ``A X = B`` by :func:`lu_factor` + :func:`lu_solve` (A square).
     Extra keywords (``tree``, ``lookahead``) go to :func:`lu_factor`. ``check_finite``: NaN/Inf
     in A or B raise ValueError first. ``check_rcond``: estimate the condition number from the
     factors (a few O(n^2) solves) and warn with :class:`distla.LinAlgWarning` when
-    rcond < eps, like ``scipy.linalg.solve``."""
+    rcond < eps, like ``scipy.linalg.solve``.
+
+    ``precision='mixed'`` (float64/complex128 A, ``trans=False``): LU of a float32 copy with
+    updates in ``factor_dtype`` ('fp32'; GPU ranks also 'tf32', 'fp16', 'bf16'; default 'fp32'
+    on CPU ranks, 'fp16' on GPU ranks), refined to A's precision, with the float64 solve as fallback
+    (:mod:`distla.linalg.mixed`; ``max_iter``, ``fallback``). ``return_info=True`` returns
+    ``(X, SolveInfo)``."""
     with collective(A.grid.comm if isinstance(A, DistMatrix) else None,
-                    signature("solve_lu", A, B, pivoting=pivoting, trans=trans, **kw)):
+                    signature("solve_lu", A, B, pivoting=pivoting, trans=trans,
+                              precision=precision, factor_dtype=factor_dtype, **kw)):
         _check_matrix(A)
         if A.m != A.n:
             raise ValueError(f"solve_lu needs a square matrix, got {A.shape}")
@@ -342,8 +349,15 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
         if B.m != A.n:
             raise ValueError(f"B has {B.m} rows, A is {A.n} x {A.n}")
         check_compatible(A, B, "solve_lu")     # the same classes as every other solver
+        fd = check_mixed(A, precision, factor_dtype, "solve_lu")
+        if fd is not None and _norm_trans(trans) != "N":
+            raise ValueError("solve_lu: precision='mixed' solves A X = B only (trans=False)")
     if check_finite:
         check_finite_(("A", A), ("B", B), what="solve_lu")
+    method = _METHOD[pivoting_name(pivoting)]
+    if fd is not None:
+        X, info = _solve_mixed(A, B, pivoting, fd, max_iter, fallback, check_rcond, kw)
+        return (X, info) if return_info else X
     F = lu_factor(A, pivoting=pivoting, overwrite_a=overwrite_a, check_finite=False, **kw)
     if check_rcond and _norm_trans(trans) == "N":   # the estimate's first solve rides along
         X, _ = lu_solve_rcond(F, B, check_finite=False)
@@ -351,4 +365,31 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
         X = lu_solve(F, B, trans=trans, overwrite_b=overwrite_b, check_finite=False)
     if check_rcond:
         warn_if_ill_conditioned(F.rcond(), A.dtype, "solve_lu")
-    return X
+    return (X, double_info(A, method)) if return_info else X
+
+
+_METHOD = {"partial": "gepp", "tournament": "calu", "none": "genp"}
+
+
+def _solve_mixed(A, B, pivoting, fd, max_iter, fallback, check_rcond, kw):
+    """Collective: the mixed-precision LU solve (:func:`distla.linalg.mixed.mixed_solve`)."""
+    B0 = B
+    if (B.mb, B.rsrc) != (A.mb, A.rsrc):   # refine in A's row blocking
+        B = B.redistribute(block=(A.mb, B.nb), src=(A.rsrc, B.csrc))
+
+    def promote(F):
+        G = LUFactor(F.lu.astype(A.dtype), F.piv, F.pivoting, F.max_abs_a, F.tree)
+        G.anorm = F.anorm
+        return G
+
+    X, info = mixed_solve(
+        A, B, method=_METHOD[pivoting_name(pivoting)], factor_dtype=fd,
+        factor=lambda A32, gemm: lu_factor(A32, pivoting=pivoting, overwrite_a=True,
+                                           check_finite=False, gemm=gemm, **kw),
+        apply=lambda F, C: lu_solve(F, C, overwrite_b=True, check_finite=False),
+        promote=promote, max_iter=max_iter, fallback=fallback,
+        full=lambda: solve_lu(A, B, pivoting=pivoting, check_finite=False,
+                              check_rcond=check_rcond, **kw))
+    if not X.same_layout(B0):
+        X = X.redistribute(block=B0.block, src=B0.src)
+    return X, info

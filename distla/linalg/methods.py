@@ -11,7 +11,10 @@
 """
 from __future__ import annotations
 
-__all__ = ["METHODS", "PIVOTING", "LU_PIVOTING", "method_name", "pivoting_name"]
+import numpy as np
+
+__all__ = ["METHODS", "PIVOTING", "LU_PIVOTING", "GEMM_MODES", "FACTOR_DTYPES", "method_name",
+           "pivoting_name", "check_gemm_mode"]
 
 METHODS = ("cholesky", "gepp", "calu", "genp", "rbt", "tlr")
 PIVOTING = ("partial", "tournament", "none")
@@ -41,3 +44,18 @@ def pivoting_name(pivoting) -> str:
     if p not in PIVOTING:
         raise ValueError(f"pivoting must be one of {PIVOTING}, not {pivoting!r}")
     return p
+
+
+# trailing-update modes of the factorizations (``gemm=``; docs/mixed.md) and the low precisions
+# of ``precision='mixed'`` solves (``factor_dtype=``)
+GEMM_MODES = ("native", "tf32x3", "tf32", "fp16", "bf16")
+FACTOR_DTYPES = ("fp32", "tf32", "fp16", "bf16")
+
+
+def check_gemm_mode(gemm, A) -> None:
+    """ValueError / TypeError unless ``gemm`` is a mode of :data:`GEMM_MODES` usable on A
+    (the low-precision modes need a float32 A)."""
+    if gemm not in GEMM_MODES:
+        raise ValueError(f"gemm must be one of {', '.join(GEMM_MODES)}, not {gemm!r}")
+    if gemm != "native" and A.dtype != np.float32:
+        raise TypeError(f"gemm={gemm!r} needs a float32 matrix, not {A.dtype}")

@@ -4,7 +4,8 @@ Methods (``method=``): the table in :mod:`distla.linalg.methods` (cholesky, gepp
 tlr, with aliases).
 
 Extra keywords go to the family's driver (e.g. ``lookahead``, ``tree``, ``depth``, ``seed``,
-``precision``, ``tol``, ``max_rank``). Collective over A's grid.
+``tol``, ``max_rank``; ``precision='mixed'``, ``factor_dtype``, ``return_info`` for every
+family but TLR: docs/mixed.md). Collective over A's grid.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ __all__ = ["solve", "rcond", "METHODS"]
 def solve(A, B, method: str = "gepp", **kw):
     """Collective: solve ``A X = B`` with the chosen method; returns X in B's layout.
 
-    ``method='rbt'`` with ``return_info=True`` returns ``(X, RBTInfo)``.
+    ``return_info=True`` returns ``(X, info)``: a :class:`distla.linalg.mixed.SolveInfo`
+    (``RBTInfo`` for ``method='rbt'``).
     """
     with collective(getattr(getattr(A, "grid", None), "comm", None),
                     signature("solve", A, B, method=method, **kw)):

@@ -1,0 +1,195 @@
+"""Mixed-precision solves (``precision='mixed'``): factor a low-precision copy of A, refine in
+A's precision, fall back to the full-precision solve when refinement will not converge.
+
+One driver for every factorization (:func:`mixed_solve`; LU with any pivoting, Cholesky, and
+the same rules in RBT): A (float64 / complex128) is copied to float32 / complex64 and factored
+there with the trailing updates in ``factor_dtype`` ('fp32'; on GPU ranks also 'tf32',
+'fp16', 'bf16' on tensor cores with float32 accumulation, :meth:`distla.device.base.Backend.
+gemm_lowp`). Refinement (:mod:`distla.linalg.refine`, ``mode='auto'``): classical IR with the
+low-precision solves; GMRES-IR, preconditioned by the factors applied in A's precision, from
+the first correction that does not halve the residual; stop at the first GMRES-IR correction
+that does not halve it, or when the refinement has taken ``REFINE_BUDGET`` times the
+low-precision factorization's time (``MIN_SOLVES`` solves' at least). Any failure
+(factorization breakdown, overflow, stagnation, the time budget, no convergence in
+``max_iter``) runs the full-precision solve instead (``fallback=True``) or raises
+:class:`distla.ConvergenceError`; an unrefined answer is never returned. docs/mixed.md.
+Collective over A's grid.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ConvergenceError, DistlaError
+from ..matrix import DistMatrix
+from ..trace import trace
+from .methods import FACTOR_DTYPES
+from .refine import refine
+
+__all__ = ["SolveInfo", "mixed_solve", "check_mixed", "low_dtype", "double_info", "PRECISIONS"]
+
+PRECISIONS = ("double", "mixed")
+# The refinement may take REFINE_BUDGET times the low-precision factorization's seconds, or
+# MIN_SOLVES times its first solve's, or MIN_BUDGET_S, whichever is most (small n: the
+# factorization is latency-bound too, and timings of milliseconds are noise): past it the
+# attempt fails (a converged answer is kept), so a failed attempt costs about
+# (1 + REFINE_BUDGET) low-precision factorizations on top of the float64 solve.
+# REFINE_BUDGET = None: no time limit.
+REFINE_BUDGET = 1.5
+MIN_SOLVES = 10
+MIN_BUDGET_S = 0.25
+_LOW = {np.dtype(np.float64): np.dtype(np.float32),
+        np.dtype(np.complex128): np.dtype(np.complex64)}
+
+
+@dataclass
+class SolveInfo:
+    """Diagnostics of a solve with ``return_info=True`` (the same on every rank).
+
+    ``precision``: what produced X, 'mixed' or 'double'; ``factor_dtype``: the dtype of the
+    factors that produced X ('float32', 'complex64', or A's dtype after a fallback);
+    ``compute``: their trailing updates' precision ('fp32', 'tf32', 'fp16', 'bf16'; A's
+    dtype name for a full-precision factorization); ``requested``: the asked-for low
+    precision (None for ``precision='double'``). ``iterations``: refinement corrections (0 for a
+    full-precision solve); ``gmres_iterations``: Krylov iterations of each GMRES-IR
+    correction; ``history``: the scaled residual at each check (<= 1: converged).
+    ``fallback``: a mixed solve ended in the full-precision one; ``reason``: why.
+    ``times``: host seconds of 'factor' (low precision), 'refine', 'fallback' and 'total';
+    ``anorm``: ``||A||_inf``.
+    """
+
+    method: str
+    precision: str
+    factor_dtype: str
+    compute: str
+    requested: str | None = None
+    iterations: int = 0
+    gmres_iterations: list = field(default_factory=list)
+    history: list = field(default_factory=list)
+    fallback: bool = False
+    reason: str | None = None
+    times: dict = field(default_factory=dict)
+    anorm: float = float("nan")
+
+
+def low_dtype(dtype) -> np.dtype:
+    """float32 for float64, complex64 for complex128 (TypeError otherwise)."""
+    d = np.dtype(dtype)
+    if d not in _LOW:
+        raise TypeError(f"precision='mixed' needs a float64 or complex128 matrix, not {d}")
+    return _LOW[d]
+
+
+def check_mixed(A: DistMatrix, precision: str, factor_dtype, what: str,
+                default: str | None = None) -> str | None:
+    """The factor precision to use (None for 'double'; for None ``default``, else the
+    device's: 'fp32' on CPU ranks, 'fp16' on GPU ranks): ValueError / TypeError for a bad
+    ``precision`` or ``factor_dtype``, a non-double A, or a ``factor_dtype`` A's device does
+    not factor in (CPU ranks: 'fp32' only). Call inside ``collective``."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"{what}: precision must be 'double' or 'mixed', not {precision!r}")
+    if precision == "double":
+        if factor_dtype is not None:
+            raise ValueError(f"{what}: factor_dtype={factor_dtype!r} needs precision='mixed'")
+        return None
+    low_dtype(A.dtype)
+    fd = factor_dtype or default or A.backend.DEFAULT_LOWP
+    if fd not in FACTOR_DTYPES:
+        raise ValueError(f"{what}: factor_dtype must be one of {', '.join(FACTOR_DTYPES)}, "
+                         f"not {fd!r}")
+    if fd not in A.backend.LOWP:
+        raise ValueError(f"{what}: factor_dtype={fd!r} needs GPU ranks (tensor cores); "
+                         f"{A.device} ranks factor in {', '.join(A.backend.LOWP)}")
+    return fd
+
+
+def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str, factor,
+                apply, promote, full, max_iter: int = 30, fallback: bool = True,
+                rcond=None):
+    """Collective: ``(X, SolveInfo)`` for ``A X = B`` (B with A's row blocking).
+
+    ``factor(A_low, gemm)``: the factorization of the low-precision copy (gemm: the update
+    mode for ``factor_dtype``); a :class:`distla.DistlaError` or ``LinAlgError`` it raises
+    (breakdown, raised on every rank) means fallback. ``apply(F, C)``: ``A^-1 C`` from
+    factors F in C's dtype. ``promote(F)``: the factors in A's precision (GMRES-IR's
+    preconditioner). ``full()``: the full-precision solve. ``rcond(F)``: optional condition
+    estimate (>= eps to accept)."""
+    info = SolveInfo(method=method, precision="mixed", factor_dtype=str(low_dtype(A.dtype)),
+                     compute=factor_dtype, requested=factor_dtype)
+    t0 = time.perf_counter()
+    info.anorm = A.norm("inf")
+    F, why = _factor_low(A, factor, factor_dtype, info)
+    if F is not None:
+        ref = _refine(A, B, F, apply, promote, max_iter, rcond, f"{factor_dtype} {method}",
+                      info)
+        if ref.converged:
+            info.times["total"] = time.perf_counter() - t0
+            return ref.x, info
+        why = ref.reason
+        del ref
+    del F
+    info.reason = why
+    if not fallback:
+        raise ConvergenceError(f"{method} (precision='mixed', n={A.n}): {why} (pass "
+                               f"fallback=True to solve in {A.dtype} instead)")
+    with trace("mixed.fallback"):
+        t = time.perf_counter()
+        X = full()
+        info.times["fallback"] = time.perf_counter() - t
+    info.fallback, info.precision = True, "double"
+    info.factor_dtype = info.compute = str(A.dtype)
+    info.times["total"] = time.perf_counter() - t0
+    return X, info
+
+
+def _factor_low(A, factor, factor_dtype, info):
+    """(factors of A's low-precision copy, None) or (None, the reason it failed)."""
+    label = f"{factor_dtype} {info.method}"
+    low = low_dtype(A.dtype)
+    big = float(np.finfo(low).max) / 4      # (max|a_ij| <= ||A||_inf: one pass usually)
+    if info.anorm >= big and A.norm("max") >= big:
+        return None, f"{label}: max|A| overflows {low}"
+    t = time.perf_counter()
+    try:
+        with trace("mixed.factor"):
+            F = factor(A.astype(low), A.backend.lowp_mode(factor_dtype))
+    except (DistlaError, np.linalg.LinAlgError) as e:   # zero pivot, not SPD, overflow
+        return None, f"{label}: the factorization failed ({e})"
+    info.times["factor"] = A.grid.allreduce(time.perf_counter() - t, "max")
+    return F, None
+
+
+def _refine(A, B, F, apply, promote, max_iter, rcond, label, info):
+    """Refinement in A's precision with the low-precision factors (module docstring)."""
+    wdt, low = A.dtype, low_dtype(A.dtype)
+    promoted = []
+
+    def solve(R):                       # classical IR: solves in the factors' precision
+        return apply(F, R.astype(low)).astype(wdt)
+
+    def precond(R):                     # GMRES-IR: the factors applied in A's precision
+        if not promoted:
+            promoted.append(promote(F))
+        return apply(promoted[0], R)
+
+    t = time.perf_counter()
+    with trace("mixed.refine"):
+        x = solve(B)
+        t_solve = A.grid.allreduce(time.perf_counter() - t, "max")
+        budget = None if REFINE_BUDGET is None else \
+            max(REFINE_BUDGET * info.times["factor"], MIN_SOLVES * t_solve, MIN_BUDGET_S)
+        ref = refine(A, B, solve, x=x, precond=precond, anorm=info.anorm, max_iter=max_iter,
+                     mode="auto", label=label, rcond=None if rcond is None else
+                     (lambda: rcond(F)), budget=budget)
+    info.times["refine"] = time.perf_counter() - t
+    info.iterations, info.history = ref.iterations, ref.history
+    info.gmres_iterations = list(ref.gmres_iterations)
+    return ref
+
+
+def double_info(A: DistMatrix, method: str) -> SolveInfo:
+    """The info of a full-precision solve (``precision='double'``)."""
+    return SolveInfo(method=method, precision="double", factor_dtype=str(A.dtype),
+                     compute=str(A.dtype))

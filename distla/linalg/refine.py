@@ -1,0 +1,267 @@
+"""Iterative refinement for any solver: classical IR and GMRES-IR (docs/mixed.md, docs/rbt.md).
+
+:func:`refine` improves ``x ~ A^-1 b`` in A's (working) precision, given ``solve(R) ~ A^-1 R``
+(any approximate inverse: low-precision LU or Cholesky factors, RBT + GENP, ...):
+
+* classical IR: ``r = b - A x`` (a distributed GEMV, :func:`distla.vector.residual`),
+  ``x += solve(r)``;
+* GMRES-IR (Carson & Higham): each correction ``A d = r`` is solved by left-preconditioned
+  GMRES on ``solve(A) d = solve(r)`` in working precision, so the Krylov space absorbs the
+  error of the preconditioner that plain IR cannot (:func:`gmres`);
+* ``mode='auto'``: classical IR first; the first correction that does not halve the scaled
+  residual switches to GMRES-IR; a GMRES-IR correction that does not halve it ends the
+  refinement (the contraction test that makes mixed-precision solves fall back early).
+
+Convergence: the scaled residual ``rho = max_j max|r_j| / (||A||_inf max|x_j| eps sqrt(n))``
+(dsgesv's criterion) is at most 1 after at least one correction; after that, refinement goes
+on while each correction still halves rho, down to ``rho <= 1/sqrt(n)``. An answer is then
+accepted only when LAPACK's componentwise backward error is at most ``max(10, sqrt(n)) eps``
+and (when asked) the condition estimate is at least eps. All functions are collective over
+A's grid.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.linalg
+
+from ..matrix import DistMatrix
+from ..trace import trace
+from ..vector import (
+    axpy_columns,
+    column_dots,
+    column_max,
+    componentwise_error,
+    global_max,
+    residual,
+)
+
+__all__ = ["refine", "gmres", "Refinement", "scaled_residual", "stalled", "MODES"]
+
+MODES = ("ir", "gmres", "auto")
+PATIENCE = 3             # classical IR: corrections in a row that may fail to halve rho
+GMRES_RESTART = 30       # Krylov vectors per GMRES-IR correction
+GMRES_TOL = 1e-8         # relative reduction of the preconditioned residual per correction
+
+
+@dataclass
+class Refinement:
+    """What :func:`refine` returns (the same on every rank). ``x``: the refined solution (in
+    B's layout; ``None`` never: an unconverged x is returned with ``converged=False``);
+    ``iterations``: corrections applied; ``history``: rho at each check;
+    ``gmres_iterations``: Krylov iterations of each GMRES-IR correction; ``reason``: why
+    refinement failed (None when converged); ``rcond``: the estimate used for acceptance."""
+
+    x: DistMatrix
+    iterations: int = 0
+    converged: bool = False
+    reason: str | None = None
+    history: list = field(default_factory=list)
+    gmres_iterations: list = field(default_factory=list)
+    rcond: float | None = None
+
+
+def stalled(hist: list, patience: int) -> bool:
+    """True when none of the last ``patience`` checks improved the best earlier one by 2x."""
+    if len(hist) <= patience:
+        return False
+    return min(hist[-patience:]) > 0.5 * min(hist[:-patience])
+
+
+def scaled_residual(R: DistMatrix, X: DistMatrix, anorm: float, eps_sqrtn: float) -> float:
+    """Collective: ``max_j (max|r_j| / anorm / max|x_j|) / (eps sqrt n)`` (inf for NaN)."""
+    xp = R.xp
+    rmax, ymax = column_max(R), column_max(X)
+    tiny = np.finfo(np.float64).tiny
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratio = xp.where(rmax == 0, 0.0, (rmax / max(anorm, tiny)) / ymax / eps_sqrtn)
+        ratio = xp.where(xp.isfinite(rmax) & xp.isfinite(ymax), ratio, np.inf)
+        loc = float(R.backend.to_host(xp.nan_to_num(ratio, nan=np.inf).max())) \
+            if ratio.size else 0.0
+    return global_max(R.grid, loc)
+
+
+def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix | None = None,
+           max_iter: int = 30, mode: str = "ir", label: str = "refinement",
+           rcond=None, precond=None, budget: float | None = None) -> Refinement:
+    """Collective: refine ``A X = B`` (A n x n; B n x k with A's row blocking) to working
+    precision. ``solve(R)``: ``~A^-1 R`` in R's layout and dtype (collective). ``x``: a
+    first solution (default ``solve(B)``). ``anorm``: ``||A||_inf``. ``mode``: 'ir', 'gmres'
+    or 'auto' (module docstring). ``precond``: GMRES-IR's preconditioner (default ``solve``;
+    it must be one fixed linear operator to working accuracy). ``rcond``: optional callable
+    giving a condition estimate checked (>= eps) before acceptance. ``label`` prefixes the
+    failure reason. ``budget``: seconds the refinement may take (the maximum over ranks,
+    checked at every residual and every GMRES iteration): past it, a converged x is
+    accepted as it is and an unconverged one fails."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    clock = _Budget(A.grid, budget)
+    with trace("refine.solve"):
+        x = solve(B) if x is None else x
+    out = Refinement(x)
+    eps = np.finfo(A.dtype).eps
+    eps_sqrtn, polish = eps * math.sqrt(A.n), 1.0 / math.sqrt(A.n)
+    gmres_on = mode == "gmres"
+    while True:
+        with trace("refine.residual"):
+            R = residual(A, out.x, B)
+            rho = scaled_residual(R, out.x, anorm, eps_sqrtn)
+        out.history.append(rho)
+        it, hist = out.iterations, out.history
+        if rho <= 1.0 and it >= min(1, max_iter):
+            if rho <= polish or stalled(hist, 1) or it >= max_iter or clock.over():
+                return _accept(A, B, R, out, anorm, eps, label, rcond)
+        elif it >= max_iter or not math.isfinite(rho) or stalled(hist, PATIENCE) or \
+                clock.over():
+            return _fail(out, label, rho, max_iter, clock)
+        elif stalled(hist, 1) and mode != "ir":
+            if gmres_on:           # GMRES-IR does not contract: give up now
+                return _fail(out, label, rho, max_iter, clock)
+            gmres_on = True        # classical IR does not contract: GMRES-IR from here
+        if gmres_on:
+            with trace("refine.gmres"):
+                d, m = gmres(A, R, precond or solve, GMRES_RESTART, GMRES_TOL, clock.over)
+            out.gmres_iterations.append(m)
+        else:
+            with trace("refine.solve"):
+                d = solve(R)
+        out.x.local += d.local
+        out.iterations += 1
+
+
+class _Budget:
+    """Seconds since construction against a budget, agreed over the grid (collective)."""
+
+    def __init__(self, grid, budget):
+        self.grid, self.budget, self.t0 = grid, budget, time.perf_counter()
+        self.spent = 0.0
+
+    def over(self) -> bool:
+        if self.budget is None:
+            return False
+        self.spent = self.grid.allreduce(time.perf_counter() - self.t0, "max")
+        return self.spent > self.budget
+
+
+def _fail(out: Refinement, label: str, rho: float, max_iter: int, clock=None) -> Refinement:
+    why = ("produced non-finite values" if not math.isfinite(rho) else
+           "did not converge" if out.iterations >= max_iter else
+           f"exceeded its time budget ({clock.spent:.3g} s > {clock.budget:.3g} s)"
+           if clock is not None and clock.budget is not None and clock.spent > clock.budget
+           else "stagnated")
+    out.reason = (f"{label}: refinement {why} after {out.iterations} iteration(s) (scaled "
+                  f"residual {rho:.3g} > 1)")
+    return out
+
+
+def _accept(A, B, R, out: Refinement, anorm, eps, label, rcond) -> Refinement:
+    """A small normwise residual does not make x accurate when A is numerically singular: the
+    componentwise backward error (from x's residual R) must be at working precision and the
+    condition estimate (when given) at least eps."""
+    # (LAPACK's guard against tiny denominators distorts the componentwise error of matrices
+    # near the underflow threshold: checked above it only)
+    scaled_ok = anorm * out.x.norm("max") >= np.finfo(A.dtype).tiny / eps
+    berr = componentwise_error(A, out.x, B, R) if scaled_ok else 0.0
+    if not berr <= max(10.0, math.sqrt(A.n)) * eps:
+        out.reason = (f"{label}: componentwise backward error {berr:.3g} is not at working "
+                      f"precision (A is numerically singular or the factors too inaccurate)")
+        return out
+    if rcond is not None:
+        out.rcond = rc = rcond()
+        if not rc >= eps:
+            out.reason = f"{label}: the matrix is numerically singular (rcond={rc:.3g} < eps)"
+            return out
+    out.converged = True
+    return out
+
+
+def gmres(A: DistMatrix, R: DistMatrix, precond, restart: int = GMRES_RESTART,
+          tol: float = GMRES_TOL, stop=None):
+    """Collective: ``d ~ A^-1 R`` by left-preconditioned GMRES (``precond(W) ~ A^-1 W``),
+    column by column but in lock step (one preconditioner application and one matvec of all
+    columns per iteration), classical Gram-Schmidt with reorthogonalization, Givens
+    rotations on the host. Stops when every column's preconditioned residual dropped by
+    ``tol``, after ``restart`` iterations, or when ``stop()`` (collective, asked after each
+    iteration) is True. Returns (d in R's layout, iterations)."""
+    z = precond(R)
+    beta = _norms(z)
+    hdt = np.result_type(R.dtype, np.float64)   # Hessenberg, rotations: complex if R is
+    _scale_columns(z, beta)
+    Vs = [z]
+    rot = _Givens(restart, R.n, hdt, beta)
+    zero = R._like(local=R.backend.zeros(R.local_shape, R.dtype))
+    for j in range(restart):
+        w = residual(A, Vs[j], zero)           # -A v_j
+        w.local *= -1.0
+        w = precond(w)
+        h = column_dots(Vs, w)
+        axpy_columns(w, Vs, h)
+        h2 = column_dots(Vs, w)                # CGS2: a second pass keeps V orthonormal
+        axpy_columns(w, Vs, h2)
+        hn = _norms(w)
+        if rot.add(j, h + h2, hn, tol) or np.all(hn == 0) or (stop is not None and stop()):
+            break
+        _scale_columns(w, hn)
+        Vs.append(w)
+    y = rot.solve()
+    d = R._like(local=R.backend.zeros(R.local_shape, R.dtype))
+    axpy_columns(d, Vs[:y.shape[0]], y, sign=1.0)
+    return d, y.shape[0]
+
+
+def _norms(W: DistMatrix) -> np.ndarray:
+    return np.sqrt(np.maximum(column_dots([W], W)[0].real, 0.0))
+
+
+def _scale_columns(W: DistMatrix, norms: np.ndarray) -> None:
+    """Local: ``W[:, c] /= norms[c]`` (columns of norm 0 left alone)."""
+    if W.local.size:
+        s = np.where(norms > 0, norms, 1.0)
+        W.local *= W.xp.asarray((1.0 / s)[W.col_indices()])[None, :]
+
+
+class _Givens:
+    """The GMRES least-squares problem of k columns in lock step, on the host: Hessenberg
+    columns reduced by complex Givens rotations ``[c s; -conj(s) c]`` as they arrive."""
+
+    def __init__(self, restart, k, hdt, beta):
+        self.H = np.zeros((restart + 1, restart, k), dtype=hdt)
+        self.cs, self.sn = np.zeros((restart, k)), np.zeros((restart, k), dtype=hdt)
+        self.g = np.zeros((restart + 1, k), dtype=hdt)
+        self.g[0] = beta
+        self.beta, self.hdt, self.m = beta, hdt, 0
+
+    def add(self, j, h, hn, tol) -> bool:
+        """Append Hessenberg column j (h: (j + 1, k), hn: (k,)); True when every column's
+        residual dropped by ``tol``."""
+        cs, sn, g = self.cs, self.sn, self.g
+        col = np.vstack([h, hn[None, :]]).astype(self.hdt)    # (j + 2, k)
+        for i in range(j):                     # previous rotations
+            a, b = col[i].copy(), col[i + 1].copy()
+            col[i], col[i + 1] = cs[i] * a + sn[i] * b, -np.conj(sn[i]) * a + cs[i] * b
+        a, b = col[j].copy(), col[j + 1].real.copy()   # zero col[j + 1] (real, >= 0)
+        aa = np.abs(a)
+        rr = np.hypot(aa, b)
+        ph = np.where(aa > 0, a / np.where(aa > 0, aa, 1.0), 1.0)   # a / |a| (1 if a == 0)
+        rs = np.where(rr > 0, rr, 1.0)
+        cs[j] = np.where(rr > 0, aa / rs, 1.0)
+        sn[j] = np.where(rr > 0, ph * b / rs, 0.0)
+        col[j], col[j + 1] = ph * rr, 0.0
+        self.H[:j + 2, j] = col
+        g[j + 1] = -np.conj(sn[j]) * g[j]
+        g[j] = cs[j] * g[j]
+        self.m = j + 1
+        return bool(np.all(np.abs(g[j + 1]) <= tol * self.beta))
+
+    def solve(self) -> np.ndarray:
+        """(m, k): the Krylov coefficients, by back substitution per column."""
+        m, k = self.m, self.g.shape[1]
+        y = np.zeros((m, k), dtype=self.hdt)
+        for c in range(k):
+            Hc = self.H[:m, :m, c]
+            if np.all(np.diag(Hc) != 0):
+                y[:, c] = scipy.linalg.solve_triangular(Hc, self.g[:m, c])
+        return y

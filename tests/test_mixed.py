@@ -1,0 +1,350 @@
+"""Mixed-precision solves (distla/linalg/mixed.py, refine.py; docs/mixed.md).
+
+CPU ranks factor a float32 (complex64) copy and refine in float64 (complex128): on every grid
+shape, with n not a multiple of nb and a nonzero source process, the answer reaches the
+float64 solver's componentwise backward error on well-conditioned matrices; ill-conditioned
+ones fall back to the float64 solve with the reason (or raise the same error on every rank);
+an unrefined answer is never returned. The low-precision GEMM modes fall back to float32 on
+CPU ranks; the tensor-core paths are tested on a GPU (marked ``gpu``).
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.linalg as sla
+
+from distla.testing import corner, random_array
+
+EPS = np.finfo(np.float64).eps
+N, NB = 61, 8                      # n not a multiple of nb
+
+
+def berr_np(a, x, b):
+    """LAPACK componentwise backward error max |b - a x| / (|a||x| + |b|) (NumPy)."""
+    r = np.abs(b - a @ x)
+    d = np.abs(a) @ np.abs(x) + np.abs(b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(r == 0, 0.0, r / d)
+    return float(np.nan_to_num(q, nan=np.inf).max())
+
+
+def conditioned(n, cond, seed, spd=False, complex_=False):
+    """Q1 diag(s) Q2^H with s log-spaced from 1 to 1/cond (NumPy, global)."""
+    rng = np.random.default_rng(seed)
+
+    def unitary():
+        g = rng.standard_normal((n, n))
+        if complex_:
+            g = g + 1j * rng.standard_normal((n, n))
+        return np.linalg.qr(g)[0]
+    q1 = unitary()
+    q2 = q1 if spd else unitary()
+    a = (q1 * cond ** (-np.arange(n) / (n - 1))) @ q2.conj().T
+    return (a + a.conj().T) / 2 if spd else a
+
+
+def _dist(grid, a, nb=NB, src=(0, 0)):
+    from distla import DistMatrix
+    return DistMatrix.from_global(grid, a if grid.comm.rank == 0 else None, block=nb, src=src)
+
+
+def _same_everywhere(comm, value):
+    vals = comm.allgather(value)
+    assert all(v == vals[0] for v in vals), vals
+
+
+def _ref_berr(a, b):
+    return berr_np(a, sla.solve(a, b), b)
+
+
+METHODS = [("cholesky", np.float64), ("gepp", np.float64), ("calu", np.float64),
+           ("gepp", np.complex128), ("calu", np.complex128)]
+
+
+# ---------------------------------------------------------------------------------------
+# well-conditioned: float32 factors + IR reach float64's backward error
+# ---------------------------------------------------------------------------------------
+@pytest.mark.mpi
+@pytest.mark.parametrize("method,dtype", METHODS)
+def test_mixed_reaches_double_backward_error(grids, method, dtype):
+    from distla.linalg import solve
+    a = conditioned(N, 1e3, 1, spd=method == "cholesky", complex_=dtype == np.complex128)
+    b = random_array((N, 2), dtype, seed=2)
+    ref = _ref_berr(a, b)
+    for grid in grids:
+        A, B = _dist(grid, a, src=corner(grid)), _dist(grid, b, (NB, 1))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            X, info = solve(A, B, method=method, precision="mixed", return_info=True)
+        low = "float32" if dtype == np.float64 else "complex64"
+        assert (info.precision, info.factor_dtype, info.compute) == ("mixed", low, "fp32")
+        assert not info.fallback and info.reason is None and info.iterations >= 1, info
+        assert info.history[-1] <= 1.0 < info.history[0]
+        assert X.dtype == dtype and X.same_layout(B)
+        assert berr_np(a, X.to_global(None), b) <= max(20 * ref, 4 * N * EPS)
+
+
+@pytest.mark.mpi
+def test_gmres_ir_takes_over_when_ir_stalls(grids, monkeypatch):
+    """cond 1e9: float32 factors make classical IR diverge (cond * eps32 > 1); GMRES-IR
+    (preconditioned by the factors in float64) still converges from the float32 LU (without
+    the time budget, which at this size would rather fall back)."""
+    from distla.linalg import mixed, solve_lu
+    monkeypatch.setattr(mixed, "REFINE_BUDGET", None)
+    a = conditioned(N, 1e9, 3)
+    b = random_array((N, 1), seed=4)
+    for grid in grids:
+        X, info = solve_lu(_dist(grid, a), _dist(grid, b), precision="mixed",
+                           return_info=True)
+        assert info.precision == "mixed" and not info.fallback, info
+        assert info.gmres_iterations and all(1 <= m <= 30 for m in info.gmres_iterations)
+        assert berr_np(a, X.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * N * EPS)
+
+
+# ---------------------------------------------------------------------------------------
+# ill-conditioned: fall back to float64 with the reason, or raise everywhere
+# ---------------------------------------------------------------------------------------
+@pytest.mark.mpi
+@pytest.mark.parametrize("method,dtype", METHODS)
+def test_ill_conditioned_falls_back_with_reason(grids, method, dtype):
+    from distla.linalg import solve
+    n = 150
+    a = conditioned(n, 1e10, 5, spd=method == "cholesky", complex_=dtype == np.complex128)
+    b = random_array((n, 1), dtype, seed=6)
+    ref = _ref_berr(a, b)
+    for grid in grids[:2]:
+        A, B = _dist(grid, a, 16, corner(grid)), _dist(grid, b, 16)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # float64 solve of cond 1e10: no warning due
+            X, info = solve(A, B, method=method, precision="mixed", return_info=True)
+        assert info.fallback and info.precision == "double", info
+        assert info.factor_dtype == info.compute == np.dtype(dtype).name
+        assert info.reason.startswith(f"fp32 {method}: ")
+        assert "refinement" in info.reason or "factorization failed" in info.reason
+        _same_everywhere(grid.comm, info.reason)
+        assert berr_np(a, X.to_global(None), b) <= max(20 * ref, 4 * n * EPS)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("method", ["cholesky", "gepp"])
+def test_fallback_false_raises_the_same_error_everywhere(grids, method):
+    from distla import ConvergenceError
+    from distla.linalg import solve
+    n = 150
+    a = conditioned(n, 1e12, 7, spd=method == "cholesky")
+    b = random_array((n, 1), seed=8)
+    for grid in grids[:2]:
+        with pytest.raises(ConvergenceError, match="fallback=True") as ei:
+            solve(_dist(grid, a, 16), _dist(grid, b, 16), method=method, precision="mixed",
+                  fallback=False)
+        _same_everywhere(grid.comm, str(ei.value))
+
+
+@pytest.mark.mpi
+def test_never_returns_an_unrefined_answer(grids):
+    """Without corrections (max_iter=0) a float32 answer cannot meet the float64 criterion:
+    the float64 solve runs. With one correction allowed, either it converged or it fell back:
+    the answer is at float64's backward error either way."""
+    from distla.linalg import solve
+    a = conditioned(N, 1e5, 9)
+    b = random_array((N, 1), seed=10)
+    for grid in grids:
+        A, B = _dist(grid, a), _dist(grid, b)
+        X, info = solve(A, B, precision="mixed", max_iter=0, return_info=True)
+        assert info.fallback and "did not converge after 0" in info.reason, info
+        for max_iter in (1, 2):
+            X, info = solve(A, B, precision="mixed", max_iter=max_iter, return_info=True)
+            assert info.fallback or info.iterations >= 1
+            assert berr_np(a, X.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * N * EPS)
+
+
+@pytest.mark.mpi
+def test_time_budget_ends_a_slow_refinement_everywhere(grids, monkeypatch):
+    """A refinement past its time budget fails with that reason on every rank (here a budget
+    of zero seconds), and the float64 solve answers."""
+    from distla.linalg import mixed, solve
+    monkeypatch.setattr(mixed, "REFINE_BUDGET", 0.0)
+    monkeypatch.setattr(mixed, "MIN_SOLVES", 0)
+    monkeypatch.setattr(mixed, "MIN_BUDGET_S", 0.0)
+    a = conditioned(N, 1e9, 3)
+    b = random_array((N, 1), seed=4)
+    for grid in grids[:2]:
+        X, info = solve(_dist(grid, a), _dist(grid, b), precision="mixed", return_info=True)
+        assert info.fallback and "exceeded its time budget" in info.reason, info
+        assert berr_np(a, X.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * N * EPS)
+
+
+@pytest.mark.mpi
+def test_overflowing_float32_falls_back(grids):
+    from distla.linalg import solve
+    a = conditioned(N, 10.0, 11) * 1e300
+    b = random_array((N, 1), seed=12)
+    for grid in grids[:2]:
+        X, info = solve(_dist(grid, a), _dist(grid, b), precision="mixed", return_info=True)
+        assert info.fallback and "overflows float32" in info.reason, info
+        assert berr_np(a, X.to_global(None), b) <= 4 * N * EPS
+
+
+# ---------------------------------------------------------------------------------------
+# API: every solve path, one set of rules
+# ---------------------------------------------------------------------------------------
+@pytest.mark.mpi
+def test_double_precision_info_and_rbt_factor_dtype(grids):
+    from distla.linalg import rbt_solve, solve, solve_cholesky
+    a = conditioned(N, 1e3, 13, spd=True)
+    b = random_array((N, 1), seed=14)
+    for grid in grids[:2]:
+        A, B = _dist(grid, a), _dist(grid, b)
+        X, info = solve_cholesky(A, B, return_info=True)
+        assert (info.precision, info.factor_dtype, info.iterations) == ("double", "float64", 0)
+        X, info = rbt_solve(A, B, precision="mixed", factor_dtype="fp32", return_info=True)
+        assert (info.factor_dtype, info.compute) == ("float32", "fp32") and info.converged
+        Xm = solve(A, B, method="rbt", precision="mixed", return_info=True)[0]
+        np.testing.assert_array_equal(X.to_global(None), Xm.to_global(None))
+
+
+@pytest.mark.mpi
+def test_bad_arguments_raise_on_every_rank(grids):
+    from distla.linalg import rbt_solve, solve, solve_cholesky, solve_lu
+    grid = grids[0]
+    a = conditioned(16, 10.0, 15, spd=True)
+    A, B = _dist(grid, a, 4), _dist(grid, np.ones((16, 1)), 4)
+    cases = [
+        (lambda: solve(A, B, precision="half"), ValueError),
+        (lambda: solve(A, B, precision="mixed", factor_dtype="fp8"), ValueError),
+        (lambda: solve(A, B, precision="mixed", factor_dtype="fp16"), ValueError),  # CPU
+        (lambda: solve_lu(A, B, factor_dtype="fp32"), ValueError),        # needs 'mixed'
+        (lambda: solve_lu(A, B, precision="mixed", trans=True), ValueError),
+        (lambda: solve_cholesky(A.astype(np.float32), B.astype(np.float32),
+                                precision="mixed"), TypeError),
+        (lambda: rbt_solve(A, B, precision="mixed", factor_dtype="bf16"), ValueError),
+    ]
+    for fn, exc in cases:
+        with pytest.raises(exc) as ei:
+            fn()
+        _same_everywhere(grid.comm, str(ei.value))
+
+
+def test_cpu_low_precision_gemm_is_float32():
+    """CPU ranks have no tensor cores: every low-precision mode computes the float32 GEMM."""
+    from distla.device import get_backend
+    be = get_backend("cpu")
+    rng = np.random.default_rng(16)
+    a = np.asfortranarray(rng.standard_normal((30, 20)), dtype=np.float32)
+    b = np.asfortranarray(rng.standard_normal((20, 25)), dtype=np.float32)
+    ref = np.zeros((30, 25), np.float32, order="F")
+    be.gemm("N", "N", 1.0, a, b, 0.0, ref)
+    for mode in ("tf32x3", "tf32", "fp16", "bf16"):
+        a2, b2, scale = be.lowp_operands(a, b, mode)
+        c = np.zeros((30, 25), np.float32, order="F")
+        be.gemm_lowp("N", "N", 1.0, a2, b2, 0.0, c, mode, scale)
+        np.testing.assert_array_equal(c, ref)
+    assert be.LOWP == ("fp32",) and be.lowp_mode("fp32") == "native"
+    assert all(be.computes_in_fp32(m) for m in ("native", "tf32x3", "fp16"))
+
+
+@pytest.mark.mpi
+def test_cholesky_low_precision_modes_on_cpu_are_float32(grids):
+    """The Cholesky loop's low-precision update path (operands prepared once per panel,
+    sliced per block column) computes the float32 factor on CPU ranks."""
+    from distla.linalg import cholesky
+    a = conditioned(N, 1e2, 22, spd=True).astype(np.float32)
+    for grid in grids:
+        A = _dist(grid, a, src=corner(grid))
+        ref = cholesky(A).to_global(None)
+        for mode in ("tf32x3", "fp16"):
+            L = cholesky(A, gemm=mode).to_global(None)
+            np.testing.assert_allclose(L, ref, rtol=0, atol=1e-5)
+        with pytest.raises(TypeError, match="float32"):
+            cholesky(A.astype(np.float64), gemm="fp16")
+
+
+def test_conditioned_matrix_has_the_prescribed_singular_values():
+    from mpi4py import MPI
+
+    from distla import ProcessGrid
+    from distla.problems import conditioned_matrix
+    grid = ProcessGrid(1, 1, MPI.COMM_SELF)
+    for n, spd in ((96, False), (97, True), (50, False)):
+        a = conditioned_matrix(grid, n, 16, cond=1e6, seed=3, spd=spd).to_global(None)
+        s = np.linalg.svd(a, compute_uv=False)
+        np.testing.assert_allclose(s, 1e6 ** (-np.arange(n) / (n - 1)), rtol=1e-8)
+        if spd:
+            np.testing.assert_allclose(a, a.T, atol=1e-15)
+            assert np.linalg.eigvalsh(a).min() > 0
+
+
+@pytest.mark.mpi
+def test_conditioned_matrix_is_the_same_on_every_grid(grids):
+    from distla.problems import conditioned_matrix
+    ref = None
+    for grid in grids:
+        a = conditioned_matrix(grid, 45, (4, 4), cond=1e4, seed=2).to_global(None)
+        ref = a if ref is None else ref
+        np.testing.assert_allclose(a, ref, rtol=0, atol=1e-14)
+
+
+# ---------------------------------------------------------------------------------------
+# GPU: tensor-core updates (skipped without CuPy and a device)
+# ---------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode,bits", [("tf32x3", 21), ("tf32", 10), ("fp16", 10),
+                                       ("bf16", 7)])
+def test_gpu_low_precision_gemm_accuracy(mode, bits):
+    """The product of scaled casts, accumulated in float32, is within the format's rounding
+    of the float64 product; entries far beyond fp16's range do not overflow."""
+    import cupy as cp
+
+    from distla.device import get_backend
+    be = get_backend("gpu")
+    assert not be.computes_in_fp32(mode) and be.computes_in_fp32("native")
+    rng = np.random.default_rng(17)
+    a = rng.standard_normal((300, 64)) * 1e6          # fp16 max is 65504
+    b = rng.standard_normal((64, 90)) * 1e-3
+    ag, bg = (cp.asarray(x, dtype=cp.float32, order="F") for x in (a, b))
+    c = cp.ones((300, 90), cp.float32, order="F")
+    a2, b2, scale = be.lowp_operands(ag, bg, mode)
+    be.gemm_lowp("N", "N", -1.0, a2, b2, 1.0, c, mode, scale)
+    ref = 1.0 - a.astype(np.float32).astype(np.float64) @ b.astype(np.float32)
+    err = np.abs(c.get() - ref).max() / (np.abs(a).max() * np.abs(b).max() * 64)
+    assert np.all(np.isfinite(c.get())) and err < 4 * 2.0 ** -bits, err
+
+
+@pytest.mark.mpi
+@pytest.mark.gpu
+@pytest.mark.parametrize("factor_dtype", ["fp32", "tf32", "fp16", "bf16"])
+def test_gpu_mixed_solves_reach_double_accuracy(grids, factor_dtype):
+    from distla.linalg import solve
+    n = 200
+    # condition numbers well inside 1 / (unit roundoff of the update format)
+    cond = {"fp32": 1e4, "tf32": 1e2, "fp16": 1e2, "bf16": 20.0}[factor_dtype]
+    for method in ("cholesky", "gepp", "calu", "rbt"):
+        a = conditioned(n, cond, 18, spd=method == "cholesky")
+        b = random_array((n, 1), seed=19)
+        for grid in grids[:2]:
+            A, B = _dist(grid, a, 32).to("gpu"), _dist(grid, b, 32).to("gpu")
+            X, info = solve(A, B, method=method, precision="mixed", factor_dtype=factor_dtype,
+                            return_info=True)
+            assert X.device == "gpu", info
+            if method != "rbt":   # (RBT may retry in float64: GENP growth, docs/rbt.md)
+                assert info.compute == factor_dtype and not info.fallback, info
+            assert berr_np(a, X.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * n * EPS)
+
+
+@pytest.mark.mpi
+@pytest.mark.gpu
+def test_gpu_ill_conditioned_falls_back(grids):
+    from distla.linalg import solve
+    n = 200
+    a = conditioned(n, 1e12, 20)
+    b = random_array((n, 1), seed=21)
+    for grid in grids[:2]:
+        A, B = _dist(grid, a, 32).to("gpu"), _dist(grid, b, 32).to("gpu")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            X, info = solve(A, B, method="gepp", precision="mixed", factor_dtype="fp16",
+                            return_info=True)
+        assert info.fallback and info.reason.startswith("fp16 gepp: "), info
+        assert berr_np(a, X.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * n * EPS)
