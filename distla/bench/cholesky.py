@@ -31,8 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="untimed factorizations first (library handles, memory pools)")
     parser.add_argument("--order", choices=("row", "col"), default="row",
                         help="rank order of the process grid")
-    parser.add_argument("--profile", action="store_true",
-                        help="time spent in panel / broadcasts / update (one extra run)")
+    parser.add_argument("--profile", "--trace", dest="profile", action="store_true",
+                        help="one extra, traced run: seconds per phase, and the host time "
+                             "per step outside kernels and messages (step_overhead_us)")
     parser.add_argument("--no-check", dest="check", action="store_false",
                         help="skip the factor and solve residuals")
     parser.add_argument("--ref-threads", type=int, default=None,

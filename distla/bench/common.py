@@ -131,10 +131,15 @@ def best_local(fn, device="cpu", reps: int = 1, warmup: int = 0, setup=None) -> 
     return best
 
 
-def profiled(fn, device="cpu", comm=None) -> dict:
+def profiled(fn, device="cpu", comm=None, overhead_clock="cpu") -> dict:
     """Collective: run ``fn()`` once under a :class:`distla.trace.Tracer` and return
     ``{"t_profiled": wall seconds, "t_<phase>": seconds, ...}``, each the maximum over ranks
-    (phases any rank saw; device seconds on GPU ranks)."""
+    (phases any rank saw; device seconds on GPU ranks). When the driver marks ``"step"``
+    phases, also ``steps``, ``step_host_us`` (wall time per step), ``step_overhead_us`` and
+    ``step_overhead_median_us`` (mean and median host time per step outside library calls:
+    kernels, device reads, messages; on ``overhead_clock``, by default this thread's CPU time,
+    see :class:`distla.trace.Tracer`) and ``step_lib_calls`` (library calls per step), each
+    the maximum over ranks."""
     from mpi4py import MPI
 
     from ..trace import Tracer
@@ -142,7 +147,7 @@ def profiled(fn, device="cpu", comm=None) -> dict:
     sync(device)
     comm.Barrier()
     t0 = time.perf_counter()
-    with Tracer(device=device) as tr:
+    with Tracer(device=device, overhead_clock=overhead_clock) as tr:
         fn()
         sync(device)
     out = {"t_profiled": comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)}
@@ -150,7 +155,23 @@ def profiled(fn, device="cpu", comm=None) -> dict:
     names = sorted({ph for names in comm.allgather(sorted(sec)) for ph in names})
     for ph in names:
         out[f"t_{ph}"] = comm.allreduce(sec.get(ph, 0.0), op=MPI.MAX)
+    out.update(step_overhead(tr, comm))
     return out
+
+
+def step_overhead(tr, comm) -> dict:
+    """Collective: the per-step fields of :func:`profiled` from tracer ``tr`` (empty when no
+    rank traced a ``"step"`` phase)."""
+    from mpi4py import MPI
+    steps = tr.calls.get("step", 0)
+    if not comm.allreduce(steps, op=MPI.MAX):
+        return {}
+    m = max(steps, 1)
+    mine = {"steps": steps, "step_host_us": 1e6 * tr.host["step"] / m,
+            "step_overhead_us": tr.overhead_us("step") or 0.0,
+            "step_overhead_median_us": tr.overhead_us_median("step") or 0.0,
+            "step_lib_calls": tr.lib_calls["step"] / m}
+    return {k: comm.allreduce(v, op=MPI.MAX) for k, v in mine.items()}
 
 
 def timed(fn, device="cpu", comm=None, reps: int = 1, warmup: int = 0) -> float:

@@ -39,8 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gemm", choices=("native", "tf32x3"), default="native",
                         help="trailing-update GEMMs: native, or tf32x3 (float32 on GPU: TF32 "
                              "tensor cores on split operands, ~float32 accuracy)")
-    parser.add_argument("--profile", action="store_true",
-                        help="time per phase (panel/swap/bcast/trsm/update) of one extra run")
+    parser.add_argument("--profile", "--trace", dest="profile", action="store_true",
+                        help="one extra, traced run: seconds per phase, and the host time "
+                             "per step outside kernels and messages (step_overhead_us)")
     parser.add_argument("--no-check", dest="check", action="store_false",
                         help="skip the solve residual and growth factor")
     parser.add_argument("--no-ref", "--no-reference", dest="reference", action="store_false",

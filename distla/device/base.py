@@ -6,8 +6,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..trace import library
 from . import _lapack
 from .streams import HostStream
+
+# the kernels and device reads a tracer counts as library time (distla.trace.library)
+LIBRARY_CALLS = ("copy", "gemm", "syrk", "trsm", "potrf", "getrf", "getrf_nopiv", "laswp",
+                 "split_tf32x3", "take_rows", "put_rows", "take", "axpby", "butterfly_quad",
+                 "to_host", "synchronize", "info_value", "infos_to_host")
+
+
+def _mark_library(cls) -> None:
+    for name in LIBRARY_CALLS:
+        if name in cls.__dict__:
+            setattr(cls, name, library(cls.__dict__[name]))
 
 
 class Backend:
@@ -17,6 +29,10 @@ class Backend:
     name = "?"
     is_gpu = False
     xp = np
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        _mark_library(cls)
 
     # ---- storage -------------------------------------------------------------------------
     def empty(self, shape, dtype=np.float64):
@@ -57,6 +73,10 @@ class Backend:
     def current_stream(self):
         """The stream work is queued on now."""
         return HostStream.CURRENT
+
+    def copy(self, out, a) -> None:
+        """``out[...] = a`` (a memory copy; one kernel on GPU ranks)."""
+        out[...] = a
 
     # ---- BLAS/LAPACK-style kernels (in place on column-major views) ------------------------
     def gemm(self, transa, transb, alpha, a, b, beta, c, tf32: bool = False) -> None:
@@ -106,14 +126,8 @@ class Backend:
         Here: the net moves (at most ``2 len(piv)`` rows) gathered and scattered once."""
         if a.size == 0 or len(piv) == 0:
             return
-        at = {}   # position -> original row now there (moved positions only)
-        for i, p in enumerate(np.asarray(piv).tolist()):
-            r = start + i
-            if p != r:
-                at[r], at[p] = at.get(p, p), at.get(r, r)
-        dest = np.array([g for g, r in at.items() if g != r], dtype=np.int64)
+        dest, src = _lapack.swap_moves(piv, start)
         if dest.size:
-            src = np.array([at[g] for g in dest.tolist()], dtype=np.int64)
             vals = self.empty((dest.size, a.shape[1]), a.dtype)
             self.take_rows(a, self.xp.asarray(src), vals)
             self.put_rows(a, self.xp.asarray(dest), vals)
@@ -165,3 +179,6 @@ class Backend:
 
     def _colmajor(self, a):
         return a if _lapack.is_colmajor(a) else self.xp.asfortranarray(a)
+
+
+_mark_library(Backend)

@@ -17,6 +17,8 @@ rank; the first failing column is agreed once at the end.
 """
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from .. import layout, progress
@@ -35,7 +37,7 @@ class PotrfLoop:
         self.comms = g.comms(A.device)
         self.n, self.nb, self.nt = A.n, A.nb, A.nt
         self.P, self.Q = g.nprow, g.npcol
-        self.mine = {j: (cs, w, A.local_row_start(j * A.nb)) for j, cs, w in A.my_block_cols()}
+        self._columns()
         self._plan()
         self._alloc()
         self.infos = []     # (global column offset, potrf info) of the panels factored here
@@ -44,7 +46,7 @@ class PotrfLoop:
     # ---- the loop ------------------------------------------------------------------------
     def run(self) -> int:
         """Factor; return the first failing global column agreed by all ranks (n if none)."""
-        nt, d, be = self.nt, self.d, self.be
+        nt, be = self.nt, self.be
         if nt == 0:
             return self.n
         if use_local(self.A, "potrf"):                 # one process: the local library
@@ -57,23 +59,28 @@ class PotrfLoop:
         with side:
             self.start_panel(0)
         for k in range(nt):
-            with side:
-                self.finish_panel(k)
-                ready[k] = side.record()
-                if d and k + 1 < nt:
-                    self.lookahead(k, side, col_ready, free)
-            with main:
-                main.wait(ready.pop(k))
-                self.trailing(k, main, col_ready)
-                free[k] = main.record()
-            if not d and k + 1 < nt:
-                with side:
-                    side.wait_for(main)
-                    self.start_panel(k + 1)
-            self.panels.pop(k)
+            with trace("step"):
+                self.step(k, main, side, ready, col_ready, free)
             progress.update_columns(self.n, (k + 1) * self.nb, 1.0 / 3.0)
         main.wait_for(side)
         return self._agree_fail()
+
+    def step(self, k, main, side, ready, col_ready, free):
+        """Step k: finish panel k, lookahead on ``side``, trailing update on ``main``."""
+        with side:
+            self.finish_panel(k)
+            ready[k] = side.record()
+            if self.d and k + 1 < self.nt:
+                self.lookahead(k, side, col_ready, free)
+        with main:
+            main.wait(ready.pop(k))
+            self.trailing(k, main, col_ready)
+            free[k] = main.record()
+        if not self.d and k + 1 < self.nt:
+            with side:
+                side.wait_for(main)
+                self.start_panel(k + 1)
+        self.panels.pop(k)
 
     def lookahead(self, k, side, col_ready, free):
         """On the side stream: apply panel k to block columns k+1..k+d, factor panel k+1 right
@@ -83,7 +90,7 @@ class PotrfLoop:
         for c in range(k + 1, min(k + d, nt - 1) + 1):
             if c == k + d:                             # main applied panel k-1 to it first
                 side.wait(col_ready.pop(k - 1, None))
-            self.update(k, [c])
+            self.update(k, range(c, c + 1))
             if c == k + 1:
                 self.start_panel(k + 1)
 
@@ -91,7 +98,7 @@ class PotrfLoop:
         """On the main stream: apply panel k to the block columns beyond the lookahead."""
         lo = k + self.d + 1
         if lo < self.nt:
-            self.update(k, [lo])
+            self.update(k, range(lo, lo + 1))
             col_ready[k] = main.record()
             self.update(k, range(lo + 1, self.nt))
 
@@ -122,6 +129,21 @@ class PotrfLoop:
         self.base = xp.asarray(base)
         self.col_owner_row = xp.asarray(layout.owner(cols, nb, A.rsrc, P))
         self.col_local_row = xp.asarray(layout.global_to_local(cols, nb, P))
+
+    def _columns(self):
+        """My block columns (sorted ``my_js``) and, for each, ``(cs, w, rs, C, Cd, Cb)``: local
+        column start and width, local row of its diagonal, the view of it at and below the
+        diagonal, and when this rank holds the diagonal block that block and the rest below."""
+        A = self.A
+        self.my_js, self.cols = [], []
+        for j, cs, w in A.my_block_cols():
+            rs = A.local_row_start(j * A.nb)
+            C = A.local[rs:, cs:cs + w]
+            if C.size == 0:
+                continue
+            diag = A.row_owner(j * A.nb) == self.g.myrow
+            self.my_js.append(j)
+            self.cols.append((cs, w, rs, C, C[:w] if diag else None, C[w:] if diag else None))
 
     def _alloc(self):
         A, be, nb = self.A, self.be, self.nb
@@ -158,13 +180,13 @@ class PotrfLoop:
                 with trace("bcast"):
                     Lkk = self.diag_buf[:kb * kb].reshape((kb, kb), order="F")
                     if g.myrow == pr:
-                        Lkk[...] = D
+                        be.copy(Lkk, D)
                     self.comms.col.bcast(Lkk, pr)
             with trace("panel"):
                 Pv = A.local[p["r0"]:, cs:cs + kb]
                 be.trsm("R", "L", "T", "N", 1.0, Lkk, Pv)
                 dst = seg if P == 1 else self.send_buf[:cmax * kb].reshape(cmax, kb)
-                dst[:p["cnt"]] = Pv
+                be.copy(dst[:p["cnt"]], Pv)
             if P > 1 and full.size:     # cmax is the same on every rank: collective-safe
                 with trace("bcast"):
                     self.comms.col.allgather(dst, full)
@@ -198,23 +220,20 @@ class PotrfLoop:
         self.panels[k] = (seg, X)
 
     def update(self, k, js):
-        """Apply panel k to my block columns among ``js``: lower part only. Local."""
+        """Apply panel k to my block columns among ``js`` (a range): lower part only. Local."""
         seg, X = self.panels[k]
         p, be = self.plan[k], self.be
         r0, c0 = p["r0"], p["c0"]
+        lo, hi = bisect.bisect_left(self.my_js, js.start), bisect.bisect_left(self.my_js, js.stop)
+        if lo == hi:
+            return
         with trace("update"):
-            for j in js:
-                if j not in self.mine:
-                    continue
-                cs, w, rs = self.mine[j]
-                C = self.A.local[rs:, cs:cs + w]
-                if C.size == 0:
-                    continue
+            for cs, w, rs, C, Cd, Cb in self.cols[lo:hi]:
                 LT = seg[rs - r0:].T                     # kb x rows, column-major
                 XT = X[cs - c0:cs - c0 + w].T            # kb x w
-                if self.A.row_owner(j * self.nb) == self.g.myrow:   # diagonal block here
-                    be.syrk("L", "T", -1.0, LT[:, :w], 1.0, C[:w])
-                    be.gemm("T", "N", -1.0, LT[:, w:], XT, 1.0, C[w:])
+                if Cd is not None:                       # diagonal block here
+                    be.syrk("L", "T", -1.0, LT[:, :w], 1.0, Cd)
+                    be.gemm("T", "N", -1.0, LT[:, w:], XT, 1.0, Cb)
                 else:
                     be.gemm("T", "N", -1.0, LT, XT, 1.0, C)
                 if self.pending:   # let posted host-MPI broadcasts move between GEMMs
