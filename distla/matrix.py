@@ -527,7 +527,7 @@ class DistMatrix:
             raise ValueError(f"norm: ord must be 'fro', 1, inf or 'max', not {ord!r}")
         # column slabs: the temporaries stay a fraction of the local matrix
         mloc, nloc = self.local.shape
-        w = max(1, min(nloc, _SLAB_ELEMS[self.device] // max(1, mloc)))
+        w = max(1, min(nloc, _SLAB_ELEMS[self.device] // max(1, mloc), -(-nloc // 32)))
         acc = None
         parts = []
         for c in range(0, nloc, w):
