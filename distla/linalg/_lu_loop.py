@@ -18,6 +18,7 @@ then polls MPI so that broadcast moves). Zero pivots are recorded and agreed onc
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -313,7 +314,7 @@ class LULoop:
         """A column-major ``shape`` view (A's dtype) of workspace ``name``, copy ``k % 3``:
         allocated at its first use (the largest: the active part shrinks) and reused, so the
         loop allocates nothing per step and holds O((m + n) nb) extra memory."""
-        key, size = (name, k % _NBUF), int(np.prod(shape))
+        key, size = (name, k % _NBUF), math.prod(shape)
         buf = self._ws.get(key)
         if buf is None or buf.size < size:
             buf = self._ws[key] = self.be.empty(size, self.A.dtype)
