@@ -27,13 +27,6 @@ def grid1():
     return ProcessGrid(1, 1, MPI.COMM_SELF)
 
 
-@pytest.fixture
-def loop_on_one_rank(monkeypatch):
-    """Make a 1 x 1 grid run distla's own step loop instead of the local library."""
-    from distla.linalg import _local
-    monkeypatch.setattr(_local, "LOCAL_UP_TO", {k: 0 for k in _local.LOCAL_UP_TO})
-
-
 # --------------------------------------------------------------------------------------
 # in place == out of place, on every grid shape
 # --------------------------------------------------------------------------------------
@@ -139,13 +132,14 @@ def test_benchmark_problems_and_check_peak_near_the_local_matrix(grid1):
 # --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["cholesky", "lu"])
 @pytest.mark.parametrize("inplace", [False, True])
-def test_benchmark_memory_and_step_fields(loop_on_one_rank, name, inplace):
+def test_benchmark_memory_and_step_fields(name, inplace):
     import importlib
     bench = importlib.import_module(f"distla.bench.{name}")
     p = argparse.ArgumentParser()
     bench.add_arguments(p)
     argv = ["--n", "100", "--nb", "16", "--device", "cpu", "--reps", "2", "--trace",
-            "--grid", "1x1", "--no-reference"] + (["--inplace"] if inplace else [])
+            "--grid", "1x1", "--no-reference", "--force-loop"] + \
+        (["--inplace"] if inplace else [])
     rec = [r for r in bench.run(p.parse_args(argv)) if r["impl"] == "distla"][0]
     assert rec["host_peak_mb"] > 0 and rec["local_mb"] == pytest.approx(100 * 100 * 8 / 1e6)
     assert "device_peak_mb" not in rec                      # CPU ranks: no device pool
@@ -174,3 +168,55 @@ def test_timed_fresh_holds_one_input():
     best, last = common.timed_fresh(make, lambda t: t, reps=3, warmup=1)
     assert best >= 0 and isinstance(last, Thing)
     assert made == [0, 0, 0, 0]                             # nothing alive at each make
+
+
+# --------------------------------------------------------------------------------------
+# GPU ranks
+# --------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("loop", [False, True])
+def test_gpu_inplace_equals_out_of_place(grid1, monkeypatch, loop):
+    if loop:
+        from distla.linalg import _local
+        monkeypatch.setattr(_local, "LOCAL_UP_TO", {k: 0 for k in _local.LOCAL_UP_TO})
+    n, nb = 300, 64
+    A = DistMatrix.from_global(grid1, spd(n, 3), block=nb, device="gpu")
+    ref = cholesky(A).to_global()
+    mem = A.local
+    L = cholesky(A, overwrite_a=True)
+    assert L.local is mem
+    np.testing.assert_allclose(L.to_global(), ref, rtol=0, atol=1e-12 * n)
+    G = DistMatrix.from_global(grid1, np.random.default_rng(1).standard_normal((n, n)),
+                               block=nb, device="gpu")
+    F0 = lu_factor(G)
+    mem = G.local
+    F1 = lu_factor(G, overwrite_a=True)
+    assert F1.lu.local is mem
+    np.testing.assert_array_equal(F1.piv, F0.piv)
+    np.testing.assert_allclose(F1.lu.to_global(), F0.lu.to_global(), rtol=0, atol=1e-10)
+
+
+@pytest.mark.gpu
+def test_gpu_peak_memory_tracks_the_pool():
+    import cupy
+
+    from distla.device.memory import PeakMemory
+    common.free_device_pool("gpu")
+    with PeakMemory("gpu") as pk:
+        a = cupy.empty(100 * 10 ** 6 // 8)
+        del a
+    assert pk.device_bytes >= 100 * 10 ** 6 and pk.host_bytes > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["cholesky", "lu"])
+def test_gpu_benchmark_reports_device_peak(name):
+    import importlib
+    bench = importlib.import_module(f"distla.bench.{name}")
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    argv = ["--n", "512", "--nb", "128", "--device", "gpu", "--reps", "1", "--trace",
+            "--grid", "1x1", "--no-reference", "--inplace", "--force-loop"]
+    rec = [r for r in bench.run(p.parse_args(argv)) if r["impl"] == "distla"][0]
+    assert rec["device_peak_mb"] >= rec["local_mb"] and rec["device_peak_ratio"] >= 1
+    assert passes(rec["sresid"], THRESH) and rec["steps"] == 4

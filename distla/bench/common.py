@@ -41,7 +41,7 @@ from ..runtime import _openblas_libs  # noqa: F401 - used by the CLI's info
 
 __all__ = ["parse_grid", "make_grid", "parse_sizes", "default_device", "sync", "timed",
            "timed_result", "timed_fresh", "memory_fields", "regenerated_residual",
-           "free_device_pool",
+           "free_device_pool", "step_loop",
            "reference_rank0", "flops", "tflops", "record", "spd_matrix",
            "general_matrix", "covariance_matrix", "make_problem", "PROBLEM_KINDS",
            "add_problem_arguments", "format_table", "default_nb", "ranks_on_node",
@@ -200,6 +200,23 @@ def timed_fresh(make, fn, device="cpu", comm=None, reps: int = 1, warmup: int = 
         if i >= warmup:
             best = min(best, dt)
     return best, result
+
+
+@contextlib.contextmanager
+def step_loop(force: bool):
+    """Context: with ``force``, a 1 x 1 grid runs distla's step loop instead of handing the
+    factorization to the local library (:mod:`distla.linalg._local`), e.g. to trace its steps
+    at sizes where the library is used. Not collective (set it on every rank alike)."""
+    if not force:
+        yield
+        return
+    from ..linalg import _local
+    saved = dict(_local.LOCAL_UP_TO)
+    _local.LOCAL_UP_TO.update({k: 0 for k in saved})
+    try:
+        yield
+    finally:
+        _local.LOCAL_UP_TO.update(saved)
 
 
 def free_device_pool(device) -> None:

@@ -52,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=1,
                         help="untimed factorizations first (default 1; CPU: a small matrix "
                              "unless --inplace)")
+    parser.add_argument("--force-loop", action="store_true",
+                        help="on a 1x1 grid run distla's step loop even where the local "
+                             "library would be used (to trace its steps)")
     parser.add_argument("--profile", "--trace", dest="profile", action="store_true",
                         help="one extra, traced run: seconds per phase, and the host time "
                              "per step outside kernels and messages (step_overhead_us)")
@@ -65,7 +68,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> list[dict]:
-    """Collective over COMM_WORLD: run the benchmark; returns the result rows."""
+    """Collective over COMM_WORLD: run the benchmark; returns the result rows (the same on
+    every rank)."""
+    with common.step_loop(getattr(args, "force_loop", False)):
+        return _run(args)
+
+
+def _run(args) -> list[dict]:
+    """The body of :func:`run` (collective)."""
     from mpi4py import MPI
 
     from ..linalg.lu import lu_factor, lu_solve
