@@ -220,3 +220,54 @@ def test_gpu_benchmark_reports_device_peak(name):
     rec = [r for r in bench.run(p.parse_args(argv)) if r["impl"] == "distla"][0]
     assert rec["device_peak_mb"] >= rec["local_mb"] and rec["device_peak_ratio"] >= 1
     assert passes(rec["sresid"], THRESH) and rec["steps"] == 4
+
+
+# --------------------------------------------------------------------------------------
+# recursive panels (Backend.getrf_recursive, LU's PANEL_LEAF)
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("m,n,leaf", [(200, 64, 8), (100, 100, 16), (300, 37, 5), (9, 9, 1)])
+def test_recursive_getrf_matches_library(m, n, leaf):
+    from distla.device import get_backend
+    be = get_backend("cpu")
+    a = np.asfortranarray(np.random.default_rng(m + n).standard_normal((m, n)))
+    b, c = a.copy(order="F"), a.copy(order="F")
+    p1, i1 = be.getrf(b)
+    p2, i2 = be.getrf_recursive(c, leaf)
+    np.testing.assert_array_equal(p1, p2)
+    np.testing.assert_allclose(c, b, rtol=0, atol=1e-12 * n)
+    assert i1 == i2 == 0
+    a[:, n // 2 + 1] = 0.0          # exactly singular: the first zero pivot, 1-based
+    b, c = a.copy(order="F"), a.copy(order="F")
+    assert be.getrf_recursive(c, leaf)[1] == be.getrf(b)[1] > 0
+
+
+@pytest.mark.mpi
+def test_recursive_panel_lu_on_every_grid(comm, grids, monkeypatch):
+    """LU with recursive panels: same pivots as one getrf per panel, backward stable."""
+    from distla.linalg import _lu_loop, lu_solve
+    n, nb = 45, 8
+    a = np.random.default_rng(7).standard_normal((n, n))
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=nb, src=(0, g.npcol - 1))
+        F0 = lu_factor(A)
+        monkeypatch.setitem(_lu_loop.PANEL_LEAF, "cpu", 2)
+        F1 = lu_factor(A)
+        monkeypatch.setitem(_lu_loop.PANEL_LEAF, "cpu", 0)
+        np.testing.assert_array_equal(F1.piv, F0.piv)
+        np.testing.assert_allclose(F1.lu.to_global(root=None), F0.lu.to_global(root=None),
+                                   rtol=0, atol=1e-12 * n)
+        B = DistMatrix.random(g, (n, 1), (nb, nb), seed=1)
+        assert passes(solve_residual(A, lu_solve(F1, B), B), THRESH)
+
+
+def test_benchmark_panel_leaf_option():
+    from distla.bench import lu as bench
+    from distla.linalg import _lu_loop
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    before = dict(_lu_loop.PANEL_LEAF)
+    rec = bench.run(p.parse_args(["--n", "96", "--nb", "32", "--device", "cpu", "--reps", "1",
+                                  "--grid", "1x1", "--no-ref", "--force-loop",
+                                  "--panel-leaf", "8"]))[0]
+    assert rec["panel_leaf"] == 8 and passes(rec["sresid"], THRESH)
+    assert _lu_loop.PANEL_LEAF == before

@@ -52,6 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=1,
                         help="untimed factorizations first (default 1; CPU: a small matrix "
                              "unless --inplace)")
+    parser.add_argument("--panel-leaf", type=int, default=None, metavar="W",
+                        help="partial-pivoting panels by recursive halving down to getrf "
+                             "leaves of W columns (0: one getrf per panel; default: "
+                             "distla.linalg._lu_loop.PANEL_LEAF)")
     parser.add_argument("--force-loop", action="store_true",
                         help="on a 1x1 grid run distla's step loop even where the local "
                              "library would be used (to trace its steps)")
@@ -70,8 +74,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> list[dict]:
     """Collective over COMM_WORLD: run the benchmark; returns the result rows (the same on
     every rank)."""
-    with common.step_loop(getattr(args, "force_loop", False)):
-        return _run(args)
+    from ..linalg import _lu_loop
+    saved = dict(_lu_loop.PANEL_LEAF)
+    if getattr(args, "panel_leaf", None) is not None:
+        _lu_loop.PANEL_LEAF.update({k: int(args.panel_leaf) for k in saved})
+    try:
+        with common.step_loop(getattr(args, "force_loop", False)):
+            return _run(args)
+    finally:
+        _lu_loop.PANEL_LEAF.update(saved)
 
 
 def _run(args) -> list[dict]:
@@ -114,6 +125,8 @@ def _run(args) -> list[dict]:
             rec = common.record(NAME, "distla", n=n, seconds=best, nflops=nfl, nb=nb,
                                 grid=gname, ranks=comm.size, device=device, dtype=dtype.name,
                                 pivoting=piv, lookahead=args.lookahead)
+            if args.panel_leaf is not None:
+                rec["panel_leaf"] = args.panel_leaf
             if args.gemm != "native":
                 rec["gemm"] = args.gemm
             if piv == "tournament":

@@ -113,6 +113,32 @@ class Backend:
         pivots 0-based int64 (row i was swapped with pivots[i]), on the device."""
         return self._call(self._getrf, a)
 
+    def getrf_recursive(self, a, leaf: int = 128):
+        """LU with partial pivoting of the ``m x n`` (m >= n) view ``a`` in place, by
+        recursive halving (docs/perf.md): factor the left half, apply its interchanges to the
+        right half, solve the right half's top rows, one GEMM on the rest, factor its lower
+        part, and apply that part's interchanges to the left half's lower rows. Only leaves of
+        at most ``leaf`` columns go to the library's getrf, so a tall panel is a few narrow
+        getrf calls plus GEMMs. Returns ``(pivots, info)`` as :meth:`getrf` (pivots on the
+        device; each level reads its left half's pivots on the host)."""
+        m, n = a.shape
+        if n <= max(1, leaf) or m < n:
+            return self.getrf(a)
+        n1 = n // 2
+        p1, i1 = self.getrf_recursive(a[:, :n1], leaf)
+        self.laswp(a[:, n1:], self.to_host(p1), 0)
+        self.trsm("L", "L", "N", "U", 1.0, a[:n1, :n1], a[:n1, n1:])
+        self.gemm("N", "N", -1.0, a[n1:, :n1], a[:n1, n1:], 1.0, a[n1:, n1:])
+        p2, i2 = self.getrf_recursive(a[n1:, n1:], leaf)
+        self.laswp(a[n1:, :n1], self.to_host(p2), 0)
+        piv = self.xp.concatenate([self.xp.asarray(p1), self.xp.asarray(p2) + n1])
+        if isinstance(i1, (int, np.integer)) and isinstance(i2, (int, np.integer)):
+            info = int(i1) if i1 > 0 else (int(i2) + n1 if i2 > 0 else 0)
+        else:   # device scalars: combined without a host read
+            xp = self.xp
+            info = xp.where(i1 > 0, i1, xp.where(i2 > 0, i2 + n1, 0)).astype(np.int32)
+        return piv, info
+
     def getrf_nopiv(self, a) -> None:
         """LU without pivoting of the ``m x n`` (m >= n) view ``a`` in place (unit L below the
         diagonal, U on and above). A zero pivot is not reported: it shows as an exact zero on

@@ -31,6 +31,9 @@ from ._tslu import tournament
 
 _POLL_CHUNK = 512  # CPU update: columns per GEMM between MPI progress polls
 _NBUF = 3          # panel / U12 buffers in flight: step k's, the lookahead panel's, spare
+# partial-pivoting panels: 0 = one library getrf per panel; w > 0 = recursive halving down to
+# getrf leaves of at most w columns (Backend.getrf_recursive), per device
+PANEL_LEAF = {"cpu": 0, "gpu": 0}
 
 
 class Panel:
@@ -230,14 +233,18 @@ class LULoop:
 
     def _panel_gepp(self, j0, kb, lr0, view):
         be = self.be
+        leaf = PANEL_LEAF.get(self.A.device, 0)
+
+        def getrf(x):
+            return be.getrf_recursive(x, leaf) if leaf > 0 else be.getrf(x)
         if self.g.nprow == 1:  # all active rows are mine, in order: factor in place
             with trace("p_getrf"):
-                piv, info = be.getrf(view)
+                piv, info = getrf(view)
         else:
             with trace("p_gather"):
                 T = self._gather_panel(j0, kb, view)
             with trace("p_getrf"):
-                piv, info = be.getrf(T)
+                piv, info = getrf(T)
                 be.take_rows(T, self.rows_of(self.g.myrow)[lr0:] - j0, view)
         self.zero_checks.append((j0, "info", info))
         return piv + j0
