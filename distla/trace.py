@@ -64,7 +64,9 @@ class Tracer:
     """Collects per-phase host and device seconds while entered (context manager).
 
     ``device``: ``"cpu"`` or ``"gpu"`` (GPU: CUDA events on the current CuPy stream).
-    ``sync``: synchronize the device at each phase boundary (GPU only). Tracers nest: the
+    ``sync``: synchronize the device at each phase boundary (GPU only).
+    ``overhead_clock``: ``"wall"`` or ``"cpu"`` (this thread's CPU time), the clock of the
+    host overhead and of the library time (see the module docstring). Tracers nest: the
     innermost active one records, and leaving it restores the previous one.
     """
 
@@ -81,7 +83,8 @@ class Tracer:
         self.work: dict[str, float] = defaultdict(float)       # overhead-clock seconds
         self.lib: dict[str, float] = defaultdict(float)        # ... of it in library calls
         self.lib_calls: dict[str, int] = defaultdict(int)      # library calls per phase
-        self.samples: dict[str, list] = defaultdict(list)      # (work, lib) per occurrence
+        # per occurrence: (work, lib, phases nested in it, library calls in it)
+        self.samples: dict[str, list] = defaultdict(list)
         self._device: dict[str, float] = defaultdict(float)
         self._pending: list = []   # (name, start event, end event), GPU only
         self._prev = None
