@@ -271,3 +271,54 @@ def test_benchmark_panel_leaf_option():
                                   "--panel-leaf", "8"]))[0]
     assert rec["panel_leaf"] == 8 and passes(rec["sresid"], THRESH)
     assert _lu_loop.PANEL_LEAF == before
+
+
+# --------------------------------------------------------------------------------------
+# grouped trailing updates (Cholesky's UPDATE_GROUP)
+# --------------------------------------------------------------------------------------
+@pytest.mark.mpi
+def test_grouped_cholesky_update_on_every_grid(comm, grids, monkeypatch):
+    """Grouping adjacent block columns into one SYRK + GEMM gives the same factor on every
+    grid (on 1 x 1 every column groups; elsewhere runs are shorter or single)."""
+    from distla.linalg import _potrf_loop
+    n, nb = 53, 6
+    a = spd(n, seed=9)
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=nb, src=(g.nprow - 1, 0))
+        ref = cholesky(A).to_global(root=None)
+        for group in (2, 5, 100):
+            monkeypatch.setitem(_potrf_loop.UPDATE_GROUP, "cpu", group)
+            for la in (0, 1, 2):
+                L = cholesky(A, lookahead=la).to_global(root=None)
+                np.testing.assert_allclose(L, ref, rtol=0, atol=1e-12 * n)
+        monkeypatch.setitem(_potrf_loop.UPDATE_GROUP, "cpu", 1)
+
+
+def test_grouped_update_makes_fewer_calls(grid1, monkeypatch):
+    """On 1 x 1 with the loop forced, the whole trailing update of a step is one SYRK + GEMM
+    pair when the group covers it (besides the lookahead column and the one after it), so
+    far fewer library calls per step."""
+    from distla.linalg import _local, _potrf_loop
+    from distla.trace import Tracer
+    monkeypatch.setattr(_local, "LOCAL_UP_TO", {k: 0 for k in _local.LOCAL_UP_TO})
+    A = DistMatrix.from_global(grid1, spd(96, seed=3), block=8)
+    calls = {}
+    for group in (1, 100):
+        monkeypatch.setitem(_potrf_loop.UPDATE_GROUP, "cpu", group)
+        with Tracer() as tr:
+            cholesky(A, check_finite=False, check_symmetric=False)
+        calls[group] = tr.lib_calls["update"]
+    assert calls[100] < calls[1] / 2, calls      # lookahead column + 2 pairs per step
+
+
+def test_benchmark_update_group_option():
+    from distla.bench import cholesky as bench
+    from distla.linalg import _potrf_loop
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    before = dict(_potrf_loop.UPDATE_GROUP)
+    rec = bench.run(p.parse_args(["--n", "96", "--nb", "16", "--device", "cpu", "--reps", "1",
+                                  "--grid", "1x1", "--no-reference", "--force-loop",
+                                  "--update-group", "4", "--inplace"]))[0]
+    assert rec["update_group"] == 4 and passes(rec["sresid"], THRESH)
+    assert _potrf_loop.UPDATE_GROUP == before

@@ -6,9 +6,10 @@
 #  3. Cholesky and LU (partial pivoting) at n=65536, nb=1024, in place (targets >= 50 and
 #     >= 45 TFLOP/s), with the peak device memory per rank.
 #  4. The largest problems in place: Cholesky and LU at n=120000 (a 115 GB matrix).
-#  5. LU at n=65536 again with recursive panels (getrf leaves of 256 columns).
+#  5. LU at n=65536 again with recursive panels (getrf leaves of 256 columns), and Cholesky
+#     with grouped trailing updates (8 and 64 block columns per SYRK + GEMM pair).
 #  6. Host overhead per step at n=16384 (the step loop forced on 1x1, traced run; LU with one
-#     getrf per panel and with recursive panels of 128-column leaves), nb 512 and 1024.
+#     getrf per panel and with recursive panels of 128-column leaves), nb 1024 then 512.
 # Records (JSON lines) go to $OUT/perf.jsonl, the test log to $OUT/tests.log.
 . benchmarks/gpu/device_env.sh
 O=${OUT:-/tmp/out}; mkdir -p "$O"
@@ -37,7 +38,11 @@ run 150 $B lu --n 120000 --nb 1024 --device gpu --inplace --warmup 0 --reps 1 --
     --json "$J"
 run 100 $B lu --n 65536 --nb 1024 --device gpu --inplace --warmup 1 --reps 2 \
     --panel-leaf 256 --no-ref --json "$J"
-for nb in 512 1024; do
+for g in 8 64; do
+  run 80 $B cholesky --n 65536 --nb 1024 --device gpu --inplace --warmup 1 --reps 3 \
+      --update-group $g --no-reference --json "$J"
+done
+for nb in 1024 512; do
   run 60 $B cholesky --n 16384 --nb $nb --device gpu --force-loop --trace --reps 3 \
       --no-check --no-reference --json "$J"
   for leaf in 0 128; do

@@ -40,6 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inplace", action="store_true",
                         help="factor freshly generated matrices in place (no copy of A; the "
                              "residual regenerates A): the largest n that fits")
+    parser.add_argument("--update-group", type=int, default=None, metavar="G",
+                        help="trailing update: up to G adjacent block columns with their "
+                             "diagonal blocks on this rank (all, on 1x1) per SYRK + GEMM pair "
+                             "(default: distla.linalg._potrf_loop.UPDATE_GROUP)")
     parser.add_argument("--force-loop", action="store_true",
                         help="on a 1x1 grid run distla's step loop even where the local "
                              "library would be used (to trace its steps)")
@@ -56,8 +60,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> list[dict]:
     """Collective over COMM_WORLD: run the benchmark; returns the result rows (the same on
     every rank)."""
-    with common.step_loop(getattr(args, "force_loop", False)):
-        return _run(args)
+    from ..linalg import _potrf_loop
+    saved = dict(_potrf_loop.UPDATE_GROUP)
+    if getattr(args, "update_group", None) is not None:
+        _potrf_loop.UPDATE_GROUP.update({k: int(args.update_group) for k in saved})
+    try:
+        with common.step_loop(getattr(args, "force_loop", False)):
+            return _run(args)
+    finally:
+        _potrf_loop.UPDATE_GROUP.update(saved)
 
 
 def _run(args) -> list[dict]:
@@ -96,6 +107,8 @@ def _run(args) -> list[dict]:
                             ranks=comm.size, device=device, dtype=dtype.name,
                             lookahead=args.lookahead)
         rec["gflops"] = nfl / best / 1e9
+        if args.update_group is not None:
+            rec["update_group"] = args.update_group
         if args.inplace:
             rec["inplace"] = True
         rec.update(common.memory_fields(peak, L.local.nbytes, comm))

@@ -25,6 +25,10 @@ from .. import layout, progress
 from ..trace import trace
 from ._local import use_local
 
+# trailing update: up to this many adjacent block columns with their diagonal blocks here (all
+# of them on a 1 x 1 grid) in one SYRK + one GEMM, per device (1: one pair per block column)
+UPDATE_GROUP = {"cpu": 1, "gpu": 1}
+
 
 class PotrfLoop:
     """State of one in-place lower Cholesky of ``A`` (every rank builds one, :meth:`run` is
@@ -144,6 +148,13 @@ class PotrfLoop:
             diag = A.row_owner(j * A.nb) == self.g.myrow
             self.my_js.append(j)
             self.cols.append((cs, w, rs, C, C[:w] if diag else None, C[w:] if diag else None))
+        # run_end[i]: the last column of the run from i on whose diagonal blocks are here and
+        # stacked (the next column starts where this one's diagonal block ends, in both)
+        self.run_end = list(range(len(self.cols)))
+        for i in range(len(self.cols) - 2, -1, -1):
+            (cs, w, rs, _, d, _), (cs2, _, rs2, _, d2, _) = self.cols[i], self.cols[i + 1]
+            if d is not None and d2 is not None and cs2 == cs + w and rs2 == rs + w:
+                self.run_end[i] = self.run_end[i + 1]
 
     def _alloc(self):
         A, be, nb = self.A, self.be, self.nb
@@ -220,24 +231,36 @@ class PotrfLoop:
         self.panels[k] = (seg, X)
 
     def update(self, k, js):
-        """Apply panel k to my block columns among ``js`` (a range): lower part only. Local."""
+        """Apply panel k to my block columns among ``js`` (a range): lower part only. Local.
+        Runs of up to ``UPDATE_GROUP[device]`` adjacent columns whose diagonal blocks are all
+        here and stacked (every column on a 1 x 1 grid) take one SYRK and one GEMM."""
         seg, X = self.panels[k]
         p, be = self.plan[k], self.be
         r0, c0 = p["r0"], p["c0"]
         lo, hi = bisect.bisect_left(self.my_js, js.start), bisect.bisect_left(self.my_js, js.stop)
         if lo == hi:
             return
+        group = max(1, UPDATE_GROUP.get(self.A.device, 1))
         with trace("update"):
-            for cs, w, rs, C, Cd, Cb in self.cols[lo:hi]:
+            i = lo
+            while i < hi:
+                cs, w, rs, C, Cd, Cb = self.cols[i]
+                e = min(hi, i + group, self.run_end[i] + 1)
+                if e - i > 1:                            # columns i..e-1 at once
+                    cl, wl = self.cols[e - 1][:2]
+                    w = cl + wl - cs
+                    C = self.A.local[rs:, cs:cs + w]
+                    Cd, Cb = C[:w], C[w:]
                 LT = seg[rs - r0:].T                     # kb x rows, column-major
                 XT = X[cs - c0:cs - c0 + w].T            # kb x w
-                if Cd is not None:                       # diagonal block here
+                if Cd is not None:                       # diagonal block(s) here
                     be.syrk("L", "T", -1.0, LT[:, :w], 1.0, Cd)
                     be.gemm("T", "N", -1.0, LT[:, w:], XT, 1.0, Cb)
                 else:
                     be.gemm("T", "N", -1.0, LT, XT, 1.0, C)
                 if self.pending:   # let posted host-MPI broadcasts move between GEMMs
                     self.pending = [r for r in self.pending if not r.test()]
+                i = max(e, i + 1)
 
     def _agree_fail(self) -> int:
         """Collective: the first failing global column over all ranks (n if none)."""
