@@ -20,6 +20,7 @@ import numpy as np
 
 from .device import get_backend
 from .errors import collective
+from .trace import library
 
 __all__ = ["MpiComm", "NcclComm", "GridComms", "make_grid_comms", "Request"]
 
@@ -33,11 +34,13 @@ class Request:
         self._wait = wait
         self._test = test
 
+    @library
     def wait(self) -> None:
         if self._wait is not None:
             w, self._wait = self._wait, None
             w()
 
+    @library
     def test(self) -> bool:
         if self._wait is None:
             return True
@@ -73,11 +76,13 @@ class MpiComm:
         from mpi4py import MPI
         return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
 
+    @library
     def bcast(self, buf, root: int) -> None:
         _contig(buf)  # checked on one rank too, so a strided buffer fails at any size
         if self.size > 1:
             self.mpi.Bcast(buf, root=root)
 
+    @library
     def ibcast(self, buf, root: int) -> Request:
         _contig(buf)
         if self.size == 1:
@@ -85,6 +90,7 @@ class MpiComm:
         req = self.mpi.Ibcast(buf, root=root)
         return Request(req.Wait, req.Test)
 
+    @library
     def allreduce(self, buf, op: str = "sum") -> None:
         _contig(buf)
         op = self._op(op)
@@ -92,9 +98,11 @@ class MpiComm:
             from mpi4py import MPI
             self.mpi.Allreduce(MPI.IN_PLACE, buf, op=op)
 
+    @library
     def allgather(self, sendbuf, recvbuf) -> None:
         self.mpi.Allgather(_contig(sendbuf), _contig(recvbuf))
 
+    @library
     def exchange(self, sends=(), recvs=(), tag: int = 7) -> None:
         """Grouped point-to-point: ``sends``/``recvs`` are lists of (peer, buffer)."""
         from mpi4py import MPI
@@ -102,6 +110,7 @@ class MpiComm:
         reqs += [self.mpi.Isend(_contig(b), dest=p, tag=tag) for p, b in sends]
         MPI.Request.Waitall(reqs)
 
+    @library
     def alltoallv(self, sendbufs, recvbufs) -> None:
         """``sendbufs[p]`` goes to rank p, ``recvbufs[p]`` comes from rank p (1-D, same dtype)."""
         from mpi4py import MPI
@@ -118,6 +127,7 @@ class MpiComm:
         for b, o, c in zip(recvbufs, rdis, rcount):
             b[...] = rflat[o:o + c].reshape(b.shape)
 
+    @library
     def barrier(self) -> None:
         self.mpi.Barrier()
 
@@ -178,6 +188,7 @@ class NcclComm:
         """Make the current stream wait for the comm stream's work so far."""
         self._cp.cuda.get_current_stream().wait_event(self.stream.record())
 
+    @library
     def ibcast(self, buf, root: int) -> Request:
         _contig(buf)
         if self.size == 1:
@@ -188,9 +199,11 @@ class NcclComm:
         ev = self.stream.record()
         return Request(lambda: self._cp.cuda.get_current_stream().wait_event(ev))
 
+    @library
     def bcast(self, buf, root: int) -> None:
         self.ibcast(buf, root).wait()
 
+    @library
     def allreduce(self, buf, op: str = "sum") -> None:
         _contig(buf)
         op = self._op(op)
@@ -201,6 +214,7 @@ class NcclComm:
         self.comm.allReduce(buf.data.ptr, buf.data.ptr, count, dt, op, self.stream.ptr)
         self._leave()
 
+    @library
     def allgather(self, sendbuf, recvbuf) -> None:
         _contig(sendbuf), _contig(recvbuf)
         self._enter()
@@ -208,6 +222,7 @@ class NcclComm:
         self.comm.allGather(sendbuf.data.ptr, recvbuf.data.ptr, count, dt, self.stream.ptr)
         self._leave()
 
+    @library
     def exchange(self, sends=(), recvs=(), tag: int = 7) -> None:
         self._enter()
         self._nccl.groupStart()
@@ -224,12 +239,14 @@ class NcclComm:
             self._nccl.groupEnd()
         self._leave()
 
+    @library
     def alltoallv(self, sendbufs, recvbufs) -> None:
         me = self.rank
         recvbufs[me][...] = sendbufs[me].reshape(recvbufs[me].shape)
         self.exchange([(p, b) for p, b in enumerate(sendbufs) if p != me and b.size],
                       [(p, b) for p, b in enumerate(recvbufs) if p != me and b.size])
 
+    @library
     def barrier(self) -> None:
         self._cp.cuda.get_current_stream().synchronize()
         self.mpi.Barrier()

@@ -525,14 +525,38 @@ class DistMatrix:
             ord = np.inf
         if ord not in ("fro", 1, np.inf, "max"):
             raise ValueError(f"norm: ord must be 'fro', 1, inf or 'max', not {ord!r}")
-        absA = xp.abs(self.local)
+        # column slabs: the temporaries stay a fraction of the local matrix
+        mloc, nloc = self.local.shape
+        w = max(1, min(nloc, _SLAB_ELEMS[self.device] // max(1, mloc), -(-nloc // 32)))
+        acc = None
+        parts = []
+        for c in range(0, nloc, w):
+            absA = xp.abs(self.local[:, c:c + w])
+            if ord == "fro":
+                sq = absA.real ** 2 + absA.imag ** 2 if self.dtype.kind == "c" else absA ** 2
+                v = xp.sum(sq, dtype=np.float64)
+            elif ord == "max":
+                v = absA.max() if absA.size else None
+            elif ord == 1:
+                parts.append(absA.sum(axis=0))
+                continue
+            else:
+                v = absA.sum(axis=1)
+            if v is not None:
+                acc = v if acc is None else (xp.maximum(acc, v) if ord == "max" else acc + v)
+            del absA
         if ord == "fro":
-            sq = absA.real ** 2 + absA.imag ** 2 if self.dtype.kind == "c" else absA ** 2
-            return float(np.sqrt(grid.allreduce(float(be.to_host(xp.sum(sq))), "sum")))
+            loc = float(be.to_host(acc)) if acc is not None else 0.0
+            return float(np.sqrt(grid.allreduce(loc, "sum")))
         if ord == "max":
-            return grid.allreduce(float(be.to_host(absA.max())) if absA.size else 0.0, "max")
+            return grid.allreduce(float(be.to_host(acc)) if acc is not None else 0.0, "max")
         from mpi4py import MPI
-        axis, sub = (0, grid.col_comm) if ord == 1 else (1, grid.row_comm)
-        sums = np.ascontiguousarray(be.to_host(absA.sum(axis=axis)).astype(np.float64))
+        if ord == 1:
+            sums = xp.concatenate(parts) if parts else xp.zeros(0)
+            sub = grid.col_comm
+        else:
+            sums = acc if acc is not None else xp.zeros(mloc)
+            sub = grid.row_comm
+        sums = np.ascontiguousarray(np.asarray(be.to_host(sums)).astype(np.float64))
         sub.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
         return grid.allreduce(float(sums.max()) if sums.size else 0.0, "max")

@@ -5,12 +5,17 @@ reference measured in the same run (SciPy/LAPACK ``cholesky`` on CPU, cuSOLVER t
     mpiexec -n 2 python -m distla.bench cholesky --n 4096 --nb 256 --grid 1x2 --device cpu
     python -m distla.bench.cholesky ...           (standalone, same options)
 
-The matrix is the SPD :func:`distla.bench.common.spd_matrix`, generated block by block (never
-globally for distla). Timing: ``--warmup`` untimed runs, then best of ``--reps`` factorizations
-(``overwrite_a`` on a fresh copy made outside the timed region), device synchronized and ranks
-barriered around each; the time
-is the maximum over ranks. Rate: n^3/3 + n^2/2 flops. ``--profile`` adds the time per phase
-(panel, broadcasts, update; maximum over ranks) of one extra, separately run factorization.
+The matrix is the SPD :func:`distla.bench.common.spd_matrix`, generated in column slabs
+from global indices (never globally for distla; within ~1.2x of the local matrix). Timing:
+``--warmup`` untimed runs, then best of ``--reps`` factorizations (``overwrite_a`` on a fresh
+copy made outside the timed region), device synchronized and ranks barriered around each; the
+time is the maximum over ranks. Rate: n^3/3 + n^2/2 flops. ``--inplace``: no copy at all; every
+repetition factors a freshly generated matrix in its own storage and the check regenerates A in
+slabs (:func:`distla.bench.common.regenerated_residual`), so one n x n matrix (plus O(n nb)
+workspace) is held: the largest n that fits. Records carry the peak memory per rank
+(``host_peak_mb``, on GPU ``device_peak_mb`` from the CuPy pool, ``local_mb``).
+``--profile`` (``--trace``) adds the time per phase (panel, broadcasts, update) and the host
+overhead per step of one extra, separately run factorization (maximum over ranks).
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import argparse
 
 import numpy as np
 
+from ..device.memory import PeakMemory
 from . import common
 
 NAME = "cholesky"
@@ -31,8 +37,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="untimed factorizations first (library handles, memory pools)")
     parser.add_argument("--order", choices=("row", "col"), default="row",
                         help="rank order of the process grid")
-    parser.add_argument("--profile", action="store_true",
-                        help="time spent in panel / broadcasts / update (one extra run)")
+    parser.add_argument("--inplace", action="store_true",
+                        help="factor freshly generated matrices in place (no copy of A; the "
+                             "residual regenerates A): the largest n that fits")
+    parser.add_argument("--update-group", type=int, default=None, metavar="G",
+                        help="trailing update: up to G adjacent block columns with their "
+                             "diagonal blocks on this rank (all, on 1x1) per SYRK + GEMM pair "
+                             "(default: distla.linalg._potrf_loop.UPDATE_GROUP)")
+    parser.add_argument("--force-loop", action="store_true",
+                        help="on a 1x1 grid run distla's step loop even where the local "
+                             "library would be used (to trace its steps)")
+    parser.add_argument("--profile", "--trace", dest="profile", action="store_true",
+                        help="one extra, traced run: seconds per phase, and the host time "
+                             "per step outside kernels and messages (step_overhead_us)")
     parser.add_argument("--no-check", dest="check", action="store_false",
                         help="skip the factor and solve residuals")
     parser.add_argument("--ref-threads", type=int, default=None,
@@ -43,6 +60,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> list[dict]:
     """Collective over COMM_WORLD: run the benchmark; returns the result rows (the same on
     every rank)."""
+    from ..linalg import _potrf_loop
+    saved = dict(_potrf_loop.UPDATE_GROUP)
+    if getattr(args, "update_group", None) is not None:
+        _potrf_loop.UPDATE_GROUP.update({k: int(args.update_group) for k in saved})
+    try:
+        with common.step_loop(getattr(args, "force_loop", False)):
+            return _run(args)
+    finally:
+        _potrf_loop.UPDATE_GROUP.update(saved)
+
+
+def _run(args) -> list[dict]:
+    """The body of :func:`run` (collective)."""
     from mpi4py import MPI
 
     from ..linalg.cholesky import cho_solve, cholesky
@@ -54,31 +84,53 @@ def run(args) -> list[dict]:
     rows = []
     for n in common.parse_sizes(args.n):
         nb = args.nb or common.default_nb(n, device, grid)
-        A = _spd(grid, n, nb, args.seed, dtype, device)
         nfl = common.flops("cholesky", n)
-        for _ in range(max(0, getattr(args, "warmup", 1))):
-            cholesky(A.copy(), overwrite_a=True, lookahead=args.lookahead)
-        best, L = common.timed_result(
-            lambda W: cholesky(W, lower=True, overwrite_a=True, lookahead=args.lookahead),
-            device, comm, reps=args.reps, setup=A.copy)
+
+        def make():
+            return common.spd_matrix(grid, n, nb, seed=args.seed, dtype=dtype, device=device)
+
+        def factor(W):
+            return cholesky(W, lower=True, overwrite_a=True, lookahead=args.lookahead)
+        common.free_device_pool(device)
+        with PeakMemory(device) as peak:
+            if args.inplace:
+                A = None
+                best, L = common.timed_fresh(make, factor, device, comm, reps=args.reps,
+                                             warmup=max(0, getattr(args, "warmup", 1)))
+            else:
+                A = make()
+                for _ in range(max(0, getattr(args, "warmup", 1))):
+                    factor(A.copy())
+                best, L = common.timed_result(factor, device, comm, reps=args.reps,
+                                              setup=A.copy)
         rec = common.record(NAME, "distla", n=n, seconds=best, nflops=nfl, nb=nb, grid=gname,
                             ranks=comm.size, device=device, dtype=dtype.name,
                             lookahead=args.lookahead)
         rec["gflops"] = nfl / best / 1e9
+        if args.update_group is not None:
+            rec["update_group"] = args.update_group
+        if args.inplace:
+            rec["inplace"] = True
+        rec.update(common.memory_fields(peak, L.local.nbytes, comm))
         if args.check:
             from ..checks import factor_residual_cholesky, solve_residual
             from ..matrix import DistMatrix
-            rec["fresid"] = factor_residual_cholesky(A, L)
             B = DistMatrix.random(grid, (n, 1), (nb, nb), seed=args.seed + 1, dtype=dtype,
                                   device=device)
             X = cho_solve((L, True), B)
-            rec["sresid"] = solve_residual(A, X, B)
+            if A is None:
+                rec["sresid"] = common.regenerated_residual("spd", grid, n, args.seed, X, B,
+                                                            dtype)
+            else:
+                rec["fresid"] = factor_residual_cholesky(A, L)
+                rec["sresid"] = solve_residual(A, X, B)
         del L
         if args.profile:
-            W = A.copy()
+            W = make() if A is None else A.copy()
             rec.update(common.profiled(
                 lambda: cholesky(W, overwrite_a=True, lookahead=args.lookahead), device, comm))
             del W
+        del A
         rows.append(rec)
         if getattr(args, "reference", True):
             if device == "gpu":
@@ -115,15 +167,6 @@ def _fill_spd(out, rows, cols, n, seed, xp):
         J = xp.asarray(cols[c0:c0 + _CHUNK]).reshape(1, -1)
         a = hashed_uniform(seed, xp.minimum(I, J), xp.maximum(I, J)) - 0.5
         out[:, c0:c0 + J.shape[1]] = xp.where(I == J, float(n), a)
-
-
-def _spd(grid, n, nb, seed, dtype, device):
-    """Collective: the benchmark matrix (the same as ``common.spd_matrix``), generated block
-    column chunk by chunk from global indices."""
-    from ..matrix import DistMatrix
-    A = DistMatrix.zeros(grid, (n, n), (nb, nb), dtype=dtype, device=device)
-    _fill_spd(A.local, A.row_indices(), A.col_indices(), n, seed, A.xp)
-    return A
 
 
 def _global_spd(n, seed, xp, dtype=np.float64):

@@ -40,7 +40,9 @@ from ..problems import (
 from ..runtime import _openblas_libs  # noqa: F401 - used by the CLI's info
 
 __all__ = ["parse_grid", "make_grid", "parse_sizes", "default_device", "sync", "timed",
-           "timed_result", "reference_rank0", "flops", "tflops", "record", "spd_matrix",
+           "timed_result", "timed_fresh", "memory_fields", "regenerated_residual",
+           "free_device_pool", "step_loop",
+           "reference_rank0", "flops", "tflops", "record", "spd_matrix",
            "general_matrix", "covariance_matrix", "make_problem", "PROBLEM_KINDS",
            "add_problem_arguments", "format_table", "default_nb", "ranks_on_node",
            "blas_threads", "global_normal", "problem_entries"]
@@ -132,10 +134,15 @@ def best_local(fn, device="cpu", reps: int = 1, warmup: int = 0, setup=None) -> 
     return best
 
 
-def profiled(fn, device="cpu", comm=None) -> dict:
+def profiled(fn, device="cpu", comm=None, overhead_clock="cpu") -> dict:
     """Collective: run ``fn()`` once under a :class:`distla.trace.Tracer` and return
     ``{"t_profiled": wall seconds, "t_<phase>": seconds, ...}``, each the maximum over ranks
-    (phases any rank saw; device seconds on GPU ranks)."""
+    (phases any rank saw; device seconds on GPU ranks). When the driver marks ``"step"``
+    phases, also ``steps``, ``step_host_us`` (wall time per step), ``step_overhead_us`` and
+    ``step_overhead_median_us`` (mean and median host time per step outside library calls:
+    kernels, device reads, messages; on ``overhead_clock``, by default this thread's CPU time,
+    see :class:`distla.trace.Tracer`) and ``step_lib_calls`` (library calls per step), each
+    the maximum over ranks."""
     from mpi4py import MPI
 
     from ..trace import Tracer
@@ -143,7 +150,7 @@ def profiled(fn, device="cpu", comm=None) -> dict:
     sync(device)
     comm.Barrier()
     t0 = time.perf_counter()
-    with Tracer(device=device) as tr:
+    with Tracer(device=device, overhead_clock=overhead_clock) as tr:
         fn()
         sync(device)
     out = {"t_profiled": comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)}
@@ -151,7 +158,137 @@ def profiled(fn, device="cpu", comm=None) -> dict:
     names = sorted({ph for names in comm.allgather(sorted(sec)) for ph in names})
     for ph in names:
         out[f"t_{ph}"] = comm.allreduce(sec.get(ph, 0.0), op=MPI.MAX)
+    out.update(step_overhead(tr, comm))
     return out
+
+
+def step_overhead(tr, comm) -> dict:
+    """Collective: the per-step fields of :func:`profiled` from tracer ``tr`` (empty when no
+    rank traced a ``"step"`` phase)."""
+    from mpi4py import MPI
+    steps = tr.calls.get("step", 0)
+    if not comm.allreduce(steps, op=MPI.MAX):
+        return {}
+    m = max(steps, 1)
+    mine = {"steps": steps, "step_host_us": 1e6 * tr.host["step"] / m,
+            "step_overhead_us": tr.overhead_us("step") or 0.0,
+            "step_overhead_median_us": tr.overhead_us_median("step") or 0.0,
+            "step_lib_calls": tr.lib_calls["step"] / m}
+    return {k: comm.allreduce(v, op=MPI.MAX) for k, v in mine.items()}
+
+
+def timed_fresh(make, fn, device="cpu", comm=None, reps: int = 1, warmup: int = 0):
+    """Collective over ``comm`` (default COMM_WORLD): like :func:`timed_result` for in-place
+    work: each of the ``warmup + reps`` repetitions runs ``fn(make())`` on a freshly made
+    input (``make`` untimed, e.g. regenerating the problem from its seed), and the previous
+    result is dropped before the next input is made, so one input is alive at a time.
+    Returns ``(best_seconds, last_result)``."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD if comm is None else comm
+    best, result = math.inf, None
+    for i in range(int(warmup) + max(1, int(reps))):
+        result = None
+        arg = make()
+        sync(device)
+        comm.Barrier()
+        t0 = time.perf_counter()
+        result = fn(arg)
+        sync(device)
+        dt = time.perf_counter() - t0
+        del arg
+        comm.Barrier()
+        dt = comm.allreduce(dt, op=MPI.MAX)
+        if i >= warmup:
+            best = min(best, dt)
+    return best, result
+
+
+@contextlib.contextmanager
+def step_loop(force: bool):
+    """Context: with ``force``, a 1 x 1 grid runs distla's step loop instead of handing the
+    factorization to the local library (:mod:`distla.linalg._local`), e.g. to trace its steps
+    at sizes where the library is used. Not collective (set it on every rank alike)."""
+    if not force:
+        yield
+        return
+    from ..linalg import _local
+    saved = dict(_local.LOCAL_UP_TO)
+    _local.LOCAL_UP_TO.update({k: 0 for k in saved})
+    try:
+        yield
+    finally:
+        _local.LOCAL_UP_TO.update(saved)
+
+
+def free_device_pool(device) -> None:
+    """On 'gpu': return the CuPy pool's cached blocks to CUDA, so that the peak measured next
+    is the benchmark's own. Not collective."""
+    if device == "gpu":
+        import cupy
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+def memory_fields(peak, local_bytes: int, comm=None) -> dict:
+    """Collective: record fields from a :class:`distla.device.memory.PeakMemory` ``peak``:
+    ``host_peak_mb`` (maximum resident set), ``device_peak_mb`` (GPU: the CuPy pool's
+    high-water mark), ``local_mb`` (this rank's local matrix) and ``device_peak_ratio``
+    (device peak / local matrix), each the maximum over ranks (MB = 1e6 bytes)."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD if comm is None else comm
+    out = {"local_mb": comm.allreduce(local_bytes, op=MPI.MAX) / 1e6,
+           "host_peak_mb": comm.allreduce(peak.host_bytes or 0, op=MPI.MAX) / 1e6}
+    dev = comm.allreduce(-1 if peak.device_bytes is None else peak.device_bytes, op=MPI.MAX)
+    if dev >= 0:
+        out["device_peak_mb"] = dev / 1e6
+        ratios = comm.allgather(peak.device_bytes / local_bytes if local_bytes and
+                                peak.device_bytes is not None else 0.0)
+        out["device_peak_ratio"] = max(ratios)
+    return out
+
+
+def regenerated_residual(kind: str, grid, n: int, seed: int, X, B, dtype=np.float64) -> float:
+    """Collective: ScaLAPACK's SRESID ``||B - A X||_inf / (||A||_inf ||X||_inf eps n)`` for
+    one right-hand side (X and B n x 1 DistMatrix), with A the benchmark problem ``kind``
+    ('spd' or 'general', :func:`distla.problems.problem_entries`) regenerated from its seed
+    in column slabs of this rank's part of A: no copy of A is kept for the check (in-place
+    benchmarks factor the only one). Entries are cast to ``dtype`` as the factored matrix
+    was; the products accumulate in float64."""
+    from mpi4py import MPI
+
+    from .. import layout
+    from ..checks import eps
+    from ..matrix import _SLAB_ELEMS
+    be = B.backend
+    xp = be.xp
+    x = X.to_global(root=None)[:, 0].astype(np.float64)
+    b = B.to_global(root=None)[:, 0].astype(np.float64)
+    # my rows and columns of A in the layout of a matrix with X's row blocks
+    P, Q, nb = grid.nprow, grid.npcol, X.mb
+    rows = layout.local_indices(n, nb, grid.myrow, 0, P)
+    cols = layout.local_indices(n, nb, grid.mycol, 0, Q)
+    fn = problem_entries(kind, n, seed=seed, xp=xp)
+    I = xp.asarray(rows).reshape(-1, 1)
+    y = xp.zeros(len(rows), dtype=np.float64)
+    rowabs = xp.zeros(len(rows), dtype=np.float64)
+    xd = xp.asarray(x)
+    w = max(1, min(len(cols), _SLAB_ELEMS[be.name] // max(1, len(rows)),
+                   -(-len(cols) // 32)))
+    for c in range(0, len(cols), w):
+        Jv = xp.asarray(cols[c:c + w])
+        vals = xp.asarray(fn(I, Jv.reshape(1, -1))).astype(dtype).astype(np.float64)
+        vals = xp.broadcast_to(vals, (len(rows), Jv.size))
+        y += vals @ xd[Jv]
+        rowabs += xp.abs(vals).sum(axis=1)
+        del vals
+    part = np.concatenate([np.asarray(be.to_host(y)), np.asarray(be.to_host(rowabs))])
+    grid.row_comm.Allreduce(MPI.IN_PLACE, part, op=MPI.SUM)   # sum over process columns
+    y, rowabs = part[:len(rows)], part[len(rows):]
+    rmax = float(np.max(np.abs(b[rows] - y))) if len(rows) else 0.0
+    amax = float(rowabs.max()) if len(rows) else 0.0
+    rmax, amax = grid.allreduce(rmax, "max"), grid.allreduce(amax, "max")
+    xnorm = float(np.max(np.abs(x))) if n else 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(rmax / (amax * xnorm * eps(np.dtype(dtype)) * n)) if n else 0.0
 
 
 def timed(fn, device="cpu", comm=None, reps: int = 1, warmup: int = 0) -> float:

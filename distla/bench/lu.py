@@ -6,13 +6,19 @@ cuSOLVER getrf through ``cupyx.scipy.linalg.lu_factor`` on GPU).
     python -m distla.bench.lu ...                (standalone, same options)
 
 The matrix has independent standard normal entries (:func:`distla.bench.common.general_matrix`,
-generated block by block, the same whatever the grid). Timing: best of ``--reps``
-factorizations (``overwrite_a`` on a fresh copy made outside the timed region), device
-synchronized and ranks barriered around each, maximum over ranks. Rate: 2n^3/3 - n^2/2 flops.
-``--profile`` adds the seconds per phase (panel = gather + pivot search + panel factorization,
-swap, bcast waits, trsm, update; maximum over ranks) of one extra, separately run
-factorization (on GPU every phase synchronizes the device, so the phases add up to more than
-the timed run). Checks: SRESID of one solve and the growth factor max|U|/max|A|.
+generated in column slabs, the same whatever the grid; within ~1.2x of the local matrix).
+Timing: best of ``--reps`` factorizations (``overwrite_a`` on a fresh copy made outside the
+timed region), device synchronized and ranks barriered around each, maximum over ranks. Rate:
+2n^3/3 - n^2/2 flops. ``--inplace``: no copy at all; every repetition factors a freshly
+generated matrix in its own storage, and the check regenerates A in slabs
+(:func:`distla.bench.common.regenerated_residual`; no growth factor), so one n x n matrix (plus
+O(n nb) workspace) is held: the largest n that fits. Records carry the peak memory per rank
+(``host_peak_mb``, on GPU ``device_peak_mb`` from the CuPy pool, ``local_mb``).
+``--profile`` (``--trace``) adds the seconds per phase (panel = gather + pivot search + panel
+factorization, swap, bcast waits, trsm, update; maximum over ranks) and the host overhead per
+step of one extra, separately run factorization (on GPU every phase synchronizes the device, so
+the phases add up to more than the timed run). Checks: SRESID of one solve and the growth
+factor max|U|/max|A|.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ import argparse
 
 import numpy as np
 
+from ..device.memory import PeakMemory
 from ..linalg.methods import GEMM_MODES
 from . import common
 
@@ -41,8 +48,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="trailing-update GEMMs: native, or for float32 on GPU tensor "
                              "cores: tf32x3 (split operands, ~float32 accuracy), tf32, fp16 "
                              "or bf16 (docs/mixed.md)")
-    parser.add_argument("--profile", action="store_true",
-                        help="time per phase (panel/swap/bcast/trsm/update) of one extra run")
+    parser.add_argument("--inplace", action="store_true",
+                        help="factor freshly generated matrices in place (no copy of A; the "
+                             "residual regenerates A): the largest n that fits")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="untimed factorizations first (default 1; CPU: a small matrix "
+                             "unless --inplace)")
+    parser.add_argument("--panel-leaf", type=int, default=None, metavar="W",
+                        help="partial-pivoting panels by recursive halving down to getrf "
+                             "leaves of W columns (0: one getrf per panel; default: "
+                             "distla.linalg._lu_loop.PANEL_LEAF)")
+    parser.add_argument("--force-loop", action="store_true",
+                        help="on a 1x1 grid run distla's step loop even where the local "
+                             "library would be used (to trace its steps)")
+    parser.add_argument("--profile", "--trace", dest="profile", action="store_true",
+                        help="one extra, traced run: seconds per phase, and the host time "
+                             "per step outside kernels and messages (step_overhead_us)")
     parser.add_argument("--no-check", dest="check", action="store_false",
                         help="skip the solve residual and growth factor")
     parser.add_argument("--no-ref", "--no-reference", dest="reference", action="store_false",
@@ -53,7 +74,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> list[dict]:
-    """Collective over COMM_WORLD: run the benchmark; returns the result rows."""
+    """Collective over COMM_WORLD: run the benchmark; returns the result rows (the same on
+    every rank)."""
+    from ..linalg import _lu_loop
+    saved = dict(_lu_loop.PANEL_LEAF)
+    if getattr(args, "panel_leaf", None) is not None:
+        _lu_loop.PANEL_LEAF.update({k: int(args.panel_leaf) for k in saved})
+    try:
+        with common.step_loop(getattr(args, "force_loop", False)):
+            return _run(args)
+    finally:
+        _lu_loop.PANEL_LEAF.update(saved)
+
+
+def _run(args) -> list[dict]:
+    """The body of :func:`run` (collective)."""
     from mpi4py import MPI
 
     from ..linalg.lu import lu_factor, lu_solve
@@ -65,28 +100,43 @@ def run(args) -> list[dict]:
     rows = []
     for n in common.parse_sizes(args.n):
         nb = args.nb or common.default_nb(n, device, grid)
-        A = common.general_matrix(grid, n, nb, seed=args.seed, dtype=dtype, device=device)
         nfl = common.flops("lu", n)
         best_partial = None
+
+        def make(size=n):
+            return common.general_matrix(grid, size, nb, seed=args.seed, dtype=dtype,
+                                         device=device)
+        A = None if args.inplace else make()
         for piv in args.pivoting:
-            # untimed warm-up: communicators, BLAS/LAPACK symbols, GPU handles; on GPU at the
-            # full size, since CuPy compiles its kernels per size class (32/64-bit indexing)
-            nw = n if device == "gpu" else min(n, 4 * nb * max(grid.nprow, grid.npcol))
-            lu_factor(common.general_matrix(grid, nw, nb, seed=args.seed, dtype=dtype,
-                                            device=device), pivoting=piv, overwrite_a=True,
-                      tree=args.tree, lookahead=args.lookahead, gemm=args.gemm)
-            best, F = common.timed_result(
-                lambda W: lu_factor(W, pivoting=piv, overwrite_a=True, tree=args.tree,
-                                    lookahead=args.lookahead, gemm=args.gemm),
-                device, comm, reps=args.reps, setup=A.copy)
+            def factor(W):
+                return lu_factor(W, pivoting=piv, overwrite_a=True, tree=args.tree,
+                                 lookahead=args.lookahead, gemm=args.gemm)
+            common.free_device_pool(device)
+            with PeakMemory(device) as peak:
+                if args.inplace:
+                    best, F = common.timed_fresh(make, factor, device, comm, reps=args.reps,
+                                                 warmup=max(0, args.warmup))
+                else:
+                    # untimed warm-up: communicators, BLAS/LAPACK symbols, GPU handles; on GPU
+                    # at the full size, since CuPy compiles its kernels per size class
+                    nw = n if device == "gpu" else min(n, 4 * nb * max(grid.nprow, grid.npcol))
+                    for _ in range(max(0, args.warmup)):
+                        factor(make(nw))
+                    best, F = common.timed_result(factor, device, comm, reps=args.reps,
+                                                  setup=A.copy)
             rec = common.record(NAME, "distla", n=n, seconds=best, nflops=nfl, nb=nb,
                                 grid=gname, ranks=comm.size, device=device, dtype=dtype.name,
                                 pivoting=piv, lookahead=args.lookahead)
+            if args.panel_leaf is not None:
+                rec["panel_leaf"] = args.panel_leaf
             if args.gemm != "native":
                 rec["gemm"] = args.gemm
             if piv == "tournament":
                 rec["tree"] = args.tree
             rec["gflops"] = nfl / best / 1e9
+            if args.inplace:
+                rec["inplace"] = True
+            rec.update(common.memory_fields(peak, F.lu.local.nbytes, comm))
             if piv == "partial":
                 best_partial = best
             elif best_partial is not None:
@@ -94,18 +144,24 @@ def run(args) -> list[dict]:
             if args.check:
                 from ..checks import solve_residual
                 from ..matrix import DistMatrix
-                rec["growth"] = F.growth_factor()
                 B = DistMatrix.random(grid, (n, 1), (nb, nb), seed=args.seed + 1, dtype=dtype,
                                       device=device)
-                rec["sresid"] = solve_residual(A, lu_solve(F, B), B)
+                X = lu_solve(F, B)
+                if A is None:
+                    rec["sresid"] = common.regenerated_residual("general", grid, n, args.seed,
+                                                                X, B, dtype)
+                else:
+                    rec["growth"] = F.growth_factor()
+                    rec["sresid"] = solve_residual(A, X, B)
             del F
             if args.profile:
-                W = A.copy()
+                W = make() if A is None else A.copy()
                 rec.update(common.profiled(
                     lambda: lu_factor(W, pivoting=piv, overwrite_a=True, tree=args.tree,
                                       lookahead=args.lookahead, gemm=args.gemm), device, comm))
                 del W
             rows.append(rec)
+        del A
         if getattr(args, "reference", True):
             # collective: not in the lambda
             threads = args.ref_threads or common.ranks_on_node(comm)

@@ -6,8 +6,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..trace import library
 from . import _lapack
 from .streams import HostStream
+
+# the kernels and device reads a tracer counts as library time (distla.trace.library)
+LIBRARY_CALLS = ("copy", "gemm", "syrk", "trsm", "potrf", "getrf", "getrf_nopiv", "laswp",
+                 "split_tf32x3", "take_rows", "put_rows", "take", "axpby", "butterfly_quad",
+                 "to_host", "synchronize", "info_value", "infos_to_host")
+
+
+def _mark_library(cls) -> None:
+    for name in LIBRARY_CALLS:
+        if name in cls.__dict__:
+            setattr(cls, name, library(cls.__dict__[name]))
 
 
 class Backend:
@@ -17,6 +29,10 @@ class Backend:
     name = "?"
     is_gpu = False
     xp = np
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        _mark_library(cls)
 
     # ---- storage -------------------------------------------------------------------------
     def empty(self, shape, dtype=np.float64):
@@ -58,6 +74,10 @@ class Backend:
         """The stream work is queued on now."""
         return HostStream.CURRENT
 
+    def copy(self, out, a) -> None:
+        """``out[...] = a`` (a memory copy; one kernel on GPU ranks)."""
+        out[...] = a
+
     # ---- BLAS/LAPACK-style kernels (in place on column-major views) ------------------------
     def gemm(self, transa, transb, alpha, a, b, beta, c, tf32: bool = False) -> None:
         """``c = alpha op(a) op(b) + beta c``. ``tf32=True``: float32 through TF32 tensor
@@ -93,6 +113,32 @@ class Backend:
         pivots 0-based int64 (row i was swapped with pivots[i]), on the device."""
         return self._call(self._getrf, a)
 
+    def getrf_recursive(self, a, leaf: int = 128):
+        """LU with partial pivoting of the ``m x n`` (m >= n) view ``a`` in place, by
+        recursive halving (docs/perf.md): factor the left half, apply its interchanges to the
+        right half, solve the right half's top rows, one GEMM on the rest, factor its lower
+        part, and apply that part's interchanges to the left half's lower rows. Only leaves of
+        at most ``leaf`` columns go to the library's getrf, so a tall panel is a few narrow
+        getrf calls plus GEMMs. Returns ``(pivots, info)`` as :meth:`getrf` (pivots on the
+        device; each level reads its left half's pivots on the host)."""
+        m, n = a.shape
+        if n <= max(1, leaf) or m < n:
+            return self.getrf(a)
+        n1 = n // 2
+        p1, i1 = self.getrf_recursive(a[:, :n1], leaf)
+        self.laswp(a[:, n1:], self.to_host(p1), 0)
+        self.trsm("L", "L", "N", "U", 1.0, a[:n1, :n1], a[:n1, n1:])
+        self.gemm("N", "N", -1.0, a[n1:, :n1], a[:n1, n1:], 1.0, a[n1:, n1:])
+        p2, i2 = self.getrf_recursive(a[n1:, n1:], leaf)
+        self.laswp(a[n1:, :n1], self.to_host(p2), 0)
+        piv = self.xp.concatenate([self.xp.asarray(p1), self.xp.asarray(p2) + n1])
+        if isinstance(i1, (int, np.integer)) and isinstance(i2, (int, np.integer)):
+            info = int(i1) if i1 > 0 else (int(i2) + n1 if i2 > 0 else 0)
+        else:   # device scalars: combined without a host read
+            xp = self.xp
+            info = xp.where(i1 > 0, i1, xp.where(i2 > 0, i2 + n1, 0)).astype(np.int32)
+        return piv, info
+
     def getrf_nopiv(self, a) -> None:
         """LU without pivoting of the ``m x n`` (m >= n) view ``a`` in place (unit L below the
         diagonal, U on and above). A zero pivot is not reported: it shows as an exact zero on
@@ -106,14 +152,8 @@ class Backend:
         Here: the net moves (at most ``2 len(piv)`` rows) gathered and scattered once."""
         if a.size == 0 or len(piv) == 0:
             return
-        at = {}   # position -> original row now there (moved positions only)
-        for i, p in enumerate(np.asarray(piv).tolist()):
-            r = start + i
-            if p != r:
-                at[r], at[p] = at.get(p, p), at.get(r, r)
-        dest = np.array([g for g, r in at.items() if g != r], dtype=np.int64)
+        dest, src = _lapack.swap_moves(piv, start)
         if dest.size:
-            src = np.array([at[g] for g in dest.tolist()], dtype=np.int64)
             vals = self.empty((dest.size, a.shape[1]), a.dtype)
             self.take_rows(a, self.xp.asarray(src), vals)
             self.put_rows(a, self.xp.asarray(dest), vals)
@@ -200,3 +240,6 @@ class Backend:
 
     def _colmajor(self, a):
         return a if _lapack.is_colmajor(a) else self.xp.asfortranarray(a)
+
+
+_mark_library(Backend)

@@ -234,6 +234,15 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
         return A3, B3
 
     # ---- row movement and elementwise --------------------------------------------------------
+    def copy(self, out, a) -> None:
+        # CuPy walks an elementwise kernel's index space in C order: copy the transposed
+        # (row-major) views of column-major 2-D arrays so that neighbouring threads touch
+        # neighbouring addresses
+        if out.ndim == 2 and getattr(a, "ndim", 0) == 2:
+            out.T[...] = a.T
+        else:
+            out[...] = a
+
     def take_rows(self, a, idx, out) -> None:
         if out.size:
             flat, ld = _flat(a)

@@ -17,6 +17,9 @@ then polls MPI so that broadcast moves). Zero pivots are recorded and agreed onc
 """
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 
 from .. import layout, progress
@@ -27,6 +30,10 @@ from ._pivoting import permute_rows, suffix_moves, swap_rows, winners_to_ipiv
 from ._tslu import tournament
 
 _POLL_CHUNK = 512  # CPU update: columns per GEMM between MPI progress polls
+_NBUF = 3          # panel / U12 buffers in flight: step k's, the lookahead panel's, spare
+# partial-pivoting panels: 0 = one library getrf per panel; w > 0 = recursive halving down to
+# getrf leaves of at most w columns (Backend.getrf_recursive), per device
+PANEL_LEAF = {"cpu": 0, "gpu": 0}
 
 
 class Panel:
@@ -69,6 +76,12 @@ class LULoop:
         self._rows_dev = {}
         self.zero_checks = []  # (j0, 'info' | 'diag', value) for panels this rank factored
         self.inflight = None   # the panel whose broadcast the deferred update polls
+        self._ws = {}          # workspace: allocated at first (largest) use, then reused
+        # layout lookups, memoized (the same few offsets recur every step)
+        memo = functools.lru_cache(maxsize=None)
+        self.lrow, self.lcol = memo(A.local_row_start), memo(A.local_col_start)
+        self.rown, self.cown = memo(A.row_owner), memo(A.col_owner)
+        self.mrows = [layout.numroc(self.m, A.mb, pr, A.rsrc, g.nprow) for pr in range(g.nprow)]
 
     # ---- the loop ------------------------------------------------------------------------
     def run(self) -> np.ndarray:
@@ -90,7 +103,8 @@ class LULoop:
         with main:
             panel = self.next_panel(0)
             for k in range(self.nsteps):
-                panel = self.step(panel, side)
+                with trace("step"):
+                    panel = self.step(panel, side)
                 progress.update_columns(self.kmax, (k + 1) * self.nb, 2.0 / 3.0)
             side.join()
             if self.pivoting != "none":
@@ -106,17 +120,17 @@ class LULoop:
         side.join()                                        # previous trailing update
         with trace("bcast"):
             pan.wait()
-        lr1, lc1 = A.local_row_start(j0 + kb), A.local_col_start(j0 + kb)
+        lr1, lc1 = self.lrow(j0 + kb), self.lcol(j0 + kb)
         if pan.piv is not None:                            # trailing interchanges
             self.piv[j0:j0 + kb] = pan.piv
             with trace("swap"):
                 self.swap(A.local, pan.piv, j0, [slice(lc1, A.local.shape[1])])
         u = self.u12(pan, lc1)
-        l21, a22 = pan.lbuf[lr1 - A.local_row_start(j0):], A.local[lr1:, lc1:]
+        l21, a22 = pan.lbuf[lr1 - self.lrow(j0):], A.local[lr1:, lc1:]
         l21, u, sc = self.gemm_operands(l21, u)
         last = pan.k + 1 == self.nsteps
         w = 0 if last or not self.lookahead else \
-            A.local_col_start(min(self.n, j0 + kb + self.nb)) - lc1
+            self.lcol(min(self.n, j0 + kb + self.nb)) - lc1
         with trace("update"):                              # lookahead column
             self.gemm(l21, u[:, :w], a22[:, :w], sc)
         side.defer(self.update, l21, u[:, w:], a22[:, w:], sc)   # the rest, beside the panel
@@ -131,7 +145,7 @@ class LULoop:
     def next_panel(self, k) -> Panel:
         """Factor panel k on its process column and start its row broadcast. Every rank."""
         with trace("panel"):
-            piv = self.factor_panel(k) if self.g.mycol == self.A.col_owner(k * self.nb) \
+            piv = self.factor_panel(k) if self.g.mycol == self.cown(k * self.nb) \
                 else None
         return self.post_panel(k, piv)
 
@@ -139,13 +153,13 @@ class LULoop:
         """``U12 = L11^-1 A12`` on the process row owning block row k, broadcast down every
         process column; returns this rank's copy (kb x local trailing columns)."""
         A, be = self.A, self.be
-        pr, lr0 = A.row_owner(pan.j0), A.local_row_start(pan.j0)
-        u = be.empty((pan.kb, A.local.shape[1] - lc1), A.dtype)
+        pr, lr0 = self.rown(pan.j0), self.lrow(pan.j0)
+        u = self.work("u12", pan.k, (pan.kb, A.local.shape[1] - lc1))
         with trace("trsm"):
             if self.g.myrow == pr and u.size:
                 a12 = A.local[lr0:lr0 + pan.kb, lc1:]
                 be.trsm("L", "L", "N", "U", 1.0, pan.lbuf[:pan.kb], a12)
-                u[...] = a12
+                be.copy(u, a12)
         with trace("bcast"):
             self.comms.col.bcast(u, pr)
         return u
@@ -183,18 +197,18 @@ class LULoop:
         collective over my process column."""
         A, g = self.A, self.g
         swap_rows(local, piv, j0, mb=A.mb, rsrc=A.rsrc, nprow=g.nprow, myrow=g.myrow,
-                  comm=self.comms.col, segs=segs, backend=self.be)
+                  comm=self.comms.col, segs=segs, backend=self.be, work=self._swap_work)
 
     def swap_left(self):
         """Apply to each factored block column of L the interchanges of all later steps at once
         (deferred from the loop: one composed permutation per block column moves each row
         once). Collective over each process column (its ranks own the same block columns)."""
         A, g = self.A, self.g
-        mine = [k for k in range(self.nsteps - 1) if A.col_owner(k * self.nb) == g.mycol]
+        mine = [k for k in range(self.nsteps - 1) if self.cown(k * self.nb) == g.mycol]
 
         def cols(k):
-            return [slice(A.local_col_start(k * self.nb),
-                          A.local_col_start(min(self.n, (k + 1) * self.nb)))]
+            return [slice(self.lcol(k * self.nb),
+                          self.lcol(min(self.n, (k + 1) * self.nb)))]
         if not mine:
             return
         mine = set(mine)
@@ -209,7 +223,7 @@ class LULoop:
         global pivots (on this device), None for GENP. Collective over that process column."""
         A, g = self.A, self.g
         j0, kb = k * self.nb, min(self.nb, self.kmax - k * self.nb)
-        lc0, lr0 = A.local_col_start(j0), A.local_row_start(j0)
+        lc0, lr0 = self.lcol(j0), self.lrow(j0)
         view = A.local[lr0:, lc0:lc0 + kb]
         # One process row: TSLU's tree has a single leaf, whose GEPP IS the panel factorization
         # (same pivots), so tournament pivoting takes the partial-pivoting path.
@@ -219,30 +233,34 @@ class LULoop:
             f11, piv = self._panel_tournament(j0, kb, lc0, lr0, view)
         else:
             f11, piv = self._panel_genp(j0, kb, lc0, lr0), None
-        if g.myrow == A.row_owner(j0):
+        if g.myrow == self.rown(j0):
             A.local[lr0:lr0 + kb, lc0:lc0 + kb] = f11
         with trace("p_trsm"):   # L21 = A21 U11^-1
             self.be.trsm("R", "U", "N", "N", 1.0, f11,
-                         A.local[A.local_row_start(j0 + kb):, lc0:lc0 + kb])
+                         A.local[self.lrow(j0 + kb):, lc0:lc0 + kb])
         return piv
 
     def _panel_gepp(self, j0, kb, lr0, view):
         be = self.be
+        leaf = PANEL_LEAF.get(self.A.device, 0)
+
+        def getrf(x):
+            return be.getrf_recursive(x, leaf) if leaf > 0 else be.getrf(x)
         if self.g.nprow == 1:  # all active rows are mine, in order: factor in place
             with trace("p_getrf"):
-                piv, info = be.getrf(view)
+                piv, info = getrf(view)
         else:
             with trace("p_gather"):
                 T = self._gather_panel(j0, kb, view)
             with trace("p_getrf"):
-                piv, info = be.getrf(T)
+                piv, info = getrf(T)
                 be.take_rows(T, self.rows_of(self.g.myrow)[lr0:] - j0, view)
         self.zero_checks.append((j0, "info", info))
         return piv + j0
 
     def _panel_tournament(self, j0, kb, lc0, lr0, view):
         A, g = self.A, self.g
-        pk = A.row_owner(j0)
+        pk = self.rown(j0)
         winners, f11, info = tournament(view, self.rows[lr0:], kb, comm=self.comms.col,
                                         root=pk, tree=self.tree, backend=self.be)
         if g.myrow == pk:
@@ -254,7 +272,7 @@ class LULoop:
 
     def _panel_genp(self, j0, kb, lc0, lr0):
         """Factor the diagonal block without pivoting; broadcast it down the process column."""
-        A, be, pk = self.A, self.be, self.A.row_owner(j0)
+        A, be, pk = self.A, self.be, self.rown(j0)
         if self.g.myrow == pk:
             f11 = self.xp.array(A.local[lr0:lr0 + kb, lc0:lc0 + kb], order="F", copy=True)
             be.getrf_nopiv(f11)
@@ -267,17 +285,17 @@ class LULoop:
     def _gather_panel(self, j0, kb, view):
         """Allgather the active panel rows of the process column into one tall (m - j0) x kb
         array in global row order (every rank of the column gets the same)."""
-        A, g, be = self.A, self.g, self.be
+        g, be = self.g, self.be
         P = g.nprow
-        starts = [A.local_row_start(j0, pr) for pr in range(P)]
-        mrem = [layout.numroc(self.m, A.mb, pr, A.rsrc, P) - starts[pr] for pr in range(P)]
+        starts = [self.lrow(j0, pr) for pr in range(P)]
+        mrem = [self.mrows[pr] - starts[pr] for pr in range(P)]
         mx = max(mrem)
-        send = be.zeros((mx, kb), A.dtype)
-        send[:view.shape[0]] = view
-        recv = be.empty((P * mx * kb,), A.dtype)
+        send = self.work("send", 0, (mx, kb))     # rows beyond mine: padding, never read
+        be.copy(send[:view.shape[0]], view)
+        recv = self.work("recv", 0, (P * mx * kb,))
         self.comms.col.allgather(send, recv)
         R = recv.reshape(P, kb, mx)  # [process row, column, row]
-        T = be.empty((self.m - j0, kb), A.dtype)
+        T = self.work("panel", 0, (self.m - j0, kb))
         for pr in range(P):
             if mrem[pr]:
                 be.put_rows(T, self.rows_of(pr)[starts[pr]:] - j0, R[pr, :, :mrem[pr]].T)
@@ -287,12 +305,12 @@ class LULoop:
         """Start the broadcast of panel k and its pivots along process rows. Every rank."""
         A, g, be = self.A, self.g, self.be
         j0, kb = k * self.nb, min(self.nb, self.kmax - k * self.nb)
-        pc = A.col_owner(j0)
-        lr0 = A.local_row_start(j0)
-        lbuf = be.empty((A.local.shape[0] - lr0, kb), A.dtype)
+        pc = self.cown(j0)
+        lr0 = self.lrow(j0)
+        lbuf = self.work("lbuf", k, (A.local.shape[0] - lr0, kb))
         if g.mycol == pc:
-            lc0 = A.local_col_start(j0)
-            lbuf[...] = A.local[lr0:, lc0:lc0 + kb]
+            lc0 = self.lcol(j0)
+            be.copy(lbuf, A.local[lr0:, lc0:lc0 + kb])
         reqs = [self.comms.row.ibcast(lbuf, pc)]
         pbuf = None
         if self.pivoting != "none":
@@ -305,6 +323,19 @@ class LULoop:
         return Panel(k, j0, kb, lbuf, pbuf, reqs, be)
 
     # ---- helpers and the end ---------------------------------------------------------------
+    def _swap_work(self, name, shape):
+        return self.work(("swap", name), 0, shape)
+
+    def work(self, name, k, shape):
+        """A column-major ``shape`` view (A's dtype) of workspace ``name``, copy ``k % 3``:
+        allocated at its first use (the largest: the active part shrinks) and reused, so the
+        loop allocates nothing per step and holds O((m + n) nb) extra memory."""
+        key, size = (name, k % _NBUF), math.prod(shape)
+        buf = self._ws.get(key)
+        if buf is None or buf.size < size:
+            buf = self._ws[key] = self.be.empty(size, self.A.dtype)
+        return buf[:size].reshape(shape, order="F")
+
     def rows_of(self, pr):
         """Global rows of process row ``pr`` in local order, on the device (cached)."""
         r = self._rows_dev.get(pr)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import layout
+from ..device._lapack import swap_moves
 
 __all__ = ["swaps_to_moves", "ipiv_to_perm", "winners_to_ipiv", "apply_swaps", "suffix_moves",
            "permute_rows", "swap_rows", "largest_multiplier"]
@@ -39,16 +40,9 @@ def swaps_to_moves(piv, start: int) -> tuple[np.ndarray, np.ndarray]:
 
     Returns ``(dest, src)`` (int64, sorted by ``dest``): afterwards global row ``dest[t]`` holds
     the old row ``src[t]``; rows not listed do not move (at most ``2 len(piv)`` rows move).
+    Vectorized (:func:`distla.device._lapack.swap_moves`): no Python loop over the pivots.
     """
-    at: dict[int, int] = {}  # position -> original row now there (only moved positions)
-    for i, p in enumerate(np.asarray(piv).tolist()):
-        a = start + i
-        if p != a:
-            ra, rp = at.get(a, a), at.get(p, p)
-            at[a], at[p] = rp, ra
-    dest = sorted(g for g, r in at.items() if g != r)
-    return (np.array(dest, dtype=np.int64),
-            np.array([at[g] for g in dest], dtype=np.int64))
+    return swap_moves(piv, start)
 
 
 def suffix_moves(piv, nb: int, m: int):
@@ -89,7 +83,7 @@ def winners_to_ipiv(winners, start: int) -> np.ndarray:
 
 
 def permute_rows(local, dest, src, *, mb: int, rsrc: int, nprow: int, myrow: int, comm, segs,
-                 backend) -> None:
+                 backend, work=None) -> None:
     """Move whole local row pieces: afterwards global row ``dest[t]`` holds the old row
     ``src[t]`` in the local columns ``segs`` (a list of slices of ``local``'s columns).
 
@@ -98,6 +92,8 @@ def permute_rows(local, dest, src, *, mb: int, rsrc: int, nprow: int, myrow: int
     the same ``dest``/``src`` (host int64, sorted by ``dest``) and the same column widths.
     Rows are exchanged pairwise between process rows, one grouped ``exchange`` in all: each
     rank sends at most one message to, and receives at most one from, each other process row.
+    ``work(name, shape)``, if given, returns reusable column-major buffers of ``local``'s dtype
+    (a step loop's workspace, so that nothing is allocated and freed per call).
     """
     segs = [s for s in segs if s.stop > s.start]
     ncols = sum(s.stop - s.start for s in segs)
@@ -115,8 +111,11 @@ def permute_rows(local, dest, src, *, mb: int, rsrc: int, nprow: int, myrow: int
         pieces.append((s, slice(off, off + s.stop - s.start)))
         off += s.stop - s.start
 
-    def gather(idx):
-        buf = backend.empty((len(idx), ncols), dtype)
+    def alloc(name, shape):
+        return backend.empty(shape, dtype) if work is None else work(name, shape)
+
+    def gather(idx, name):
+        buf = alloc(name, (len(idx), ncols))
         ix = backend.xp.asarray(idx)
         for s, packed in pieces:
             backend.take_rows(local[:, s], ix, buf[:, packed])
@@ -133,14 +132,13 @@ def permute_rows(local, dest, src, *, mb: int, rsrc: int, nprow: int, myrow: int
             continue
         ms = (osrc == myrow) & (od == q)
         if ms.any():
-            sends.append((q, gather(lsrc[ms])))
+            sends.append((q, gather(lsrc[ms], ("send", q))))
         mr = (od == myrow) & (osrc == q)
         if mr.any():
-            recvs.append((q, backend.empty((int(mr.sum()), ncols), dtype),
-                          ldest[mr]))
+            recvs.append((q, alloc(("recv", q), (int(mr.sum()), ncols)), ldest[mr]))
     mine = (od == myrow) & (osrc == myrow)
     if mine.any():  # all reads (gathers) happen before any write
-        scatter(ldest[mine], gather(lsrc[mine]))
+        scatter(ldest[mine], gather(lsrc[mine], "mine"))
     if sends or recvs:
         comm.exchange(sends, [(q, b) for q, b, _ in recvs])
     for _, b, idx in recvs:
@@ -148,7 +146,7 @@ def permute_rows(local, dest, src, *, mb: int, rsrc: int, nprow: int, myrow: int
 
 
 def swap_rows(local, piv, start: int, *, mb: int, rsrc: int, nprow: int, myrow: int, comm,
-              segs, backend) -> None:
+              segs, backend, work=None) -> None:
     """Apply one panel's interchanges (row ``start + i`` with ``piv[i]``, global, in order) to
     the local columns ``segs``. Collective over the process column, like
     :func:`permute_rows`; with one process row on CPU it is LAPACK's laswp in place (global
@@ -162,7 +160,7 @@ def swap_rows(local, piv, start: int, *, mb: int, rsrc: int, nprow: int, myrow: 
         return
     dest, src = swaps_to_moves(piv, start)
     permute_rows(local, dest, src, mb=mb, rsrc=rsrc, nprow=nprow, myrow=myrow, comm=comm,
-                 segs=segs, backend=backend)
+                 segs=segs, backend=backend, work=work)
 
 
 _SLAB = 1 << 24      # local entries scanned at a time by largest_multiplier

@@ -17,11 +17,17 @@ rank; the first failing column is agreed once at the end.
 """
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from .. import layout, progress
 from ..trace import trace
 from ._local import use_local
+
+# trailing update: up to this many adjacent block columns with their diagonal blocks here (all
+# of them on a 1 x 1 grid) in one SYRK + one GEMM, per device (1: one pair per block column)
+UPDATE_GROUP = {"cpu": 1, "gpu": 1}
 
 
 class PotrfLoop:
@@ -36,7 +42,7 @@ class PotrfLoop:
         self.comms = g.comms(A.device)
         self.n, self.nb, self.nt = A.n, A.nb, A.nt
         self.P, self.Q = g.nprow, g.npcol
-        self.mine = {j: (cs, w, A.local_row_start(j * A.nb)) for j, cs, w in A.my_block_cols()}
+        self._columns()
         self._plan()
         self._alloc()
         self.infos = []     # (global column offset, potrf info) of the panels factored here
@@ -45,7 +51,7 @@ class PotrfLoop:
     # ---- the loop ------------------------------------------------------------------------
     def run(self) -> int:
         """Factor; return the first failing global column agreed by all ranks (n if none)."""
-        nt, d, be = self.nt, self.d, self.be
+        nt, be = self.nt, self.be
         if nt == 0:
             return self.n
         # one process: the local library (it has no tensor-core update modes)
@@ -60,23 +66,28 @@ class PotrfLoop:
         with side:
             self.start_panel(0)
         for k in range(nt):
-            with side:
-                self.finish_panel(k)
-                ready[k] = side.record()
-                if d and k + 1 < nt:
-                    self.lookahead(k, side, col_ready, free)
-            with main:
-                main.wait(ready.pop(k))
-                self.trailing(k, main, col_ready)
-                free[k] = main.record()
-            if not d and k + 1 < nt:
-                with side:
-                    side.wait_for(main)
-                    self.start_panel(k + 1)
-            self.panels.pop(k)
+            with trace("step"):
+                self.step(k, main, side, ready, col_ready, free)
             progress.update_columns(self.n, (k + 1) * self.nb, 1.0 / 3.0)
         main.wait_for(side)
         return self._agree_fail()
+
+    def step(self, k, main, side, ready, col_ready, free):
+        """Step k: finish panel k, lookahead on ``side``, trailing update on ``main``."""
+        with side:
+            self.finish_panel(k)
+            ready[k] = side.record()
+            if self.d and k + 1 < self.nt:
+                self.lookahead(k, side, col_ready, free)
+        with main:
+            main.wait(ready.pop(k))
+            self.trailing(k, main, col_ready)
+            free[k] = main.record()
+        if not self.d and k + 1 < self.nt:
+            with side:
+                side.wait_for(main)
+                self.start_panel(k + 1)
+        self.panels.pop(k)
 
     def lookahead(self, k, side, col_ready, free):
         """On the side stream: apply panel k to block columns k+1..k+d, factor panel k+1 right
@@ -86,7 +97,7 @@ class PotrfLoop:
         for c in range(k + 1, min(k + d, nt - 1) + 1):
             if c == k + d:                             # main applied panel k-1 to it first
                 side.wait(col_ready.pop(k - 1, None))
-            self.update(k, [c])
+            self.update(k, range(c, c + 1))
             if c == k + 1:
                 self.start_panel(k + 1)
 
@@ -94,7 +105,7 @@ class PotrfLoop:
         """On the main stream: apply panel k to the block columns beyond the lookahead."""
         lo = k + self.d + 1
         if lo < self.nt:
-            self.update(k, [lo])
+            self.update(k, range(lo, lo + 1))
             col_ready[k] = main.record()
             self.update(k, range(lo + 1, self.nt))
 
@@ -132,6 +143,28 @@ class PotrfLoop:
         self.cum = xp.asarray(cum)
         self.pack_rows = xp.asarray(pack)
 
+    def _columns(self):
+        """My block columns (sorted ``my_js``) and, for each, ``(cs, w, rs, C, Cd, Cb)``: local
+        column start and width, local row of its diagonal, the view of it at and below the
+        diagonal, and when this rank holds the diagonal block that block and the rest below."""
+        A = self.A
+        self.my_js, self.cols = [], []
+        for j, cs, w in A.my_block_cols():
+            rs = A.local_row_start(j * A.nb)
+            C = A.local[rs:, cs:cs + w]
+            if C.size == 0:
+                continue
+            diag = A.row_owner(j * A.nb) == self.g.myrow
+            self.my_js.append(j)
+            self.cols.append((cs, w, rs, C, C[:w] if diag else None, C[w:] if diag else None))
+        # run_end[i]: the last column of the run from i on whose diagonal blocks are here and
+        # stacked (the next column starts where this one's diagonal block ends, in both)
+        self.run_end = list(range(len(self.cols)))
+        for i in range(len(self.cols) - 2, -1, -1):
+            (cs, w, rs, _, d, _), (cs2, _, rs2, _, d2, _) = self.cols[i], self.cols[i + 1]
+            if d is not None and d2 is not None and cs2 == cs + w and rs2 == rs + w:
+                self.run_end[i] = self.run_end[i + 1]
+
     def _alloc(self):
         A, be, nb = self.A, self.be, self.nb
         dt, mloc = A.dtype, A.local_shape[0]
@@ -168,12 +201,12 @@ class PotrfLoop:
                 with trace("bcast"):
                     Lkk = self.diag_buf[:kb * kb].reshape((kb, kb), order="F")
                     if g.myrow == pr:
-                        Lkk[...] = D
+                        be.copy(Lkk, D)
                     self.comms.col.bcast(Lkk, pr)
             with trace("panel"):
                 Pv = A.local[r0:, cs:cs + kb]
                 be.trsm("R", "L", "T", "N", 1.0, Lkk, Pv)
-                seg[...] = Pv
+                be.copy(seg, Pv)
         req = None
         if self.Q > 1 and seg.size:              # cnt is the same along my process row
             with trace("bcast"):
@@ -218,32 +251,41 @@ class PotrfLoop:
             be.take(gat, self.base[k][self.col_owner_row[c0:]] + self.cum[c0:], X)
 
     def update(self, k, js):
-        """Apply panel k to my block columns among ``js``: lower part only. Local."""
+        """Apply panel k to my block columns among ``js`` (a range): lower part only. Local.
+        Runs of up to ``UPDATE_GROUP[device]`` adjacent columns whose diagonal blocks are all
+        here and stacked (every column on a 1 x 1 grid) take one SYRK and one GEMM."""
         seg, X = self.panels[k]
         p, be = self.plan[k], self.be
         r0, c0 = p["r0"], p["c0"]
         ops = []      # low-precision operands, prepared once per call (on this call's stream)
+        lo, hi = bisect.bisect_left(self.my_js, js.start), bisect.bisect_left(self.my_js, js.stop)
+        if lo == hi:
+            return
+        group = max(1, UPDATE_GROUP.get(self.A.device, 1))
         with trace("update"):
-            for j in js:
-                if j not in self.mine:
-                    continue
-                cs, w, rs = self.mine[j]
-                C = self.A.local[rs:, cs:cs + w]
-                if C.size == 0:
-                    continue
+            i = lo
+            while i < hi:
+                cs, w, rs, C, Cd, Cb = self.cols[i]
+                e = min(hi, i + group, self.run_end[i] + 1)
+                if e - i > 1:                            # columns i..e-1 at once
+                    cl, wl = self.cols[e - 1][:2]
+                    w = cl + wl - cs
+                    C = self.A.local[rs:, cs:cs + w]
+                    Cd, Cb = C[:w], C[w:]
                 LT = seg[rs - r0:].T                     # kb x rows, column-major
                 XT = X[cs - c0:cs - c0 + w].T            # kb x w
-                diag = self.A.row_owner(j * self.nb) == self.g.myrow
-                if diag:                                     # diagonal block here
-                    be.syrk("L", "T", -1.0, LT[:, :w], 1.0, C[:w])
+                if Cd is not None:                       # diagonal block(s) here
+                    be.syrk("L", "T", -1.0, LT[:, :w], 1.0, Cd)
                 if self.compute != "native":
-                    self.gemm_lowp(ops, seg, X, rs - r0 + w * diag, cs - c0, w, C[w * diag:])
-                elif diag:
-                    be.gemm("T", "N", -1.0, LT[:, w:], XT, 1.0, C[w:])
+                    below = (w, Cb) if Cd is not None else (0, C)
+                    self.gemm_lowp(ops, seg, X, rs - r0 + below[0], cs - c0, w, below[1])
+                elif Cd is not None:
+                    be.gemm("T", "N", -1.0, LT[:, w:], XT, 1.0, Cb)
                 else:
                     be.gemm("T", "N", -1.0, LT, XT, 1.0, C)
                 if self.pending:   # let posted host-MPI broadcasts move between GEMMs
                     self.pending = [r for r in self.pending if not r.test()]
+                i = max(e, i + 1)
 
     def gemm_lowp(self, ops, seg, X, r, c, w, C):
         """``C -= seg[r:] X[c:c + w]^T`` in the low-precision mode; the panel's operands

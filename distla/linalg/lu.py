@@ -144,9 +144,9 @@ def _check_matrix(A, name="A"):
 
 
 def _max_abs(A) -> float:
-    """Collective: max |a_ij| over the whole matrix."""
-    loc = float(A.xp.max(A.xp.abs(A.local))) if A.local.size else 0.0
-    return A.grid.allreduce(loc, "max")
+    """Collective: max |a_ij| over the whole matrix (in column slabs: no full-size temporary,
+    so ``overwrite_a=True`` needs only O(n nb) memory beyond A)."""
+    return A.norm("max")
 
 
 def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = False,
