@@ -6,7 +6,8 @@
 # over a condition sweep 1e2..1e12, for Cholesky and LU with partial pivoting.
 #
 #   bash benchmarks/gpu/mixed.sh tests    (< 5 minutes: the GPU tests)
-#   bash benchmarks/gpu/mixed.sh bench    (< 10 minutes: records to $OUT/mixed-gpu.jsonl)
+#   bash benchmarks/gpu/mixed.sh bench    (< 10 minutes: records to $OUT/mixed-gpu.jsonl;
+#                                          bench16 / bench32: one size only)
 #   bash benchmarks/gpu/mixed.sh          (both: needs two 10-minute device calls' worth)
 #
 # Every record is stamped with its "command", "device_name" and "date" (copy the file to
@@ -57,10 +58,12 @@ C="--cond 1e2 1e4 1e6 1e8 1e10 1e12 --method cholesky gepp"
 for part in $PARTS; do
     case $part in
     tests) tests ;;
+    bench16) bench 200 --device gpu --n 16384 --nb 1024 --reps 2 --factor-dtype fp16 bf16 tf32 fp32 $C ;;
+    bench32) bench 330 --device gpu --n 32768 --nb 1024 --reps 1 --factor-dtype fp16 bf16 tf32 $C ;;
     bench)
         bench 200 --device gpu --n 16384 --nb 1024 --reps 2 --factor-dtype fp16 bf16 tf32 fp32 $C
         bench 330 --device gpu --n 32768 --nb 1024 --reps 1 --factor-dtype fp16 bf16 tf32 $C
         ;;
-    *) echo "unknown part '$part' (tests, bench)" >&2; exit 2 ;;
+    *) echo "unknown part '$part' (tests, bench, bench16, bench32)" >&2; exit 2 ;;
     esac
 done
