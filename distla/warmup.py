@@ -21,7 +21,8 @@ import numpy as np
 
 from . import checks, io
 from .grid import ProcessGrid
-from .linalg import lu_factor, rcond, solve
+from .linalg import lu_factor, lu_solve, rcond, solve
+from .linalg.refine import gmres
 from .matrix import DistMatrix
 from .pblas import matmul, norm
 from .problems import make_problem
@@ -57,7 +58,12 @@ def warmup(comm, device: str = "gpu", n: int = 512, nb: int = 128, say=print) ->
                     checks.backward_error(A, X, B)
                     norm(X - ones, np.inf)
                 if kind == "general":
-                    rcond(A, lu_factor(A))
+                    F = lu_factor(A)
+                    rcond(A, F)
+                    gmres(A, B, lambda R: lu_solve(F, R), restart=3)   # GMRES-IR's kernels
+                if dtype == np.float64 and kind != "covariance":    # mixed: each factor dtype
+                    for fd in A.backend.LOWP:
+                        solve(A, B, method=methods[0], precision="mixed", factor_dtype=fd)
                 key = f"{kind} {np.dtype(dtype).name}"
                 times[key] = time.perf_counter() - t
                 say(f"warmup: {key}: {times[key]:.1f} s")

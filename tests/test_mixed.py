@@ -247,8 +247,8 @@ def test_cpu_low_precision_gemm_is_float32():
 
 @pytest.mark.mpi
 def test_cholesky_low_precision_modes_on_cpu_are_float32(grids):
-    """The Cholesky loop's low-precision update path (operands prepared once per panel,
-    sliced per block column) computes the float32 factor on CPU ranks."""
+    """The Cholesky loop's low-precision update path (one GEMM over all the block columns,
+    upper triangles included) computes the float32 factor on CPU ranks."""
     from distla.linalg import cholesky
     a = conditioned(N, 1e2, 22, spd=True).astype(np.float32)
     for grid in grids:

@@ -257,9 +257,12 @@ class PotrfLoop:
         seg, X = self.panels[k]
         p, be = self.plan[k], self.be
         r0, c0 = p["r0"], p["c0"]
-        ops = []      # low-precision operands, prepared once per call (on this call's stream)
         lo, hi = bisect.bisect_left(self.my_js, js.start), bisect.bisect_left(self.my_js, js.stop)
         if lo == hi:
+            return
+        if self.compute != "native":
+            with trace("update"):
+                self.update_lowp(k, lo, hi)
             return
         group = max(1, UPDATE_GROUP.get(self.A.device, 1))
         with trace("update"):
@@ -276,10 +279,6 @@ class PotrfLoop:
                 XT = X[cs - c0:cs - c0 + w].T            # kb x w
                 if Cd is not None:                       # diagonal block(s) here
                     be.syrk("L", "T", -1.0, LT[:, :w], 1.0, Cd)
-                if self.compute != "native":
-                    below = (w, Cb) if Cd is not None else (0, C)
-                    self.gemm_lowp(ops, seg, X, rs - r0 + below[0], cs - c0, w, below[1])
-                elif Cd is not None:
                     be.gemm("T", "N", -1.0, LT[:, w:], XT, 1.0, Cb)
                 else:
                     be.gemm("T", "N", -1.0, LT, XT, 1.0, C)
@@ -287,14 +286,22 @@ class PotrfLoop:
                     self.pending = [r for r in self.pending if not r.test()]
                 i = max(e, i + 1)
 
-    def gemm_lowp(self, ops, seg, X, r, c, w, C):
-        """``C -= seg[r:] X[c:c + w]^T`` in the low-precision mode; the panel's operands
-        (split or scaled casts, :meth:`Backend.lowp_operands`) are prepared on first use and
-        kept in ``ops`` for the caller's other block columns. Local."""
-        if not ops:
-            ops.extend(self.be.lowp_operands(seg, X.T, self.compute))
-        a, b, scale = ops
-        self.be.gemm_lowp("N", "N", -1.0, a[r:], b[:, c:c + w], 1.0, C, self.compute, scale)
+    def update_lowp(self, k, lo, hi):
+        """Apply panel k to my block columns ``self.cols[lo:hi]`` in the low-precision mode:
+        ONE tensor-core GEMM ``C -= seg X^T`` over all of them, from the first one's diagonal
+        row down (their local columns are adjacent). It also updates the upper triangles of
+        diagonal blocks and blocks above later columns' diagonals: the lower factorization
+        never reads them and the driver zeroes the upper triangle at the end; the extra flops
+        (up to 2x on one process) cost far less on tensor cores than one launch per block
+        column. Local."""
+        seg, X = self.panels[k]
+        p = self.plan[k]
+        cs, _, rs = self.cols[lo][:3]
+        cl, wl = self.cols[hi - 1][:2]
+        a, b, scale = self.be.lowp_operands(seg[rs - p["r0"]:], X.T, self.compute)
+        c = cs - p["c0"]
+        self.be.gemm_lowp("N", "N", -1.0, a, b[:, c:c + cl + wl - cs], 1.0,
+                          self.A.local[rs:, cs:cl + wl], self.compute, scale)
 
     def _agree_fail(self) -> int:
         """Collective: the first failing global column over all ranks (n if none)."""
