@@ -89,6 +89,15 @@ def _finish(T, parts, tol, max_rank, F, t0, method, capped, delta1, peak):
     ks = [host(batched.truncation_ranks(xp.sqrt(xp.sum(V * V, axis=1)), left, max_rank)[0])
           for _, _, V, _ in parts]
     kmax = max((int(k.max()) for k in ks if k.size), default=0)
+    with trace("trim"):        # each part down to its final ranks first (compressed at delta1,
+        for a, kh in enumerate(ks):          # they are wider): one factor at a time
+            kk = int(kh.max()) if kh.size else 0
+            for which in (1, 2):
+                part = list(parts[a])
+                if kk < part[which].shape[2]:
+                    part[which] = part[which][:, :, :kk].copy()
+                parts[a] = tuple(part)
+                del part
     one = _memory.stack_bytes(len(T.keys), T.nb, kmax, T.dtype.itemsize)
     need = 2 * one
     with trace("store"):       # U, then V: each part's factor freed once stored
