@@ -412,7 +412,8 @@ def test_gpu_matches_cpu():
 @pytest.mark.mpi
 def test_bench_tlr_small_run(monkeypatch):
     """The benchmark's dense comparison (chunked dense matrix, in-place dense Cholesky, probe
-    accuracy checks) and its --no-dense path give consistent, accurate rows."""
+    accuracy checks), its --no-dense path and --inplace (TLR factor in the matrix's storage,
+    checked against a rebuilt matrix) give consistent, accurate rows."""
     import argparse
 
     from distla.bench import tlr as bench
@@ -421,13 +422,19 @@ def test_bench_tlr_small_run(monkeypatch):
         monkeypatch.setattr(batched, name, getattr(batched, name))
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
-    for extra in ([], ["--no-dense", "--qr", "lapack", "--svd", "lapack"]):
+    backward = {}
+    for extra in ([], ["--no-dense", "--qr", "lapack", "--svd", "lapack"],
+                  ["--no-dense", "--qr", "lapack", "--svd", "lapack", "--inplace"]):
         args = parser.parse_args(["--n", "260", "--tile", "32", "--tol", "1e-8",
                                   "--device", "cpu", *extra])
         rows = bench.run(args)
         rec = rows[0]
         assert rec["impl"] == "distla-tlr" and rec["backward"] < 1e-8
-        if extra:
+        backward[len(extra)] = rec["backward"]
+        if "--inplace" in extra:    # the same factor, checked against the rebuilt matrix
+            assert rec["inplace"] and rec["err_fact_vs_tlr"] is None
+            assert rec["backward"] == pytest.approx(backward[5], rel=1e-6)
+        elif extra:
             assert len(rows) == 1 and rec["err_fact_vs_tlr"] < 1e-8
         else:
             assert rows[1]["impl"] == "distla-dense" and rows[1]["seconds"] > 0

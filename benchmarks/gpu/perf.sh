@@ -15,7 +15,7 @@
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 J="$O/perf.jsonl"
 B="$M -n 1 python3 -m distla bench"
-BUDGET=570
+BUDGET=${PERF_BUDGET:-570}
 run() {  # run LIMIT CMD...: at most LIMIT seconds and what is left of the budget
   local left=$((BUDGET - SECONDS)) lim=$1; shift
   [ "$left" -lt "$lim" ] && lim=$left

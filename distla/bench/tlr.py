@@ -75,6 +75,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--svd", choices=("auto", "lapack", "kernel"), default="auto",
                         help="SVD of the small cores: auto (LAPACK on cpu, the batched Jacobi "
                              "CUDA kernel on gpu), lapack (xp.linalg.svd) or kernel")
+    parser.add_argument("--inplace", action="store_true",
+                        help="factor the built matrix in its own storage (no copy: the "
+                             "largest n that fits; one timed factorization, no warm-up); the "
+                             "accuracy is the solve's backward error against a rebuilt TLR "
+                             "matrix once the factor is freed (no factorization error)")
     parser.add_argument("--workspace", type=int, default=None,
                         help="MiB of scratch per batched call (default: a quarter of the "
                              "free memory, see distla.tlr._memory)")
@@ -153,6 +158,9 @@ def run(args) -> list[dict]:
     from .. import covariance as cov
     from ..tlr import batched
     comm = MPI.COMM_WORLD
+    if args.inplace and args.dense:
+        raise ValueError("--inplace needs --no-dense (the dense comparison keeps the TLR "
+                         "matrix beside its factor)")
     device = args.device or common.default_device()
     batched.QR_METHOD, batched.SVD_METHOD = args.qr, args.svd
     grid = common.make_grid(args.grid, comm)
@@ -203,27 +211,37 @@ class _TLRRun:
         from .. import tlr
         dev, comm = self.device, self.grid.comm
         t_build, T = common.timed_result(self.build, dev, comm, warmup=self.warm)
-        t_fact, L = common.timed_result(self.factor, dev, comm, reps=max(1, self.args.reps),
-                                        warmup=self.warm, setup=T.copy)
+        stats = dict(mem_build_gib=T.info["mem_build"] / 2.0 ** 30,
+                     mem_frac=T.nbytes / T.nbytes_dense,
+                     alloc_frac=T.nbytes_allocated / T.nbytes_dense,
+                     mem_gib=T.nbytes / 2.0 ** 30, rank_min=T.ranks.min,
+                     rank_mean=round(T.ranks.mean, 2), rank_max=T.ranks.max,
+                     capped=T.info.get("capped", 0), method=T.info["method"])
+        if getattr(self.args, "inplace", False):     # T becomes L: no copy
+            t_fact, L = common.timed_result(lambda: self.factor(T), dev, comm)
+            T = None
+        else:
+            t_fact, L = common.timed_result(self.factor, dev, comm,
+                                            reps=max(1, self.args.reps), warmup=self.warm,
+                                            setup=T.copy)
         xp = L.xp
         b = xp.asarray(np.random.default_rng(self.args.seed + 1).standard_normal(self.n))
         t_ld, ld = common.timed_result(L.logdet, dev, comm)
         t_solve, x = common.timed_result(lambda: tlr.cho_solve(L, b), dev, comm)
         self.T, self.L, self.b, self.x, self.logdet = T, L, b, x, ld
         gib = 2.0 ** 30
+        stats["capped"] += L.info.get("factor_capped", 0)
         rec = common.record(
-            NAME, "distla-tlr", seconds=t_fact, **base, method=T.info["method"],
+            NAME, "distla-tlr", seconds=t_fact, **base, **stats,
             compress_s=t_build, build_s=t_build, factor_s=t_fact, logdet_s=t_ld,
             solve_s=t_solve, build_over_factor=t_build / t_fact if t_fact > 0 else None,
             unknowns_per_s=self.n / (t_build + t_fact + t_ld),
-            end_to_end_s=t_build + t_fact + t_ld + t_solve, warmup=self.warm,
-            mem_build_gib=T.info["mem_build"] / gib, mem_factor_gib=L.info["mem_factor"] / gib,
+            end_to_end_s=t_build + t_fact + t_ld + t_solve,
+            warmup=0 if T is None else self.warm, inplace=T is None,
+            mem_factor_gib=L.info["mem_factor"] / gib,
             mem_solve_gib=L.info.get("mem_solve", 0) / gib,
-            mem_frac=T.nbytes / T.nbytes_dense, alloc_frac=T.nbytes_allocated / T.nbytes_dense,
-            mem_gib=T.nbytes / gib, rank_min=T.ranks.min, rank_mean=round(T.ranks.mean, 2),
-            rank_max=T.ranks.max, L_rank_mean=round(L.ranks.mean, 2), L_rank_max=L.ranks.max,
-            capped=T.info.get("capped", 0) + L.info.get("factor_capped", 0), logdet=ld)
-        if getattr(self.args, "profile", False):   # phases from distla.trace, max over ranks
+            L_rank_mean=round(L.ranks.mean, 2), L_rank_max=L.ranks.max, logdet=ld)
+        if getattr(self.args, "profile", False) and T is not None:   # phases, max over ranks
             prof = common.profiled(lambda: self.factor(T.copy()), dev, comm)
             rec.update({f"prof_{k[2:]}": v for k, v in prof.items()})
             prof = common.profiled(self.build, dev, comm)
@@ -266,8 +284,15 @@ class _TLRRun:
     def against_tlr(self, rec):
         """Accuracy against the TLR matrix itself (no dense matrix)."""
         T, L, x, b, xp, n = self.T, self.L, self.x, self.b, self.L.xp, self.n
+        e_fact = None
+        if T is None:                       # factored in place: rebuild once L is freed
+            self.L = L = None
+            _free(xp)
+            T = self.build()
         nA = _power(T.matvec, n, xp)
-        e_fact = _power(lambda X: T.matvec(X) - L.matvec(L.matvec(X, trans=True)), n, xp) / nA
+        if L is not None:
+            e_fact = _power(lambda X: T.matvec(X) - L.matvec(L.matvec(X, trans=True)), n,
+                            xp) / nA
         r = T.matvec(x) - b
         rec.update(err_fact_vs_tlr=e_fact,
                    backward=float(xp.linalg.norm(r)) / (nA * float(xp.linalg.norm(x))))
