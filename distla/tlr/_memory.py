@@ -38,6 +38,15 @@ def available(device: str) -> int:
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
+def release(device: str) -> None:
+    """Return the blocks CuPy's pool holds unused to the device, in every stream's arena
+    (local; CPU: nothing). Before one large allocation: the pool's own retry on failure
+    releases only the current stream's arena."""
+    if device == "gpu":  # pragma: no cover - needs a GPU
+        import cupy
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
 def workspace(device: str, comm, requested=None, fraction: float = 0.25,
               ranks_per_node: int | None = None) -> int:
     """Collective over ``comm`` (mpi4py): the workspace in bytes every rank uses, the same on

@@ -102,6 +102,7 @@ def _finish(T, parts, tol, max_rank, F, t0, method, capped, delta1, peak):
     need = 2 * one
     with trace("store"):       # U, then V: each part's factor freed once stored
         for which in (1, 2):
+            _memory.release(T.device)
             _memory.require(T.grid.comm, one, _memory.available(T.device),
                             f"build (low-rank stacks of rank {kmax})", T.n)
             S = xp.zeros((len(T.keys), T.nb, kmax), T.dtype)
