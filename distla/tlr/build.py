@@ -299,11 +299,23 @@ class _Builder:
         """Collective (one agreement at the end): compress every off-diagonal tile."""
         T = self.T
         per_tile = _PER_TILE_DENSE if self.method != "aca" else _aca_per_tile(T.nb)
+        scratch = _memory.Scratch(T.device)
         for sl in self.batches(len(T.keys), per_tile):
-            self.guard(self._offdiagonal_batch, sl, delta1)
+            self.guard(self._offdiagonal_batch, sl, delta1, scratch)
+        scratch.release()
         agree(T.grid.comm, self.err)
 
-    def _offdiagonal_batch(self, slots, delta1):
+    def _offdiagonal_batch(self, slots, delta1, scratch):
+        """Compress the tiles ``slots``; their temporaries come from ``scratch`` and only the
+        factors, cut to the ranks used, are kept (in the default pool)."""
+        with scratch.active():
+            U, V, k, c = self._compress(slots, delta1)
+        kk = int(np.max(host(k))) if len(k) else 0
+        U, V = U[:, :, :kk].copy(), V[:, :, :kk].copy()   # (the sample is wider)
+        self.parts.append((slots, U, V, k))
+        self.capped += c
+
+    def _compress(self, slots, delta1):
         T, xp = self.T, self.xp
         keys = [T.keys[s] for s in slots]
         if self.method == "aca":
@@ -321,11 +333,7 @@ class _Builder:
                                                     self.rng, r0=self.r0)
             del A
             self.r0 = min(T.nb, max(16, -(-(int(np.percentile(k, 90)) + 8) // 8) * 8))
-        kk = int(np.max(host(k))) if len(k) else 0
-        if kk < U.shape[2]:     # keep only the columns some tile uses (the sample is wider)
-            U, V = U[:, :, :kk].copy(), V[:, :, :kk].copy()
-        self.parts.append((slots, U, V, k))
-        self.capped += c
+        return U, V, k, c
 
 
 def _aca_per_tile(nb):
