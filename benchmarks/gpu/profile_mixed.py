@@ -17,8 +17,8 @@ import time
 import numpy as np
 
 from distla import DistMatrix, ProcessGrid, linalg, problems
-from distla.vector import residual
 from distla.trace import Tracer
+from distla.vector import residual
 
 
 def timed(be, fn, reps=2):
@@ -57,12 +57,12 @@ def main():
         rec(n, "float64 cholesky", s)
         s, _ = timed(be, lambda: linalg.cho_solve((L, True), B, check_finite=False))
         rec(n, "float64 cho_solve 1 rhs", s)
-        del L
+        L = None
         s, F = timed(be, lambda: linalg.lu_factor(A, check_finite=False))
         rec(n, "float64 lu_factor", s)
         s, _ = timed(be, lambda: linalg.lu_solve(F, B, check_finite=False))
         rec(n, "float64 lu_solve 1 rhs", s)
-        del F
+        F = None
         s, A32 = timed(be, lambda: A.astype(np.float32))
         rec(n, "astype float32", s)
         for fd in be.LOWP:
@@ -79,7 +79,7 @@ def main():
         rec(n, "float32 lu_solve 1 rhs", s)
         s, _ = timed(be, lambda: residual(A, B, B))
         rec(n, "float64 residual 1 rhs", s)
-        del L32, F32, A32
+        L32 = F32 = A32 = None
         for meth, fn in (("cholesky", linalg.solve_cholesky), ("gepp", linalg.solve_lu)):
             for fd in be.LOWP:
                 s, (X, info) = timed(be, lambda: fn(A, B, precision="mixed", factor_dtype=fd,
@@ -93,7 +93,7 @@ def main():
                             gemm=be.lowp_mode(be.LOWP[-1]))
         if g.rank == 0:
             print(tr.table(), flush=True)
-        del A, A32
+        A = A32 = None
     if a.json and g.rank == 0:
         with open(a.json, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
