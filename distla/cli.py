@@ -345,103 +345,102 @@ def cmd_solve(args, comm) -> int:
     say(f"distla solve: {ainfo.path} ({n} x {n} {ainfo.format}), method {args.method}, "
         f"grid {grid.nprow}x{grid.npcol} ({size} rank{'s' * (size != 1)}), nb {nb}, "
         f"device {args.device}")
-    with timings:
-        with timings.phase("read matrix", backend, comm):
-            with guarded(comm):
-                A = io.read_matrix(ainfo.path, grid, (nb, nb), device=args.device,
-                                   dtype=dtype, info=ainfo)
-        dtype = A.dtype
-        xtrue = None
-        anorm = None          # ||A||_inf once known: one pass over A serves every check
-        if binfo is not None and binfo.dtype.kind == "c" and dtype.kind != "c":
-            if args.method not in LU_PIVOTING or args.device != "cpu":
-                raise CommandError(
-                    f"--rhs: {binfo.path} is complex but the matrix is real; --method "
-                    f"{args.method} on {args.device} ranks solves real systems only (solve "
-                    f"the real and imaginary parts separately, or use an LU method on CPU)")
-            say("rhs is complex: the real matrix is promoted to complex")
-            dtype = np.dtype(np.complex64 if dtype == np.float32 else np.complex128)
-            A = A.astype(dtype)
-        with timings.phase("read rhs" if binfo else "make rhs", backend, comm):
-            with guarded(comm):
-                if binfo is not None:
-                    B = io.read_matrix(binfo.path, grid, (nb, nb), device=args.device,
-                                       dtype=dtype, info=binfo)
-                    rhs_desc = f"{binfo.path} ({B.n} column{'s' * (B.n != 1)})"
-                elif args.rhs_kind == "ones":
-                    xtrue = DistMatrix.from_function(grid, (n, args.nrhs), (nb, nb),
-                                                     lambda I, J: 1.0, dtype=dtype,
-                                                     device=args.device)
-                    if args.nrhs <= 16:    # one pass over A: B and ||A||_inf
-                        from .checks import product_and_norm
-                        B, anorm = product_and_norm(A, xtrue)
-                    else:
-                        B = A @ xtrue
-                    rhs_desc = f"A @ ones ({args.nrhs} column{'s' * (args.nrhs != 1)})"
+    with timings.phase("read matrix", backend, comm):
+        with guarded(comm):
+            A = io.read_matrix(ainfo.path, grid, (nb, nb), device=args.device,
+                               dtype=dtype, info=ainfo)
+    dtype = A.dtype
+    xtrue = None
+    anorm = None          # ||A||_inf once known: one pass over A serves every check
+    if binfo is not None and binfo.dtype.kind == "c" and dtype.kind != "c":
+        if args.method not in LU_PIVOTING or args.device != "cpu":
+            raise CommandError(
+                f"--rhs: {binfo.path} is complex but the matrix is real; --method "
+                f"{args.method} on {args.device} ranks solves real systems only (solve "
+                f"the real and imaginary parts separately, or use an LU method on CPU)")
+        say("rhs is complex: the real matrix is promoted to complex")
+        dtype = np.dtype(np.complex64 if dtype == np.float32 else np.complex128)
+        A = A.astype(dtype)
+    with timings.phase("read rhs" if binfo else "make rhs", backend, comm):
+        with guarded(comm):
+            if binfo is not None:
+                B = io.read_matrix(binfo.path, grid, (nb, nb), device=args.device,
+                                   dtype=dtype, info=binfo)
+                rhs_desc = f"{binfo.path} ({B.n} column{'s' * (B.n != 1)})"
+            elif args.rhs_kind == "ones":
+                xtrue = DistMatrix.from_function(grid, (n, args.nrhs), (nb, nb),
+                                                 lambda I, J: 1.0, dtype=dtype,
+                                                 device=args.device)
+                if args.nrhs <= 16:    # one pass over A: B and ||A||_inf
+                    from .checks import product_and_norm
+                    B, anorm = product_and_norm(A, xtrue)
                 else:
-                    B = DistMatrix.random(grid, (n, args.nrhs), (nb, nb),
-                                          seed=rhs_seed(args.seed), dtype=dtype,
-                                          device=args.device)
-                    rhs_desc = (f"standard normal, seed {args.seed} ({args.nrhs} "
-                                f"column{'s' * (args.nrhs != 1)})")
-        say(f"rhs: {rhs_desc}")
-        nflops = flops("cholesky" if args.method in ("cholesky", "tlr") else "lu", n) + \
-            flops("solve", n, B.n)
-        with timings.phase("solve", backend, comm):
-            show = comm.Get_rank() == 0 and say.level >= 1 and args.progress != 0
-            with Progress(nflops, f"{args.method}", comm=comm, enabled=show,
-                          interval=args.progress or None):
-                with guarded(comm):
-                    if args.method == "cholesky" and anorm is None:
-                        from .pblas import norm
-                        anorm = norm(A, np.inf)
-                    X, rc = solver(A, B, anorm=anorm if args.method == "cholesky" else None,
-                                   **kw)
-        t_solve = timings.seconds["solve"]
-        say(f"solve: {t_solve:.4g} s, {format_rate(nflops / t_solve if t_solve > 0 else 0)} "
-            f"(factor + solve, nominal {nflops:.3g} flops)")
-        result = {"matrix": ainfo.path, "n": n, "nrhs": B.n, "method": args.method,
-                  "grid": f"{grid.nprow}x{grid.npcol}", "ranks": size, "nb": nb,
-                  "device": args.device, "dtype": str(dtype), "seconds": t_solve,
-                  "gflops": nflops / t_solve / 1e9 if t_solve > 0 else 0.0}
-        if rc is not None:
-            result["rcond"] = rc
-            if args.check == "full":
-                say(f"condition        1 / rcond (1-norm estimate)                 = "
-                    f"{1 / rc if rc > 0 else float('inf'):.4g}")
-        if args.check != "none":
-            from . import checks
-            with timings.phase("residual", backend, comm):
-                with guarded(comm):
-                    full = args.check == "full"
-                    res = checks.solve_checks(A, X, B, berr=full, anorm=anorm)
-                    sresid, berr = res["sresid"], res["berr"]
-                    ferr = None
-                    if xtrue is not None and full:
-                        from .pblas import norm
-                        Xm = X if X.same_layout(xtrue) else X.redistribute(
-                            block=xtrue.block, src=xtrue.src)
-                        ferr = norm(Xm - xtrue, np.inf) / norm(xtrue, np.inf)
-            thresh = args.thresh if args.thresh is not None else \
-                (3.0 if args.method in ("cholesky", "tlr") else 1.0)
-            verdict = "PASS" if sresid <= thresh else "FAIL"
-            result.update(sresid=sresid, check=verdict, check_thresh=thresh)
-            say("scaled residual  ||B - A X||_inf / (||A||_inf ||X||_inf eps n) = "
-                f"{sresid:.4g}  {verdict} (threshold {thresh:g})")
-            if berr is not None:
-                result["berr"] = berr
-                say(f"backward error   max_i |B - A X|_i / (|A| |X| + |B|)_i        = "
-                    f"{berr:.4g}")
-            if ferr is not None:
-                result["ferr"] = ferr
-                say(f"forward error    ||X - ones||_inf / ||ones||_inf              = "
-                    f"{ferr:.4g}")
-        if args.out is not None:
-            with timings.phase("write", backend, comm):
-                with guarded(comm):
-                    vector = (binfo.ndim == 1) if binfo is not None else B.n == 1
-                    io.write_matrix(args.out, X, vector=vector)
-            say(f"solution written to {args.out}")
+                    B = A @ xtrue
+                rhs_desc = f"A @ ones ({args.nrhs} column{'s' * (args.nrhs != 1)})"
+            else:
+                B = DistMatrix.random(grid, (n, args.nrhs), (nb, nb),
+                                      seed=rhs_seed(args.seed), dtype=dtype,
+                                      device=args.device)
+                rhs_desc = (f"standard normal, seed {args.seed} ({args.nrhs} "
+                            f"column{'s' * (args.nrhs != 1)})")
+    say(f"rhs: {rhs_desc}")
+    nflops = flops("cholesky" if args.method in ("cholesky", "tlr") else "lu", n) + \
+        flops("solve", n, B.n)
+    with timings.phase("solve", backend, comm):
+        show = comm.Get_rank() == 0 and say.level >= 1 and args.progress != 0
+        with Progress(nflops, f"{args.method}", comm=comm, enabled=show,
+                      interval=args.progress or None):
+            with guarded(comm):
+                if args.method == "cholesky" and anorm is None:
+                    from .pblas import norm
+                    anorm = norm(A, np.inf)
+                X, rc = solver(A, B, anorm=anorm if args.method == "cholesky" else None,
+                               **kw)
+    t_solve = timings.seconds["solve"]
+    say(f"solve: {t_solve:.4g} s, {format_rate(nflops / t_solve if t_solve > 0 else 0)} "
+        f"(factor + solve, nominal {nflops:.3g} flops)")
+    result = {"matrix": ainfo.path, "n": n, "nrhs": B.n, "method": args.method,
+              "grid": f"{grid.nprow}x{grid.npcol}", "ranks": size, "nb": nb,
+              "device": args.device, "dtype": str(dtype), "seconds": t_solve,
+              "gflops": nflops / t_solve / 1e9 if t_solve > 0 else 0.0}
+    if rc is not None:
+        result["rcond"] = rc
+        if args.check == "full":
+            say(f"condition        1 / rcond (1-norm estimate)                 = "
+                f"{1 / rc if rc > 0 else float('inf'):.4g}")
+    if args.check != "none":
+        from . import checks
+        with timings.phase("residual", backend, comm):
+            with guarded(comm):
+                full = args.check == "full"
+                res = checks.solve_checks(A, X, B, berr=full, anorm=anorm)
+                sresid, berr = res["sresid"], res["berr"]
+                ferr = None
+                if xtrue is not None and full:
+                    from .pblas import norm
+                    Xm = X if X.same_layout(xtrue) else X.redistribute(
+                        block=xtrue.block, src=xtrue.src)
+                    ferr = norm(Xm - xtrue, np.inf) / norm(xtrue, np.inf)
+        thresh = args.thresh if args.thresh is not None else \
+            (3.0 if args.method in ("cholesky", "tlr") else 1.0)
+        verdict = "PASS" if sresid <= thresh else "FAIL"
+        result.update(sresid=sresid, check=verdict, check_thresh=thresh)
+        say("scaled residual  ||B - A X||_inf / (||A||_inf ||X||_inf eps n) = "
+            f"{sresid:.4g}  {verdict} (threshold {thresh:g})")
+        if berr is not None:
+            result["berr"] = berr
+            say(f"backward error   max_i |B - A X|_i / (|A| |X| + |B|)_i        = "
+                f"{berr:.4g}")
+        if ferr is not None:
+            result["ferr"] = ferr
+            say(f"forward error    ||X - ones||_inf / ||ones||_inf              = "
+                f"{ferr:.4g}")
+    if args.out is not None:
+        with timings.phase("write", backend, comm):
+            with guarded(comm):
+                vector = (binfo.ndim == 1) if binfo is not None else B.n == 1
+                io.write_matrix(args.out, X, vector=vector)
+        say(f"solution written to {args.out}")
     say("")
     say(timings.table())
     result["phases"] = dict(timings.seconds)

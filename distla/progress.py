@@ -7,10 +7,11 @@ Two small pieces, both optional for library code:
   background thread on the reporting rank does the printing, so solvers only store a number:
   ``distla.progress.update(flops_done)`` (global flops completed so far, any rank may call it,
   only the reporting rank's value is shown) is a no-op when no Progress is active.
-* :class:`Timings` -- wall time by phase (``with timings.phase("factor", backend, comm):``),
-  synchronizing the device and barriering so the numbers mean the same thing on every rank.
-  ``distla.progress.phase(name)`` records a sub-phase into the active Timings (no-op
-  otherwise; it does not barrier).
+* :class:`Timings` -- the wall time of a job's phases for its report (``with
+  timings.phase("solve", backend, comm):``), synchronizing the device and barriering so the
+  numbers mean the same thing on every rank. It is not a profiler: each phase is also a
+  :func:`distla.trace.trace` phase, so an active :class:`distla.trace.Tracer` (the one
+  profiler) sees the job's phases around the drivers' own.
 
 Neither class communicates except ``Timings.phase`` when given a communicator (then it is
 collective over that communicator).
@@ -22,11 +23,12 @@ import sys
 import threading
 import time
 
-__all__ = ["Progress", "Timings", "update", "update_columns", "phase", "current",
+from .trace import trace
+
+__all__ = ["Progress", "Timings", "update", "update_columns", "current",
            "format_seconds", "format_rate"]
 
 _active_progress: "Progress | None" = None
-_active_timings: "Timings | None" = None
 
 
 def format_seconds(s: float) -> str:
@@ -199,8 +201,8 @@ class Timings:
 
     ``with t.phase(name, backend=None, comm=None):`` times its block; with a ``backend`` the
     device is synchronized before and after, with an mpi4py ``comm`` every rank barriers
-    before and after (then the phase is collective over ``comm``). While entered as a context
-    manager, :func:`phase` records sub-phases (named ``outer/inner``) into it.
+    before and after (then the phase is collective over ``comm``). Phases nest (named
+    ``outer/inner``). Each is also a :func:`distla.trace.trace` phase.
     """
 
     def __init__(self):
@@ -217,7 +219,8 @@ class Timings:
         t0 = time.perf_counter()
         self._stack.append(name)
         try:
-            yield
+            with trace(name):
+                yield
         finally:
             self._stack.pop()
         _sync(backend, comm)
@@ -237,16 +240,6 @@ class Timings:
         lines.append(f"{'total':<{w}}  {top:>10.4f}")
         return "\n".join(lines)
 
-    def __enter__(self) -> "Timings":
-        global _active_timings
-        self._outer = _active_timings
-        _active_timings = self
-        return self
-
-    def __exit__(self, *exc) -> None:
-        global _active_timings
-        _active_timings = self._outer
-
 
 def _sync(backend, comm) -> None:
     if backend is not None:
@@ -255,13 +248,3 @@ def _sync(backend, comm) -> None:
         comm.Barrier()
 
 
-@contextlib.contextmanager
-def phase(name: str, backend=None):
-    """Record ``name`` as a sub-phase of the active :class:`Timings` (no-op without one).
-    Synchronizes ``backend`` (if given) at both ends; never communicates."""
-    t = _active_timings
-    if t is None:
-        yield
-        return
-    with t.phase(name, backend):
-        yield

@@ -162,22 +162,24 @@ def test_progress_disabled_prints_nothing():
     assert s.getvalue() == ""
 
 
-def test_timings_nested_phases():
-    import distla.progress as pr
+def test_timings_nested_phases_are_traced():
+    """Timings keeps the job's phases (nested ones as outer/inner) and an active Tracer sees
+    each of them as a phase too."""
+    from distla.trace import Tracer
     t = Timings()
-    with t:
+    with Tracer() as tr:
         with t.phase("solve"):
-            with pr.phase("factor"):
+            with t.phase("factor"):
                 pass
-            with pr.phase("factor"):
+            with t.phase("factor"):
                 pass
         with t.phase("write"):
             pass
     assert list(t.seconds) == ["solve/factor", "solve", "write"]
     table = t.table()
     assert "  factor" in table and table.splitlines()[-1].startswith("total")
-    with pr.phase("ignored"):  # no active Timings: a no-op
-        pass
+    assert tr.counts()["factor"] == 2 and tr.counts()["solve"] == 1
+    assert tr.host_seconds()["solve"] >= tr.host_seconds()["factor"]
 
 
 # ---------------------------------------------------------------------------------------
