@@ -299,6 +299,7 @@ class _Builder:
         """Collective (one agreement at the end): compress every off-diagonal tile."""
         T = self.T
         per_tile = _PER_TILE_DENSE if self.method != "aca" else _aca_per_tile(T.nb)
+        _memory.release(T.device)   # the diagonal phase's cached blocks: parts go elsewhere
         scratch = _memory.Scratch(T.device)
         for sl in self.batches(len(T.keys), per_tile):
             self.guard(self._offdiagonal_batch, sl, delta1, scratch)
