@@ -146,7 +146,7 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
 
     ``precision='mixed'`` (float64 A): Cholesky of a float32 copy with updates in
     ``factor_dtype`` ('fp32'; GPU ranks also 'tf32', 'fp16', 'bf16'; default 'fp32' on CPU
-    ranks, 'fp16' on GPU ranks), refined to float64,
+    ranks, 'tf32' on GPU ranks), refined to float64,
     with the float64 solve as fallback (dsposv-style; :mod:`distla.linalg.mixed`;
     ``max_iter``, ``fallback``). ``return_info=True`` returns ``(X, SolveInfo)``."""
     with collective(A.grid.comm if isinstance(A, DistMatrix) else None,

@@ -335,7 +335,7 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
 
     ``precision='mixed'`` (float64/complex128 A, ``trans=False``): LU of a float32 copy with
     updates in ``factor_dtype`` ('fp32'; GPU ranks also 'tf32', 'fp16', 'bf16'; default 'fp32'
-    on CPU ranks, 'fp16' on GPU ranks), refined to A's precision, with the float64 solve as fallback
+    on CPU ranks, 'tf32' on GPU ranks), refined to A's precision, with the float64 solve as fallback
     (:mod:`distla.linalg.mixed`; ``max_iter``, ``fallback``). ``return_info=True`` returns
     ``(X, SolveInfo)``."""
     with collective(A.grid.comm if isinstance(A, DistMatrix) else None,
