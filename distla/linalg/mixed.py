@@ -85,7 +85,7 @@ def low_dtype(dtype) -> np.dtype:
 def check_mixed(A: DistMatrix, precision: str, factor_dtype, what: str,
                 default: str | None = None) -> str | None:
     """The factor precision to use (None for 'double'; for None ``default``, else the
-    device's: 'fp32' on CPU ranks, 'fp16' on GPU ranks): ValueError / TypeError for a bad
+    device's: 'fp32' on CPU ranks, 'tf32' on GPU ranks): ValueError / TypeError for a bad
     ``precision`` or ``factor_dtype``, a non-double A, or a ``factor_dtype`` A's device does
     not factor in (CPU ranks: 'fp32' only). Call inside ``collective``."""
     if precision not in PRECISIONS:
