@@ -84,8 +84,10 @@ def check_compatible(A, B, what: str) -> None:
 
 
 # column slabs of DistMatrix.from_function: at most this many entries and 1/32 of the local
-# matrix each, so that generators (random, problems) peak near 1x the local matrix
-_SLAB_ELEMS = {"cpu": 1 << 22, "gpu": 1 << 25}
+# matrix each, so that generators (random, problems) peak near 1x the local matrix. On CPU
+# ranks a slab fits in cache (512 KiB): the hash generators make ~25 passes over it, and
+# slabs that spill to memory made `random` 2x and `problems.spd_matrix` 3-6x slower (n=4096)
+_SLAB_ELEMS = {"cpu": 1 << 16, "gpu": 1 << 25}
 
 
 class DistMatrix:
