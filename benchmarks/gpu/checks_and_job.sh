@@ -58,9 +58,9 @@ cd /tmp
 t0=$(now)
 timeout 150 $M -n 8 env PYTHONPATH=$NEW python3 -m distla generate --kind spd --n 32768 \
     --out /tmp/A.npy 2>&1 | tail -2
-echo "generate n=32768 on 8 ranks: $(echo "$(now) - $t0" | bc) s"
+echo "generate n=32768 on 8 ranks: $(python3 -c "print(round($(now) - $t0, 2))") s"
 t0=$(now); python3 -c "import numpy as np; np.load('/tmp/A.npy')"
-echo "np.load of the same file (one process): $(echo "$(now) - $t0" | bc) s"
+echo "np.load of the same file (one process): $(python3 -c "print(round($(now) - $t0, 2))") s"
 for T in OLD NEW; do
   P=${!T}
   C=/tmp/cupy_cache_$T; rm -rf $C
@@ -69,6 +69,6 @@ for T in OLD NEW; do
     timeout 200 $M -n 1 env PYTHONPATH=$P CUPY_CACHE_DIR=$C \
         python3 -m distla solve --matrix /tmp/A.npy --method cholesky --device gpu --nb 1024 \
         --json "$O/job_$T.jsonl" 2>&1 | grep -E "^(read|make|solve|residual|total|scaled|condition)"
-    echo "$T $run: whole command $(echo "$(now) - $t0" | bc) s"
+    echo "$T $run: whole command $(python3 -c "print(round($(now) - $t0, 2))") s"
   done
 done

@@ -37,7 +37,7 @@ rm -f "$D"/job-spd-n32768-float64.npy
 t0=$(now)
 timeout 150 $M -n 8 env OPENBLAS_NUM_THREADS=1 python3 -m distla generate --kind spd \
     --n 32768 --out "$D"/job-spd-n32768-float64.npy > "$O/generate.log" 2>&1
-rc=$?; tg=$(echo "$(now) - $t0" | bc)
+rc=$?; tg=$(python3 -c "print(round($(now) - $t0, 2))")
 echo "generate rc=$rc: $tg s"
 ts=$(python3 -c "
 import numpy as np, time
@@ -69,11 +69,16 @@ for cache in empty warmed; do
         t0=$(now)
         timeout 150 $M -x CUPY_CACHE_DIR -n 1 python3 -m distla warmup --device gpu \
             > "$O/warmup.log" 2>&1
-        echo "distla warmup: rc=$? $(echo "$(now) - $t0" | bc) s"; tail -3 "$O/warmup.log"
+        echo "distla warmup: rc=$? $(python3 -c "print(round($(now) - $t0, 2))") s"
+        tail -3 "$O/warmup.log"
     fi
     C="distla bench job --device gpu --n 32768 --nb 1024 --dir $D --cold --repeat 2"
     echo "== $C (kernel cache: $cache)"
-    timeout 200 $M -x CUPY_CACHE_DIR -n 1 python3 -m distla bench job --device gpu --n 32768 \
+    # --cold launches its fresh job with DISTLA_MPIEXEC (Open MPI's singleton start-up failed
+    # inside an mpirun job: "Unable to start a daemon on the local node")
+    export DISTLA_MPIEXEC="$M"
+    timeout 200 $M -x CUPY_CACHE_DIR -x DISTLA_MPIEXEC -n 1 python3 -m distla bench job \
+        --device gpu --n 32768 \
         --nb 1024 --dir "$D" --cold --repeat 2 --json /tmp/job.jsonl > "$O/job-$cache.log" 2>&1
     echo "rc=$?"
     python3 - /tmp/job.jsonl "$cache" <<'PY'
