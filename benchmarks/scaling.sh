@@ -8,7 +8,8 @@
 #   PART=strong N=65536  bash benchmarks/scaling.sh      strong scaling at n = 65536
 #   PART=strong N=131072 bash benchmarks/scaling.sh      n = 131072 (skipped below 4 GPUs: A and
 #                                                         its working copy need 2 x 137 GB)
-#   PART=weak            bash benchmarks/scaling.sh      ~40 GB of A per GPU (n = sqrt(5e9 G))
+#   PART=weak            bash benchmarks/scaling.sh      ~40 GB of A per GPU (n = sqrt(5e9 G); WEAK_GB
+#                                                         sets the GB, default min(40, 0.3 x memory))
 #   PART=tlr N="1048576 2097152" bash benchmarks/scaling.sh   TLR build + factor + logdet + solve
 #   PART=peers N=65536   bash benchmarks/scaling.sh      cuSOLVERMp alone (if a distla part timed out)
 #
@@ -18,7 +19,8 @@
 # GRIDS="2x2" or ALGOS="cholesky lu" (n = 131072 and the weak part on 4-8 GPUs need it).
 #
 # Env: G (GPUs to use, default all visible), GRIDS (default every shape of G), NB (default
-# 1024), ALGOS (default "cholesky lu calu calu-flat rbt"), REPS (default 2), OUT (output
+# 1024), ALGOS (default "cholesky lu calu calu-flat rbt"), REPS (default 2), PEERS=0 (no
+# cuSOLVERMp; on one GPU it also times single-GPU cuSOLVER), OUT (output
 # folder; $OUT on the device machine). Records: $OUT/scaling.jsonl (distla, bench records plus
 # "command", "part", "gpus"), $OUT/peers.jsonl (cuSOLVERMp), $OUT/model.txt (predicted vs
 # measured, h200-nvlink profile). The README table: python benchmarks/scaling_table.py FILES.
@@ -28,27 +30,31 @@ set -u
 . benchmarks/gpu/device_env.sh
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 NG=$(nvidia-smi -L | wc -l); G=${G:-$NG}
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | sed 's/NVIDIA //')
+GPU_GB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
+GPU_GB=$((GPU_GB / 1024))   # MiB -> GiB (H200 ~140, H100 ~79)
+WEAK_GB=${WEAK_GB:-$(python3 -c "print(min(40, int(0.3 * $GPU_GB)))")}
 PART=${PART:-strong}; NB=${NB:-1024}; REPS=${REPS:-2}
 ALGOS=${ALGOS:-"cholesky lu calu calu-flat rbt"}
 GRIDS=${GRIDS:-$(python3 -c "from distla.testing import grid_shapes; print(' '.join(f'{p}x{q}' for p, q in grid_shapes($G)))")}
 case $PART in
-  weak) N=${N:-$(python3 -c "import math; print(int(math.sqrt(40e9 / 8 * $G)) // $NB * $NB)")} ;;
+  weak) N=${N:-$(python3 -c "import math; print(int(math.sqrt($WEAK_GB * 1e9 / 8 * $G)) // $NB * $NB)")} ;;
   tlr) N=${N:-1048576} ;;
   *) N=${N:-65536} ;;
 esac
-for n in $N; do   # A and the timed copy must fit: 2 * 8 n^2 / G <= 120 GB
-  if [ "$PART" != tlr ] && [ "$(python3 -c "print(int(16 * $n * $n / $G > 120e9))")" = 1 ]; then
-    echo "skip n=$n on $G GPUs: does not fit"; exit 0
+for n in $N; do   # A and the timed copy must fit: 2 * 8 n^2 / G <= 85% of one GPU's memory
+  if [ "$PART" != tlr ] && [ "$(python3 -c "print(int(16 * $n * $n / $G > 0.85e9 * $GPU_GB))")" = 1 ]; then
+    echo "skip n=$n on $G GPUs ($GPU_GB GiB each): does not fit"; exit 0
   fi
 done
-echo "part=$PART gpus=$G grids=$GRIDS n=$N nb=$NB" | tee -a "$O/log.txt"
+echo "part=$PART gpus=$G ($GPU_NAME, $GPU_GB GiB) grids=$GRIDS n=$N nb=$NB" | tee -a "$O/log.txt"
 note() {  # tag the records appended to $1 since line $2 with the command
-  python3 - "$1" "$2" "$3" "$PART" "$G" <<'PY'
+  python3 - "$1" "$2" "$3" "$PART" "$G" "gpu $GPU_NAME" <<'PY'
 import json, sys
-path, start, cmd, part, g = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+path, start, cmd, part, g, dev = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
 lines = open(path).read().splitlines()
 out = lines[:start] + [json.dumps({**json.loads(l), "command": cmd, "part": part, "gpus": g,
-                                   "device": "gpu H200"}) for l in lines[start:]]
+                                   "device": dev}) for l in lines[start:]]
 open(path, "w").write("\n".join(out) + "\n")
 PY
 }
@@ -81,12 +87,14 @@ if [ "$PART" != peers ]; then
     done
   done
 fi
-if [ -d .peers/whl ]; then   # cuSOLVERMp on the same GPUs, grids, sizes and nb
+if [ "${PEERS:-1}" = 0 ]; then
+  echo "PEERS=0: cuSOLVERMp skipped"
+elif [ -d .peers/whl ]; then   # cuSOLVERMp on the same GPUs, grids, sizes and nb (+ cuSOLVER on 1)
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
       .peers/whl/*.whl >/dev/null 2>&1
   export CUSOLVERMP_LIB=/tmp/site/nvidia/cu13/lib/libcusolverMp.so.0
   timeout 240 $M -x CUSOLVERMP_LIB -n "$G" python3 .peers/cusolvermp_bench.py --n "${N// /,}" \
-      --nb "$NB" --grid "${GRIDS// /,}" --ops potrf,getrf --reps "$REPS" \
+      --nb "$NB" --grid "${GRIDS// /,}" --ops potrf,getrf --reps "$REPS" $([ "$G" = 1 ] && echo --ref) \
       --json "$O/peers.jsonl" 2>&1 | grep -E "^(RESULT|FAIL|SKIP)" | cut -c1-160
 else
   echo "no .peers/whl: cuSOLVERMp skipped (see ../shared/peers/README.md)"
