@@ -26,6 +26,9 @@
 # measured, h200-nvlink profile). The README table: python benchmarks/scaling_table.py FILES.
 # JAXMg (JAX + cuSOLVERMp) is not run: the GPU machines reach no package index and its JAX
 # CUDA wheels exceed what a call can carry.
+# Inner time limits use timeout --foreground: a plain timeout makes its own process group, so
+# an outer `timeout N bash scaling.sh` would end the script but leave a run's ranks holding
+# the GPUs (seen once: the next runs failed for want of memory).
 set -u
 . benchmarks/gpu/device_env.sh
 O=${OUT:-/tmp/out}; mkdir -p "$O"
@@ -63,14 +66,14 @@ run() {   # run TIMEOUT bench-args...
   local t=$1; shift
   local start; start=$(wc -l < "$J")
   local cmd="$M -n $G python3 -m distla bench $* --device gpu --nb $NB --n $N --reps $REPS --json $J"
-  timeout "$t" $cmd -q 2>&1 | tail -3
+  timeout --foreground "$t" $cmd -q 2>&1 | tail -3
   note "$J" "$start" "$cmd"
 }
 if [ "$PART" = tlr ]; then
   for grid in $GRIDS; do
     start=$(wc -l < "$J")
     cmd="$M -n $G python3 -m distla bench tlr --device gpu --grid $grid --n $N --tile $NB --tol 1e-8 --no-dense --json $J"
-    timeout 280 $cmd 2>&1 | tail -4; note "$J" "$start" "$cmd"
+    timeout --foreground 280 $cmd 2>&1 | tail -4; note "$J" "$start" "$cmd"
   done
   exit 0
 fi
@@ -93,7 +96,7 @@ elif [ -d .peers/whl ]; then   # cuSOLVERMp on the same GPUs, grids, sizes and n
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
       .peers/whl/*.whl >/dev/null 2>&1
   export CUSOLVERMP_LIB=/tmp/site/nvidia/cu13/lib/libcusolverMp.so.0
-  timeout 240 $M -x CUSOLVERMP_LIB -n "$G" python3 .peers/cusolvermp_bench.py --n "${N// /,}" \
+  timeout --foreground 240 $M -x CUSOLVERMP_LIB -n "$G" python3 .peers/cusolvermp_bench.py --n "${N// /,}" \
       --nb "$NB" --grid "${GRIDS// /,}" --ops potrf,getrf --reps "$REPS" $([ "$G" = 1 ] && echo --ref) \
       --json "$O/peers.jsonl" 2>&1 | grep -E "^(RESULT|FAIL|SKIP)" | cut -c1-160
 else
