@@ -85,9 +85,10 @@ def check_compatible(A, B, what: str) -> None:
 
 # column slabs of DistMatrix.from_function: at most this many entries and 1/32 of the local
 # matrix each, so that generators (random, problems) peak near 1x the local matrix. On CPU
-# ranks a slab fits in cache (512 KiB): the hash generators make ~25 passes over it, and
-# slabs that spill to memory made `random` 2x and `problems.spd_matrix` 3-6x slower (n=4096)
-_SLAB_ELEMS = {"cpu": 1 << 16, "gpu": 1 << 25}
+# ranks a slab stays cache-sized (2 MiB of float64): the hash generators make many passes over
+# it; slabs of 32 MiB made `random` 2x and `problems.spd_matrix` 3-6x slower (n=4096), and
+# the in-place symmetric hash of spd_matrix runs best near 2^18 entries (n=8192)
+_SLAB_ELEMS = {"cpu": 1 << 18, "gpu": 1 << 25}
 
 
 class DistMatrix:

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import covariance as cov
 from .matrix import DistMatrix
-from .random import hashed_normal, hashed_uniform
+from .random import hashed_normal, spd_entries
 
 __all__ = ["PROBLEM_KINDS", "spd_matrix", "general_matrix", "global_normal",
            "covariance_matrix", "problem_entries", "make_problem"]
@@ -29,15 +29,12 @@ PROBLEM_KINDS = ("spd", "general", "covariance")
 
 def spd_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64, device="cpu"):
     """Collective: a symmetric, strictly diagonally dominant (hence SPD) ``n x n`` matrix:
-    ``a_ij = u(min(i,j), max(i,j)) - 0.5`` off the diagonal (u uniform in [0, 1) hashed from
-    the seed and the indices) and ``a_ii = n``. Well conditioned (cond < 3)."""
-
-    def fn(I, J):
-        xp = _xp_of(I)
-        lo, hi = xp.minimum(I, J), xp.maximum(I, J)
-        a = hashed_uniform(seed, lo, hi) - 0.5
-        return xp.where(I == J, float(n), a)
-    return DistMatrix.from_function(grid, (n, n), _pair(block), fn, dtype=dtype, device=device)
+    ``a_ij = u(i, j) - 0.5`` off the diagonal (u symmetric, uniform in [0, 1), hashed from
+    the seed and the indices: :func:`distla.random.spd_entries`) and ``a_ii = n``. Well
+    conditioned (cond < 3)."""
+    return DistMatrix.from_function(grid, (n, n), _pair(block),
+                                    lambda I, J: spd_entries(seed, n, I, J), dtype=dtype,
+                                    device=device)
 
 
 def general_matrix(grid, n: int, block=64, *, seed: int = 0, dtype=np.float64, device="cpu",
@@ -123,11 +120,7 @@ def problem_entries(kind: str, n: int, *, seed: int = 0, length: float = 0.1,
     """``fn(I, J)`` giving the entries of :func:`make_problem`'s matrix ``kind`` at global
     index arrays I (column) and J (row), for generating any part of it (not collective)."""
     if kind == "spd":
-        def fn(I, J):
-            x = _xp_of(I)
-            lo, hi = x.minimum(I, J), x.maximum(I, J)
-            return x.where(I == J, float(n), hashed_uniform(seed, lo, hi) - 0.5)
-        return fn
+        return lambda I, J: spd_entries(seed, n, I, J)
     if kind == "general":
         return lambda I, J: hashed_normal(seed, I, J)
     if kind == "covariance":

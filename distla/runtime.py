@@ -16,7 +16,7 @@ import traceback
 from .errors import on_root
 
 __all__ = ["CommandError", "UsageError", "ArgumentParser", "guarded", "run_main",
-           "apply_runtime_defaults", "env_rank", "on_root",
+           "apply_runtime_defaults", "env_rank", "on_root", "launcher_free_env",
            "EXIT_USAGE", "EXIT_NUMERIC", "EXIT_THRESH"]
 
 EXIT_USAGE, EXIT_NUMERIC, EXIT_THRESH = 2, 1, 3
@@ -54,6 +54,24 @@ def env_rank() -> int:
         if v.isdigit():
             return int(v)
     return 0
+
+
+# What a launcher sets for one job (Open MPI's mpirun/ORTE and PMIx, MPICH's Hydra, PMI): a
+# child launched with these believes it is a rank of the parent's job. User configuration
+# (OMPI_MCA_btl, OMPI_MCA_plm_rsh_agent, OMPI_ALLOW_RUN_AS_ROOT, ...) is kept: a container
+# may need it for mpirun to start at all.
+_JOB_STATE = ("PMI_", "PMIX_", "HYDRA_", "MPI_LOCAL", "OMPI_COMM_WORLD_", "OMPI_UNIVERSE_",
+              "OMPI_FILE_LOCATION", "OMPI_APP_CTX_", "OMPI_FIRST_RANKS", "OMPI_NUM_APP_CTX",
+              "OMPI_ARGV", "OMPI_COMMAND", "OMPI_MCA_orte_", "OMPI_MCA_ess", "OMPI_MCA_pmix",
+              "OMPI_MCA_initial_wdir", "OMPI_MCA_shmem_RUNTIME_QUERY", "OMPI_MCA_rmaps_",
+              "OMPI_MCA_mpi_yield_when_idle", "OMPI_MCA_hwloc_base_binding", "OMPI_MCA_ompi_")
+
+
+def launcher_free_env(env=None) -> dict:
+    """A copy of ``env`` (default ``os.environ``) without the launcher's per-job state, for
+    starting a fresh MPI job (``mpiexec ...``) from inside a rank. Not collective."""
+    env = os.environ if env is None else env
+    return {k: v for k, v in env.items() if not k.startswith(_JOB_STATE)}
 
 
 class ArgumentParser(argparse.ArgumentParser):

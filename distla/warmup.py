@@ -21,7 +21,7 @@ import numpy as np
 
 from . import checks, io
 from .grid import ProcessGrid
-from .linalg import lu_factor, lu_solve, rcond, solve
+from .linalg import cho_factor, cho_solve_rcond, lu_factor, lu_solve, lu_solve_rcond, rcond, solve
 from .linalg.refine import gmres
 from .matrix import DistMatrix
 from .pblas import matmul, norm
@@ -49,6 +49,7 @@ def warmup(comm, device: str = "gpu", n: int = 512, nb: int = 128, say=print) ->
                 ones = DistMatrix.from_function(grid, (n, 1), (nb, nb), lambda I, J: 1.0,
                                                 dtype=dtype, device=device)
                 B = matmul(A, ones)
+                B, anorm = checks.product_and_norm(A, ones)   # distla solve's rhs and checks
                 methods = {"spd": ("cholesky",), "general": ("gepp", "calu", "rbt"),
                            "covariance": ("tlr",) if dtype == np.float64 else ()}[kind]
                 for m in methods:
@@ -56,10 +57,15 @@ def warmup(comm, device: str = "gpu", n: int = 512, nb: int = 128, say=print) ->
                     X = solve(A, B, method=m, **kw)
                     checks.solve_residual(A, X, B)
                     checks.backward_error(A, X, B)
+                    checks.solve_checks(A, X, B, anorm=anorm)
+                    checks.solve_checks(A, X, B)
                     norm(X - ones, np.inf)
+                if kind == "spd":        # distla solve's Cholesky path: solve + rcond fused
+                    cho_solve_rcond(cho_factor(A), B, anorm)
                 if kind == "general":
                     F = lu_factor(A)
                     rcond(A, F)
+                    lu_solve_rcond(F, B)
                     gmres(A, B, lambda R: lu_solve(F, R), restart=3)   # GMRES-IR's kernels
                 if dtype == np.float64 and kind != "covariance":    # mixed: each factor dtype
                     for fd in A.backend.LOWP:

@@ -159,14 +159,13 @@ _CHUNK = 2048   # columns generated at a time (bounds the hashing temporaries)
 
 def _fill_spd(out, rows, cols, n, seed, xp):
     """out[:, :] = the entries (rows x cols, global indices) of the benchmark matrix of
-    :func:`distla.bench.common.spd_matrix`: u(min(i,j), max(i,j)) - 0.5 off the diagonal,
-    n on it. Filled in column chunks. Not collective."""
-    from ..random import hashed_uniform
+    :func:`distla.problems.spd_matrix` (:func:`distla.random.spd_entries`), filled in column
+    chunks. Not collective."""
+    from ..random import spd_entries
     I = xp.asarray(rows).reshape(-1, 1)
     for c0 in range(0, len(cols), _CHUNK):
         J = xp.asarray(cols[c0:c0 + _CHUNK]).reshape(1, -1)
-        a = hashed_uniform(seed, xp.minimum(I, J), xp.maximum(I, J)) - 0.5
-        out[:, c0:c0 + J.shape[1]] = xp.where(I == J, float(n), a)
+        out[:, c0:c0 + J.shape[1]] = spd_entries(seed, n, I, J)
 
 
 def _global_spd(n, seed, xp, dtype=np.float64):

@@ -42,6 +42,7 @@ import time
 
 import numpy as np
 
+from ..runtime import launcher_free_env
 from . import common
 
 NAME = "job"
@@ -223,9 +224,7 @@ def _cold(args, comm, d, rec) -> list[dict]:
                 raise RuntimeError("--cold with several ranks needs mpiexec on PATH "
                                    "(or DISTLA_MPIEXEC)")
             cmd = [*mpiexec.split(), "-n", str(size), *cmd]
-        env = {k: v for k, v in os.environ.items()       # not this job's launcher state
-               if k.startswith("OMPI_ALLOW_RUN_AS_ROOT") or
-               not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_LOCAL", "HYDRA_"))}
+        env = launcher_free_env()      # not this job's launcher state
         t0 = time.perf_counter()
         p = subprocess.run(cmd, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
