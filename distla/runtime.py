@@ -58,8 +58,9 @@ def env_rank() -> int:
 
 # What a launcher sets for one job (Open MPI's mpirun/ORTE and PMIx, MPICH's Hydra, PMI): a
 # child launched with these believes it is a rank of the parent's job. User configuration
-# (OMPI_MCA_btl, OMPI_MCA_plm_rsh_agent, OMPI_ALLOW_RUN_AS_ROOT, ...) is kept: a container
-# may need it for mpirun to start at all.
+# (OMPI_MCA_plm=isolated, OMPI_MCA_btl, OMPI_ALLOW_RUN_AS_ROOT, ...) is kept: a container
+# may need it for mpirun to start at all (without its OMPI_MCA_plm=isolated, a GPU machine's
+# Open MPI looked for ssh and failed).
 _JOB_STATE = ("PMI_", "PMIX_", "HYDRA_", "MPI_LOCAL", "OMPI_COMM_WORLD_", "OMPI_UNIVERSE_",
               "OMPI_FILE_LOCATION", "OMPI_APP_CTX_", "OMPI_FIRST_RANKS", "OMPI_NUM_APP_CTX",
               "OMPI_ARGV", "OMPI_COMMAND", "OMPI_MCA_orte_", "OMPI_MCA_ess", "OMPI_MCA_pmix",

@@ -76,7 +76,7 @@ for cache in empty warmed; do
     echo "== $C (kernel cache: $cache)"
     # --cold launches its fresh job with DISTLA_MPIEXEC (Open MPI's singleton start-up failed
     # inside an mpirun job: "Unable to start a daemon on the local node")
-    export DISTLA_MPIEXEC="$M"
+    export DISTLA_MPIEXEC="$M -x CUPY_CACHE_DIR"   # the fresh job uses this cache too
     timeout 200 $M -x CUPY_CACHE_DIR -x DISTLA_MPIEXEC -n 1 python3 -m distla bench job \
         --device gpu --n 32768 \
         --nb 1024 --dir "$D" --cold --repeat 2 --json /tmp/job.jsonl > "$O/job-$cache.log" 2>&1
