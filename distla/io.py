@@ -220,9 +220,15 @@ def _filetype(A, dtype: np.dtype, fortran: bool):
     pr = (g.myrow - A.rsrc) % g.nprow
     pc = (g.mycol - A.csrc) % g.npcol
     base = MPI._typedict[dtype.char]
+    # a dimension with one process is not distributed (DISTRIBUTE_NONE): its whole extent is
+    # one contiguous piece, which ROMIO writes in one call, where a cyclic type of one process
+    # is a run of block-sized pieces (1x1 grid, n = 8192, nb = 128: 0.9 s vs np.save 0.34 s)
+    one = (g.nprow == 1, g.npcol == 1)
     t = base.Create_darray(g.nprow * g.npcol, pr * g.npcol + pc, [A.m, A.n],
-                           [MPI.DISTRIBUTE_CYCLIC] * 2, [A.mb, A.nb], [g.nprow, g.npcol],
-                           MPI.ORDER_FORTRAN if fortran else MPI.ORDER_C)
+                           [MPI.DISTRIBUTE_NONE if o else MPI.DISTRIBUTE_CYCLIC for o in one],
+                           [MPI.DISTRIBUTE_DFLT_DARG if o else b for o, b in
+                            zip(one, (A.mb, A.nb))],
+                           [g.nprow, g.npcol], MPI.ORDER_FORTRAN if fortran else MPI.ORDER_C)
     t.Commit()
     return base, t
 
