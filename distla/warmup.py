@@ -48,7 +48,7 @@ def warmup(comm, device: str = "gpu", n: int = 512, nb: int = 128, say=print) ->
                 A = io.read_matrix(path, grid, (nb, nb), device=device, dtype=dtype)
                 ones = DistMatrix.from_function(grid, (n, 1), (nb, nb), lambda I, J: 1.0,
                                                 dtype=dtype, device=device)
-                B = matmul(A, ones)
+                matmul(A, ones)                               # PBLAS matmul's kernels
                 B, anorm = checks.product_and_norm(A, ones)   # distla solve's rhs and checks
                 methods = {"spd": ("cholesky",), "general": ("gepp", "calu", "rbt"),
                            "covariance": ("tlr",) if dtype == np.float64 else ()}[kind]
@@ -57,8 +57,8 @@ def warmup(comm, device: str = "gpu", n: int = 512, nb: int = 128, say=print) ->
                     X = solve(A, B, method=m, **kw)
                     checks.solve_residual(A, X, B)
                     checks.backward_error(A, X, B)
-                    checks.solve_checks(A, X, B, anorm=anorm)
-                    checks.solve_checks(A, X, B)
+                    checks.solve_checks(A, X, B, anorm=anorm)   # with and without the
+                    checks.solve_checks(A, X, B)                # row-sum pass
                     norm(X - ones, np.inf)
                 if kind == "spd":        # distla solve's Cholesky path: solve + rcond fused
                     cho_solve_rcond(cho_factor(A), B, anorm)

@@ -116,7 +116,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from distla.runtime import EXIT_NUMERIC, EXIT_USAGE  # noqa: E402
+from distla.runtime import EXIT_NUMERIC, EXIT_USAGE, launcher_free_env  # noqa: E402
 
 _ROOT = Path(__file__).resolve().parents[1]
 _MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
@@ -124,8 +124,7 @@ _MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
 
 def _cli(args, ranks, cwd):
     """``python -m distla ARGS`` (one rank) or ``mpiexec -n RANKS python -m distla ARGS``."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_LOCAL", "HYDRA_"))}
+    env = launcher_free_env()   # not the pytest job's launcher state
     env.update(PYTHONPATH=str(_ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
                OPENBLAS_NUM_THREADS="1", MPIR_CVAR_POLLS_BEFORE_YIELD="1",
                DISTLA_ABORT_TIMEOUT="30", PYTHONDONTWRITEBYTECODE="1")

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from distla.runtime import launcher_free_env
+
 ROOT = Path(__file__).resolve().parents[1]
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
 
@@ -23,8 +25,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(MPIEXEC),
 
 
 def _env():
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_LOCAL", "HYDRA_"))}
+    env = launcher_free_env()   # not the pytest job's launcher state
     env.update(PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
                OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                MPIR_CVAR_POLLS_BEFORE_YIELD="1", PYTHONDONTWRITEBYTECODE="1",

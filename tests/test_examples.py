@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from distla.runtime import launcher_free_env
+
 ROOT = Path(__file__).resolve().parents[1]
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
 
@@ -17,8 +19,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(MPIEXEC),
 
 
 def run(script, *args, n=4, cwd=None):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_LOCAL", "HYDRA_"))}
+    env = launcher_free_env()   # not the pytest job's launcher state
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     p = subprocess.run([MPIEXEC, "-n", str(n), sys.executable, str(ROOT / "examples" / script),
                         *map(str, args)], env=env, cwd=cwd, capture_output=True, text=True,
