@@ -8,25 +8,18 @@ the same matrix, best of --reps. Prints seconds and the percentage of the plain 
 """
 import argparse
 import json
-import time
 
 from mpi4py import MPI
 
 from distla import DistMatrix, ProcessGrid
+from distla.bench.common import timed
 from distla.linalg import cho_rcond, cholesky, lu_factor, solve_cholesky, solve_lu
 from distla.pblas import norm
 from distla.validate import check_finite, check_symmetric
 
 
-def best(comm, fn, reps):
-    ts = []
-    for _ in range(reps):
-        comm.Barrier()
-        t = time.perf_counter()
-        fn()
-        comm.Barrier()
-        ts.append(time.perf_counter() - t)
-    return min(ts)
+def best(fn, reps):
+    return timed(fn, comm=MPI.COMM_WORLD, reps=reps)
 
 
 def main():
@@ -51,20 +44,20 @@ def main():
                      "tflops": flops / sec / 1e12 if flops else None,
                      "percent_of_solve": 100 * sec / ref})
 
-    t_chol = best(comm, lambda: solve_cholesky(A, B, check_symmetric=False, **off), a.reps)
+    t_chol = best(lambda: solve_cholesky(A, B, check_symmetric=False, **off), a.reps)
     rec("solve_cholesky (no checks)", t_chol, n ** 3 / 3, t_chol)
-    rec("check_finite A,B", best(comm, lambda: check_finite(("A", A), ("B", B)), a.reps),
+    rec("check_finite A,B", best(lambda: check_finite(("A", A), ("B", B)), a.reps),
         0, t_chol)
-    rec("check_symmetric", best(comm, lambda: check_symmetric(A), a.reps), 0, t_chol)
+    rec("check_symmetric", best(lambda: check_symmetric(A), a.reps), 0, t_chol)
     L = cholesky(A, check_finite=False, check_symmetric=False)
-    rec("rcond (Cholesky)", best(comm, lambda: cho_rcond((L, True), norm(A, 1)), a.reps),
+    rec("rcond (Cholesky)", best(lambda: cho_rcond((L, True), norm(A, 1)), a.reps),
         0, t_chol)
-    t_lu = best(comm, lambda: solve_lu(A, B, **off), a.reps)
+    t_lu = best(lambda: solve_lu(A, B, **off), a.reps)
     rec("solve_lu (no checks)", t_lu, 2 * n ** 3 / 3, t_lu)
-    rec("check_finite A,B", best(comm, lambda: check_finite(("A", A), ("B", B)), a.reps),
+    rec("check_finite A,B", best(lambda: check_finite(("A", A), ("B", B)), a.reps),
         0, t_lu)
     F = lu_factor(A, check_finite=False)
-    rec("rcond (LU)", best(comm, lambda: (setattr(F, "_rcond", None), F.rcond()), a.reps),
+    rec("rcond (LU)", best(lambda: (setattr(F, "_rcond", None), F.rcond()), a.reps),
         0, t_lu)
     if comm.rank == 0:
         for r in rows:

@@ -25,19 +25,7 @@ import numpy as np
 from mpi4py import MPI
 
 from distla import DistMatrix, ProcessGrid, io
-
-
-def best(comm, fn, reps, setup=None):
-    ts = []
-    for _ in range(reps):
-        if setup is not None:
-            setup()
-        comm.Barrier()
-        t = time.perf_counter()
-        fn()
-        comm.Barrier()
-        ts.append(time.perf_counter() - t)
-    return min(ts)
+from distla.bench.common import best_local, timed, timed_result
 
 
 def main():
@@ -69,17 +57,15 @@ def main():
         if comm.rank == 0 and os.path.exists(p):   # ext4 first flushes it to disk: 1.4 s
             os.unlink(p)                            # for 512 MB here, a file system cost)
 
-    rec("write mpiio", best(comm, lambda: io.write_npy(path, A), a.reps, lambda: unlink(path)))
+    rec("write mpiio", timed_result(lambda _: io.write_npy(path, A), comm=comm, reps=a.reps,
+                                    setup=lambda: unlink(path))[0])
     full = A.to_global(root=0)
     if comm.rank == 0:   # like io.write_npy: a new file, renamed into place; best of reps
-        ts = []
-        for _ in range(a.reps):
-            unlink(path + ".ref.npy")
-            t = time.perf_counter()
+        def save(_):
             np.save(path + ".ref.partial.npy", full)
             os.replace(path + ".ref.partial.npy", path + ".ref.npy")
-            ts.append(time.perf_counter() - t)
-        rec("np.save (rank 0)", min(ts))
+        rec("np.save (rank 0)", best_local(save, reps=a.reps,
+                                           setup=lambda: unlink(path + ".ref.npy")))
         os.unlink(path + ".ref.npy")
     del full
     buf = np.empty(os.path.getsize(path), dtype=np.uint8) if comm.rank == 0 else None
@@ -88,17 +74,17 @@ def main():
         if comm.rank == 0:
             with open(path, "rb", buffering=0) as f:
                 f.readinto(buf)
-    rec("sequential read (rank 0)", best(comm, seq, a.reps))
+    rec("sequential read (rank 0)", timed(seq, comm=comm, reps=a.reps))
     buf = None
-    rec("read mpiio", best(comm, lambda: io.read_matrix(path, g, (nb, nb)), a.reps))
+    rec("read mpiio", timed(lambda: io.read_matrix(path, g, (nb, nb)), comm=comm, reps=a.reps))
     if a.memmap:
         os.environ["DISTLA_IO"] = "memmap"
-        rec("read memmap", best(comm, lambda: io.read_matrix(path, g, (nb, nb)), a.reps))
+        rec("read memmap", timed(lambda: io.read_matrix(path, g, (nb, nb)), comm=comm, reps=a.reps))
         os.environ.pop("DISTLA_IO")
     if a.h5:
         import h5py
         h5 = path[:-4] + ".h5"
-        rec("write h5", best(comm, lambda: io.write_matrix(h5 + ":/A", A), a.reps))
+        rec("write h5", timed(lambda: io.write_matrix(h5 + ":/A", A), comm=comm, reps=a.reps))
         full = A.to_global(root=0)
         if comm.rank == 0:
             t = time.perf_counter()
@@ -112,8 +98,9 @@ def main():
             if comm.rank == 0:
                 with h5py.File(h5, "r") as f:
                     f["A"][...]
-        rec("h5py read (rank 0)", best(comm, seq_h5, a.reps))
-        rec("read h5", best(comm, lambda: io.read_matrix(h5 + ":/A", g, (nb, nb)), a.reps))
+        rec("h5py read (rank 0)", timed(seq_h5, comm=comm, reps=a.reps))
+        rec("read h5", timed(lambda: io.read_matrix(h5 + ":/A", g, (nb, nb)), comm=comm,
+                             reps=a.reps))
         if comm.rank == 0:
             os.unlink(h5)
     if comm.rank == 0:

@@ -11,26 +11,15 @@ three applies should cost about 0.02 s if a 2-3 column solve cost what a one-col
 """
 import argparse
 import json
-import time
 
 import numpy as np
 from mpi4py import MPI
 
 from distla import DistMatrix, ProcessGrid
+from distla.bench.common import timed
 from distla.linalg import cho_rcond, cho_solve, cholesky
 from distla.linalg.condition import _block, first_block
 from distla.pblas import norm
-
-
-def best_of(be, fn, reps):
-    ts = []
-    for _ in range(reps):
-        be.synchronize()
-        t = time.perf_counter()
-        fn()
-        be.synchronize()
-        ts.append(time.perf_counter() - t)
-    return min(ts)
 
 
 def main():
@@ -61,7 +50,8 @@ def factor(g, n, a):
                                  lambda I, J: 1.0 / (1.0 + abs(I - J)) + n * (I == J),
                                  device=a.device)
     anorm = norm(A, 1)
-    t = best_of(A.backend, lambda: cholesky(A, check_finite=False, check_symmetric=False), 2)
+    t = timed(lambda: cholesky(A, check_finite=False, check_symmetric=False), a.device,
+              g.comm, reps=2)
     return cholesky(A, check_finite=False, check_symmetric=False), anorm, t
 
 
@@ -70,23 +60,25 @@ def profile(g, n, a, cmd):
     rows = []
     L, anorm, t_fact = factor(g, n, a)
     be, xp = L.backend, L.xp
+
+    def best(fn, reps):
+        return timed(fn, a.device, g.comm, reps)
+
     t = {"cholesky factorization (reference)": t_fact,
-         "rcond (cho_rcond, whole)": best_of(be, lambda: cho_rcond((L, True), anorm),
-                                             a.reps)}
+         "rcond (cho_rcond, whole)": best(lambda: cho_rcond((L, True), anorm), a.reps)}
     X3 = first_block(n, np.float64)
-    t["_block: n x 3 host -> DistMatrix"] = best_of(be, lambda: _block(L, X3), a.reps)
+    t["_block: n x 3 host -> DistMatrix"] = best(lambda: _block(L, X3), a.reps)
     D3 = _block(L, X3)
-    t["to_global(None): n x 3 -> host"] = best_of(be, lambda: D3.to_global(None), a.reps)
+    t["to_global(None): n x 3 -> host"] = best(lambda: D3.to_global(None), a.reps)
     for k in (1, 2, 3):
         Dk = _block(L, X3[:, :k])
-        t[f"cho_solve, {k} column(s)"] = best_of(
-            be, lambda Dk=Dk: cho_solve((L, True), Dk, check_finite=False), a.reps)
+        t[f"cho_solve, {k} column(s)"] = best(
+            lambda Dk=Dk: cho_solve((L, True), Dk, check_finite=False), a.reps)
     for k in (1, 2, 3, 4):
         b = xp.asfortranarray(xp.ones((n, k)))
         for tr in ("N", "T"):
-            t[f"backend trsm L{'^T' if tr == 'T' else ''}, {k} column(s)"] = best_of(
-                be, lambda b=b, tr=tr: be.trsm("L", "L", tr, "N", 1.0, L.local, b),
-                a.reps)
+            t[f"backend trsm L{'^T' if tr == 'T' else ''}, {k} column(s)"] = best(
+                lambda b=b, tr=tr: be.trsm("L", "L", tr, "N", 1.0, L.local, b), a.reps)
     if a.device == "gpu":
         from cupy.cuda import device as cdev
         from cupy_backends.cuda.libs import cublas
@@ -100,8 +92,7 @@ def profile(g, n, a, cmd):
                                  cublas.CUBLAS_DIAG_NON_UNIT, n, L.local.data.ptr,
                                  L.local.shape[0], x.data.ptr, 1)
             for k in (1, 3):
-                t[f"cuBLAS dtrsv x {k} (L, one column each)"] = best_of(
-                    be, lambda k=k: trsv(k), a.reps)
+                t[f"cuBLAS dtrsv x {k} (L, one column each)"] = best(lambda k=k: trsv(k), a.reps)
         else:
             print("cupy_backends.cuda.libs.cublas has no dtrsv: per-column row skipped")
     for name, s in t.items():
