@@ -123,7 +123,7 @@ def _gemv_rows(A: DistMatrix, X: DistMatrix, absolute: bool):
     mloc, nloc = A.local_shape
     dt = np.result_type(A.dtype, xf.dtype)
     y = xp.zeros((mloc, X.n), dtype=np.finfo(dt).dtype if absolute else dt)
-    step = nloc if not absolute else max(1, (1 << 22) // max(1, mloc))
+    step = max(1, nloc) if not absolute else max(1, (1 << 22) // max(1, mloc))
     for c in range(0, nloc, step):
         blk = A.local[:, c:c + step]
         y += (xp.abs(blk) if absolute else blk) @ xf[c:c + step]

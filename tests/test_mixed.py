@@ -87,6 +87,22 @@ def test_mixed_reaches_double_backward_error(grids, method, dtype):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("method", ["cholesky", "gepp"])
+def test_mixed_with_ranks_that_hold_no_columns(grids, method):
+    """One block larger than the matrix: every rank but one holds no entries of A (the
+    refinement's residual once divided its columns into slabs of zero width on them)."""
+    from distla.linalg import solve
+    n = 20
+    a = conditioned(n, 1e2, 5, spd=method == "cholesky")
+    b = random_array((n, 1), seed=6)
+    for grid in grids:
+        A, B = _dist(grid, a, nb=32), _dist(grid, b, nb=32)
+        X, info = solve(A, B, method=method, precision="mixed", return_info=True)
+        assert info.precision == "mixed" and not info.fallback, info
+        assert berr_np(a, X.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * n * EPS)
+
+
+@pytest.mark.mpi
 def test_gmres_ir_takes_over_when_ir_stalls(grids, monkeypatch):
     """cond 1e9: float32 factors make classical IR diverge (cond * eps32 > 1); GMRES-IR
     (preconditioned by the factors in float64) still converges from the float32 LU (without
