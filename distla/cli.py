@@ -172,6 +172,9 @@ def build_parser() -> ArgumentParser:
                        "one-shot runs pay no compilation. Run once per machine or image.")
     w.add_argument("--device", choices=("cpu", "gpu"), default="gpu")
     w.add_argument("--n", type=int, default=512, help="problem size (default 512)")
+    w.add_argument("--n-large", type=int, default=None, metavar="N",
+                   help="second problem size, for the kernels CuPy keys by size class "
+                        "(default: every rank's local matrix over 2048 rows; 0 skips it)")
     _add_output_flags(w)
 
     i = sub.add_parser("info", help="ranks, grid, devices, MPI, NCCL, BLAS, versions")
@@ -674,7 +677,7 @@ def cmd_warmup(args, comm) -> int:
     t = time.perf_counter()
     with guarded(comm):
         warmup(comm, device=args.device, n=args.n, nb=max(4, min(128, args.n // 4)),
-               say=lambda text: say(text, level=2))
+               say=lambda text: say(text, level=2), n_large=args.n_large)
     cache = os.environ.get("CUPY_CACHE_DIR", os.path.expanduser("~/.cupy/kernel_cache"))
     say(f"warmup done in {time.perf_counter() - t:.1f} s"
         + (f"; kernel cache: {cache}" if args.device == "gpu" else ""))

@@ -4,10 +4,11 @@ CuPy compiles its elementwise/reduction kernels and distla's raw CUDA kernels th
 process meets them and keeps the binaries in its kernel cache (``CUPY_CACHE_DIR``, default
 ``~/.cupy/kernel_cache``), which persists between processes. A one-shot ``distla solve`` on a
 machine whose cache is empty pays seconds of compilation. :func:`warmup` runs the whole job at
-a small size on every rank -- write and read a matrix file, the right-hand side, each solver
+two sizes on every rank -- write and read a matrix file, the right-hand side, each solver
 with its checks and condition estimate, the residual checks, in float64 and float32 -- so
-that later runs find every kernel compiled. Kernels whose arrays exceed 2^31 elements use
-64-bit indexing and are compiled on first use at that size.
+that later runs find every kernel compiled (``benchmarks/gpu/kernel_misses.py`` lists any
+that a job still compiles). Kernels whose arrays exceed 2^31 elements use 64-bit indexing
+and are compiled on first use at that size.
 
 Collective over ``comm``; run it once per machine (or container image) and cache directory.
 """
@@ -27,52 +28,34 @@ from .matrix import DistMatrix
 from .pblas import matmul, norm
 from .problems import make_problem
 
-__all__ = ["warmup"]
+__all__ = ["warmup", "large_size"]
 
 
 
-def warmup(comm, device: str = "gpu", n: int = 512, nb: int = 128, say=print) -> dict:
-    """Collective: run every solver path once at size ``n`` on ``device``; returns seconds per
-    step. Raises the solvers' own exceptions (the same on every rank)."""
+def large_size(grid: ProcessGrid) -> int:
+    """The warmup's second problem size: every rank's local matrix has more than 2048 rows,
+    the size from which CuPy's reductions use their largest thread blocks (a kernel of its
+    own, compiled separately: ~2 s for a CUB reduction)."""
+    return max(4096, 2048 * (grid.nprow + 1))
+
+
+def warmup(comm, device: str = "gpu", n: int = 512, nb: int = 128, say=print,
+           n_large: int | None = None) -> dict:
+    """Collective: run every solver path once at size ``n`` and, on GPU ranks, once more at
+    ``n_large`` (default :func:`large_size`; 0 skips it); returns seconds per step. CuPy keys
+    some kernels by size class (a reduction's thread block grows with the rows it reduces),
+    so one small size leaves kernels of large jobs uncompiled. Raises the solvers' own
+    exceptions (the same on every rank)."""
     grid = ProcessGrid(comm=comm)
     times = {}
     tmpdir = comm.bcast(tempfile.mkdtemp(prefix="distla-warmup-") if comm.Get_rank() == 0
                         else None, root=0)
+    if n_large is None:
+        n_large = large_size(grid) if device == "gpu" else 0
     try:
-        for dtype in (np.float64, np.float32):
-            for kind in ("spd", "general", "covariance"):
-                t = time.perf_counter()
-                A = make_problem(kind, grid, n, nb, seed=1).astype(dtype)
-                path = os.path.join(tmpdir, f"{kind}.npy")
-                io.write_npy(path, A)
-                A = io.read_matrix(path, grid, (nb, nb), device=device, dtype=dtype)
-                ones = DistMatrix.from_function(grid, (n, 1), (nb, nb), lambda I, J: 1.0,
-                                                dtype=dtype, device=device)
-                matmul(A, ones)                               # PBLAS matmul's kernels
-                B, anorm = checks.product_and_norm(A, ones)   # distla solve's rhs and checks
-                methods = {"spd": ("cholesky",), "general": ("gepp", "calu", "rbt"),
-                           "covariance": ("tlr",) if dtype == np.float64 else ()}[kind]
-                for m in methods:
-                    kw = {"tol": 1e-8} if m == "tlr" else {}
-                    X = solve(A, B, method=m, **kw)
-                    checks.solve_residual(A, X, B)
-                    checks.backward_error(A, X, B)
-                    checks.solve_checks(A, X, B, anorm=anorm)   # with and without the
-                    checks.solve_checks(A, X, B)                # row-sum pass
-                    norm(X - ones, np.inf)
-                if kind == "spd":        # distla solve's Cholesky path: solve + rcond fused
-                    cho_solve_rcond(cho_factor(A), B, anorm)
-                if kind == "general":
-                    F = lu_factor(A)
-                    rcond(A, F)
-                    lu_solve_rcond(F, B)
-                    gmres(A, B, lambda R: lu_solve(F, R), restart=3)   # GMRES-IR's kernels
-                if dtype == np.float64 and kind != "covariance":    # mixed: each factor dtype
-                    for fd in A.backend.LOWP:
-                        solve(A, B, method=methods[0], precision="mixed", factor_dtype=fd)
-                key = f"{kind} {np.dtype(dtype).name}"
-                times[key] = time.perf_counter() - t
-                say(f"warmup: {key}: {times[key]:.1f} s")
+        _pass(grid, device, n, nb, tmpdir, say, times, "")
+        if n_large:
+            _pass(grid, device, n_large, 1024, tmpdir, say, times, f" n={n_large}")
     finally:
         comm.Barrier()
         if comm.Get_rank() == 0:
@@ -80,3 +63,41 @@ def warmup(comm, device: str = "gpu", n: int = 512, nb: int = 128, say=print) ->
             shutil.rmtree(tmpdir, ignore_errors=True)
         grid.free()
     return times
+
+
+def _pass(grid, device, n, nb, tmpdir, say, times, label) -> None:
+    """Collective: one warmup pass at size n (every problem kind, float64 and float32)."""
+    for dtype in (np.float64, np.float32):
+        for kind in ("spd", "general", "covariance"):
+            t = time.perf_counter()
+            A = make_problem(kind, grid, n, nb, seed=1).astype(dtype)
+            path = os.path.join(tmpdir, f"{kind}.npy")
+            io.write_npy(path, A)
+            A = io.read_matrix(path, grid, (nb, nb), device=device, dtype=dtype)
+            ones = DistMatrix.from_function(grid, (n, 1), (nb, nb), lambda I, J: 1.0,
+                                            dtype=dtype, device=device)
+            matmul(A, ones)                               # PBLAS matmul's kernels
+            B, anorm = checks.product_and_norm(A, ones)   # distla solve's rhs and checks
+            methods = {"spd": ("cholesky",), "general": ("gepp", "calu", "rbt"),
+                       "covariance": ("tlr",) if dtype == np.float64 else ()}[kind]
+            for m in methods:
+                kw = {"tol": 1e-8} if m == "tlr" else {}
+                X = solve(A, B, method=m, **kw)
+                checks.solve_residual(A, X, B)
+                checks.backward_error(A, X, B)
+                checks.solve_checks(A, X, B, anorm=anorm)   # with and without the
+                checks.solve_checks(A, X, B)                # row-sum pass
+                norm(X - ones, np.inf)
+            if kind == "spd":        # distla solve's Cholesky path: solve + rcond fused
+                cho_solve_rcond(cho_factor(A), B, anorm)
+            if kind == "general":
+                F = lu_factor(A)
+                rcond(A, F)
+                lu_solve_rcond(F, B)
+                gmres(A, B, lambda R: lu_solve(F, R), restart=3)   # GMRES-IR's kernels
+            if dtype == np.float64 and kind != "covariance":    # mixed: each factor dtype
+                for fd in A.backend.LOWP:
+                    solve(A, B, method=methods[0], precision="mixed", factor_dtype=fd)
+            key = f"{kind} {np.dtype(dtype).name}{label}"
+            times[key] = time.perf_counter() - t
+            say(f"warmup: {key}: {times[key]:.1f} s")

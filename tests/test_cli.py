@@ -317,9 +317,22 @@ def test_guarded_aborts_instead_of_hanging(tmp_path):
 
 def test_warmup_runs_every_path_on_cpu():
     p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "distla", "warmup",
-                        "--device", "cpu", "--n", "48", "-v"], env=_env(),
+                        "--device", "cpu", "--n", "48", "--n-large", "72", "-v"], env=_env(),
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     for kind in ("spd", "general", "covariance"):
-        assert f"warmup: {kind} float64" in p.stdout and f"warmup: {kind} float32" in p.stdout
+        for size in ("", " n=72"):     # the small pass and the size-class pass
+            assert f"warmup: {kind} float64{size}:" in p.stdout
+            assert f"warmup: {kind} float32{size}:" in p.stdout
     assert "warmup done" in p.stdout
+
+
+def test_warmup_large_size_gives_every_rank_over_2048_rows():
+    from distla.warmup import large_size
+
+    class G:
+        nprow = 1
+    for p in (1, 2, 3, 4, 8):
+        G.nprow = p
+        n = large_size(G)
+        assert n // p > 2048 and n >= 4096
