@@ -28,8 +28,6 @@ def main():
     p.add_argument("--n", type=int, nargs="+", default=[16384, 32768])
     p.add_argument("--nb", type=int, default=1024)
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--blocks", type=int, nargs="*", default=[512, 1024, 2048],
-                   help="block sizes of the blocked few-column trsm to time")
     p.add_argument("--json")
     a = p.parse_args()
     comm = MPI.COMM_WORLD
@@ -37,8 +35,7 @@ def main():
         raise SystemExit("profile_rcond.py runs on one rank (the 1x1 local solve paths)")
     g = ProcessGrid(comm=comm)
     cmd = f"mpirun -n 1 python3 benchmarks/gpu/profile_rcond.py --device {a.device} " \
-          f"--n {' '.join(map(str, a.n))} --nb {a.nb} --reps {a.reps} " \
-          f"--blocks {' '.join(map(str, a.blocks))}"
+          f"--n {' '.join(map(str, a.n))} --nb {a.nb} --reps {a.reps}"
     rows = []
     for n in a.n:
         rows += profile(g, n, a, cmd)
@@ -82,21 +79,6 @@ def profile(g, n, a, cmd):
         for tr in ("N", "T"):
             t[f"backend trsm L{'^T' if tr == 'T' else ''}, {k} column(s)"] = best(
                 lambda b=b, tr=tr: be.trsm("L", "L", tr, "N", 1.0, L.local, b), a.reps)
-    keep = be.few_rhs_block
-    for bs in a.blocks:                  # the blocked few-column solve (Backend.trsm_blocked)
-        for k in (1, 2, 3, 4):
-            b = xp.asfortranarray(xp.ones((n, k)))
-            for tr in ("N", "T"):
-                t[f"trsm_blocked bs {bs} L{'^T' if tr == 'T' else ''}, {k} column(s)"] = best(
-                    lambda b=b, tr=tr, bs=bs: be.trsm_blocked("L", tr, "N", 1.0, L.local, b, bs),
-                    a.reps)
-        be.few_rhs_block = bs
-        t[f"rcond (cho_rcond, whole), trsm blocked bs {bs}"] = best(
-            lambda: cho_rcond((L, True), anorm), a.reps)
-        D3 = _block(L, X3)
-        t[f"cho_solve, 3 columns, trsm blocked bs {bs}"] = best(
-            lambda: cho_solve((L, True), D3, check_finite=False), a.reps)
-        be.few_rhs_block = keep
     if a.device == "gpu":
         from cupy.cuda import device as cdev
         from cupy_backends.cuda.libs import cublas

@@ -98,45 +98,10 @@ class Backend:
         if c.size:
             self._call(self._syrk, c, uplo, trans, alpha, a, beta)
 
-    #: blocked left solves with few right-hand sides (:meth:`trsm`): block size, or None for
-    #: the library's trsm always (set per backend from measurements)
-    few_rhs_block = None
-    FEW_RHS = 16
-
     def trsm(self, side, uplo, transa, diag, alpha, a, b) -> None:
         """``b = alpha op(a)^-1 b`` (side 'L') or ``alpha b op(a)^-1`` (side 'R')."""
-        if not b.size:
-            return
-        bs = self.few_rhs_block
-        if side == "L" and bs and b.shape[1] <= self.FEW_RHS and b.shape[0] > 2 * bs:
-            self.trsm_blocked(uplo, transa, diag, alpha, a, b, bs)
-        else:
+        if b.size:
             self._call(self._trsm, b, side, uplo, transa, diag, alpha, a)
-
-    def trsm_blocked(self, uplo, transa, diag, alpha, a, b, bs: int) -> None:
-        """``b = alpha op(a)^-1 b`` (left side) by blocks of ``bs`` rows: the library's trsm on
-        each diagonal block and one GEMM per block for the rest, every GEMM reading a block
-        *column* of ``a`` (contiguous in column-major storage): op 'N' pushes each solved
-        block into the rows still to solve (axpy form), op 'T'/'C' pulls the solved rows into
-        the next block (dot form). Reads ``a``'s triangle once, as a triangular solve with few
-        right-hand sides must; cuBLAS's trsm reads it at a fraction of the memory bandwidth
-        for 2-16 columns (docs/condition.md)."""
-        m = b.shape[0]
-        if alpha != 1.0:
-            b *= alpha
-        lower_op = (uplo == "L") == (transa == "N")       # op(a) lower: forward sweep
-        starts = list(range(0, m, bs))
-        for j0 in (starts if lower_op else starts[::-1]):
-            j1 = min(j0 + bs, m)
-            if transa != "N":      # dot form: b[j] -= op(a)[j, solved] x[solved]
-                s0, s1 = (0, j0) if uplo == "U" else (j1, m)
-                if s1 > s0:
-                    self.gemm(transa, "N", -1.0, a[s0:s1, j0:j1], b[s0:s1], 1.0, b[j0:j1])
-            self._call(self._trsm, b[j0:j1], "L", uplo, transa, diag, 1.0, a[j0:j1, j0:j1])
-            if transa == "N":      # axpy form: b[unsolved] -= a[unsolved, j] x[j]
-                u0, u1 = (j1, m) if uplo == "L" else (0, j0)
-                if u1 > u0:
-                    self.gemm("N", "N", -1.0, a[u0:u1, j0:j1], b[j0:j1], 1.0, b[u0:u1])
 
     def potrf(self, uplo, a):
         """Cholesky of the square view ``a`` in place. Returns LAPACK's info: an int on CPU, a
