@@ -242,6 +242,17 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
       op(A) add ``op(A)[j, k] x[k]`` into their sums for every unsolved j (op = N: process
       column of block k, P ranks; op = T: its process row, Q ranks).
 
+    Access to A's column-major local storage decides the speed (the sweep reads A once and
+    does little else). op = T always takes the dot form: block column k of A, read whole
+    columns at a time; and each rank computes the sums of its *next* block column as soon
+    as its current step is done, over every row solved by then (:class:`_ColumnPartials`),
+    so that at that block's step only the few rows solved since remain: the process columns
+    compute ahead while another one solves, instead of one process column working per step.
+    The dot form with op = N reads block *rows* (nb-element pieces, one per column, at a
+    fraction of the memory bandwidth); it runs on chunks of :data:`_CHUNK_ROWS` local rows
+    (:class:`_RowChunks`): the partial sums of the next chunk's row blocks at once, later
+    only the columns solved since.
+
     Per step: one sub-communicator all-reduce and one broadcast of ``nb x k`` words. A is
     never transposed or moved."""
     grid, be, xp = A.grid, A.backend, A.xp
@@ -257,10 +268,13 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
     ta = "T" if trans else "N"
     # op(A) lower  <=>  (lower and not trans) or (upper and trans): forward sweep
     forward = lower != trans
-    # dot form: the partial sums of step k are formed by Q (op = N) or P (op = T) ranks
-    dot = _FAN_IN_ONLY or (grid.nprow >= grid.npcol if trans else grid.npcol > grid.nprow)
+    # dot form: the partial sums of step k are formed by Q (op = N) or P (op = T) ranks;
+    # op = T always (block columns of A, each computed ahead: _ColumnPartials)
+    dot = _FAN_IN_ONLY or trans or grid.npcol > grid.nprow
     # the sums live at op(A)'s row indices: A's rows (op = N) or A's columns (op = T)
     acc = None if dot else be.zeros((len(cols) if trans else len(rows), k), A.dtype)
+    chunks = _RowChunks(A, xc, forward) if dot and not trans else None
+    ahead = _ColumnPartials(A, xr, forward) if trans else None
     nblk = layout.num_blocks(n, nb)
     for kb in (range(nblk) if forward else range(nblk - 1, -1, -1)):
         g0, w = kb * nb, min(nb, n - kb * nb)
@@ -272,18 +286,11 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
             if not trans and grid.myrow == pr:
                 part[...] = acc[r0:r1]
                 comms.row.allreduce(part, "sum")
-            elif trans and grid.mycol == pc:
-                part[...] = acc[c0:c1]
-                comms.col.allreduce(part, "sum")
         elif not trans and grid.myrow == pr:      # block row k of A, solved columns
-            s0, s1 = (0, c0) if forward else (c1, len(cols))
-            if s1 > s0:
-                be.gemm("N", "N", 1.0, A.local[r0:r1, s0:s1], xc[s0:s1], 0.0, part)
+            chunks.partial_sums(r0, r1, c0 if forward else c1, part)
             comms.row.allreduce(part, "sum")
         elif trans and grid.mycol == pc:          # block column k of A, solved rows
-            s0, s1 = (0, r0) if forward else (r1, len(rows))
-            if s1 > s0:
-                be.gemm("T", "N", 1.0, A.local[s0:s1, c0:c1], xr[s0:s1], 0.0, part)
+            ahead.partial_sums(c0, c1, r0 if forward else r1, part)
             comms.col.allreduce(part, "sum")
         if grid.myrow == pr and grid.mycol == pc:
             part[...] = xr[r0:r1] - part
@@ -294,20 +301,94 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
         if grid.mycol == pc:
             xc[c0:c1] = part
         xs[g0:g0 + w] = part
+        if trans:                                 # my next block column's sums, ahead
+            ahead.compute_next(c0 if not forward or grid.mycol != pc else c1,
+                               r1 if forward else r0)
         if dot:
             continue
         if not trans and grid.mycol == pc:        # block column k of A, unsolved rows
             u0, u1 = (r1, len(rows)) if forward else (0, r0)
             if u1 > u0:
                 be.gemm("N", "N", 1.0, A.local[u0:u1, c0:c1], part, 1.0, acc[u0:u1])
-        elif trans and grid.myrow == pr:          # block row k of A, unsolved columns
-            u0, u1 = (c1, len(cols)) if forward else (0, c0)
-            if u1 > u0:
-                be.gemm("T", "N", 1.0, A.local[r0:r1, u0:u1], part, 1.0, acc[u0:u1])
     X = B if overwrite_b else B.copy()
     if X.local.size:
         X.local[...] = xs[xp.asarray(X.row_indices())][:, xp.asarray(X.col_indices())]
     return X
+
+
+_CHUNK_ROWS = 1024   # local rows per chunk of the row-oriented sweeps (8 KB per column)
+
+
+class _RowChunks:
+    """The dot form's partial sums ``A[rows, solved] x[solved]`` for op = N, a chunk of
+    local rows at a time (local; :func:`_trsv_few`). ``forward``: solved columns are a
+    prefix ``[0, c)`` of my local columns (else a suffix ``[c, ncols)``)."""
+
+    def __init__(self, A, xc, forward: bool):
+        self.A, self.xc, self.forward = A, xc, forward
+        self.lo = self.hi = self.done = 0
+        self.sums = None
+
+    def partial_sums(self, r0, r1, c, out):
+        """``out = A[r0:r1, solved] x[solved]`` with the solved columns up to ``c``."""
+        A, xc, be = self.A, self.xc, self.A.backend
+        nloc = A.local_shape[1]
+        if self.sums is None or r0 < self.lo or r1 > self.hi:
+            mloc, ch = A.local_shape[0], max(_CHUNK_ROWS, r1 - r0)
+            self.lo, self.hi = (r0, min(mloc, r0 + ch)) if self.forward else (max(0, r1 - ch), r1)
+            self.sums = be.zeros((self.hi - self.lo, out.shape[1]), A.dtype)
+            self.done = c
+            s0, s1 = (0, c) if self.forward else (c, nloc)
+            if s1 > s0:
+                be.gemm("N", "N", 1.0, A.local[self.lo:self.hi, s0:s1], xc[s0:s1], 0.0,
+                        self.sums)
+        out[...] = self.sums[r0 - self.lo:r1 - self.lo]
+        s0, s1 = (self.done, c) if self.forward else (c, self.done)   # solved since
+        if s1 > s0:
+            be.gemm("N", "N", 1.0, A.local[r0:r1, s0:s1], xc[s0:s1], 1.0, out)
+
+
+class _ColumnPartials:
+    """The dot form's partial sums ``A[solved, cols]^T x[solved]`` for op = T, each block
+    column's computed ahead (local; :func:`_trsv_few`): right after a step, over the rows
+    solved so far, for this rank's next block column; at that block's step only the rows
+    solved since are added. ``forward``: solved rows are a prefix ``[0, r)`` of my local
+    rows (else a suffix ``[r, mloc)``)."""
+
+    def __init__(self, A, xr, forward: bool):
+        self.A, self.xr, self.forward = A, xr, forward
+        self.c0 = -1                       # local column start of the block computed ahead
+        self.done, self.sums = 0, None
+
+    def _rows(self, r):
+        return (0, r) if self.forward else (r, self.A.local_shape[0])
+
+    def compute_next(self, c, r):
+        """After a step: my next block column starts (forward) or ends (backward) at local
+        column ``c``; rows up to ``r`` are solved. Computes its sums unless already done."""
+        nb, nloc = self.A.nb, self.A.local_shape[1]
+        c0, c1 = (c, min(c + nb, nloc)) if self.forward else (max(0, c - nb), c)
+        if c1 <= c0 or c0 == self.c0:
+            return
+        be = self.A.backend
+        self.c0, self.done = c0, r
+        self.sums = be.zeros((c1 - c0, self.xr.shape[1]), self.A.dtype)
+        s0, s1 = self._rows(r)
+        if s1 > s0:
+            be.gemm("T", "N", 1.0, self.A.local[s0:s1, c0:c1], self.xr[s0:s1], 0.0, self.sums)
+
+    def partial_sums(self, c0, c1, r, out):
+        """``out = A[solved, c0:c1]^T x[solved]``, the solved rows up to ``r``."""
+        be = self.A.backend
+        if self.c0 == c0 and self.sums is not None and self.sums.shape[0] == c1 - c0:
+            out[...] = self.sums
+            s0, s1 = (self.done, r) if self.forward else (r, self.done)   # solved since
+            beta = 1.0
+        else:
+            s0, s1 = self._rows(r)
+            beta = 0.0
+        if s1 > s0:
+            be.gemm("T", "N", 1.0, self.A.local[s0:s1, c0:c1], self.xr[s0:s1], beta, out)
 
 
 def _trsm_left_trans(A, X, lower, diag):

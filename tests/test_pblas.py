@@ -219,6 +219,29 @@ def test_triangular_solve_all_grids(grids, side, lower, trans, unit, nrhs):
             np.testing.assert_array_equal(B.to_global(None), b)  # B kept
 
 
+@pytest.mark.parametrize("chunk", [4, 7, 1024])
+@pytest.mark.parametrize("fan_in_only", [False, True])
+def test_triangular_solve_few_rhs_in_row_chunks(grids, monkeypatch, chunk, fan_in_only):
+    """The few-right-hand-side sweep reads block rows of A in chunks of local rows
+    (pblas._CHUNK_ROWS): chunks smaller than, not a multiple of, and larger than the blocks,
+    both forms of the partial sums (dot / axpy, chosen by the grid's shape or forced)."""
+    from distla import pblas
+    monkeypatch.setattr(pblas, "_CHUNK_ROWS", chunk)
+    monkeypatch.setattr(pblas, "_FAN_IN_ONLY", fan_in_only)
+    n = 41
+    for lower in (True, False):
+        a = triangle(n, lower, seed=12)
+        b = rand((n, 3), np.float64, 13)
+        for g in grids:
+            A = DistMatrix.from_global(g, a, block=3, src=corner(g))
+            B = DistMatrix.from_global(g, b, block=(5, 2))
+            for trans in (False, True):
+                for unit in (False, True):
+                    X = triangular_solve(A, B, lower=lower, trans=trans, unit_diagonal=unit)
+                    close(X.to_global(None),
+                          reference_solve(a, b, lower, trans, unit, "left", 1.0), np.float64)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.complex128])
 def test_triangular_solve_dtypes(grids, dtype):
     n = 11

@@ -226,11 +226,18 @@ class Backend:
     # ---- helpers -----------------------------------------------------------------------------
     def _call(self, fn, out, *args):
         """Run ``fn(*args, out)`` in place; strided non-column-major ``out`` goes via a copy."""
-        for x in args:  # BLAS reads raw memory: a mixed dtype is garbage or an overrun
-            if getattr(x, "ndim", 0) == 2 and x.dtype != out.dtype:
+        conv = None
+        for i, x in enumerate(args):
+            if getattr(x, "ndim", 0) != 2:
+                continue
+            if x.dtype != out.dtype:  # BLAS reads raw memory: garbage or an overrun
                 raise TypeError(f"kernel operands must share one dtype, got {x.dtype} "
                                 f"and {out.dtype}")
-        args = tuple(self._colmajor(x) if getattr(x, "ndim", 0) == 2 else x for x in args)
+            if not _lapack.is_colmajor(x):
+                conv = conv or list(args)
+                conv[i] = self.xp.asfortranarray(x)
+        if conv:
+            args = tuple(conv)
         if _lapack.is_colmajor(out):
             return fn(*args, out)
         tmp = self.xp.asfortranarray(out)

@@ -103,15 +103,26 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
         f(self._blas(), self._fill(uplo), self._op(trans), n, k, al.ctypes.data, a.data.ptr,
           _lapack.ld(a), be.ctypes.data, c.data.ptr, _lapack.ld(c))
 
+    #: left solves with at most this many right-hand sides (and a large triangle) run one
+    #: column at a time: cuBLAS dtrsm on 2-3 columns took 2.7-4x its 1-column time on an H200
+    #: (n = 32768, CUDA 13; records 2026-11-26-h200-rcond-profile.jsonl), the condition
+    #: estimator's block size
+    PER_COLUMN_RHS = 3
+    PER_COLUMN_MIN_ROWS = 4096
+
     def _trsm(self, side, uplo, transa, diag, alpha, a, b):
         m, n = b.shape
         al = np.array(alpha, b.dtype)
         cb = self._cublas
         f = {"d": cb.dtrsm, "f": cb.strsm}[b.dtype.char]
-        f(self._blas(), cb.CUBLAS_SIDE_LEFT if side == "L" else cb.CUBLAS_SIDE_RIGHT,
-          self._fill(uplo), self._op(transa),
-          cb.CUBLAS_DIAG_UNIT if diag == "U" else cb.CUBLAS_DIAG_NON_UNIT,
-          m, n, al.ctypes.data, a.data.ptr, _lapack.ld(a), b.data.ptr, _lapack.ld(b))
+        one_by_one = side == "L" and 1 < n <= self.PER_COLUMN_RHS and \
+            m >= self.PER_COLUMN_MIN_ROWS
+        for j0, j1 in ([(j, j + 1) for j in range(n)] if one_by_one else [(0, n)]):
+            f(self._blas(), cb.CUBLAS_SIDE_LEFT if side == "L" else cb.CUBLAS_SIDE_RIGHT,
+              self._fill(uplo), self._op(transa),
+              cb.CUBLAS_DIAG_UNIT if diag == "U" else cb.CUBLAS_DIAG_NON_UNIT,
+              m, j1 - j0, al.ctypes.data, a.data.ptr, _lapack.ld(a), b[:, j0:j1].data.ptr,
+              _lapack.ld(b))
 
     def _potrf(self, uplo, a):
         n = a.shape[0]
