@@ -1,6 +1,6 @@
 """Which device kernels a job compiles that ``distla warmup`` did not (one GPU rank).
 
-    mpirun -n 1 python3 benchmarks/gpu/kernel_misses.py --dir D --n 32768 --nb 1024
+    mpirun -n 1 python3 benchmarks/gpu/kernel_misses.py --dir D --n 32768 --nb 1024 [--n-large N]
 
 Runs :func:`distla.warmup.warmup` in this process (filling ``CUPY_CACHE_DIR``), then one
 ``distla bench job`` at the given size with NVRTC's compile call wrapped: every kernel that is
@@ -23,13 +23,15 @@ def main():
     p.add_argument("--n", type=int, default=32768)
     p.add_argument("--nb", type=int, default=1024)
     p.add_argument("--method", default="cholesky")
+    p.add_argument("--n-large", type=int, default=None,
+                   help="the warmup's second size (default: distla.warmup.large_size)")
     a = p.parse_args()
     from cupy_backends.cuda.libs import nvrtc
 
     from distla.bench import main_argv
     from distla.warmup import warmup
     t = time.perf_counter()
-    warmup(MPI.COMM_WORLD, "gpu", say=lambda s: None)
+    warmup(MPI.COMM_WORLD, "gpu", say=lambda s: None, n_large=a.n_large)
     print(f"warmup in this process: {time.perf_counter() - t:.1f} s")
     misses = []
     orig = nvrtc.compileProgram
