@@ -320,19 +320,22 @@ def test_warmup_runs_every_path_on_cpu():
                         "--device", "cpu", "--n", "48", "--n-large", "72", "-v"], env=_env(),
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
-    for kind in ("spd", "general", "covariance"):
-        for size in ("", " n=72"):     # the small pass and the size-class pass
-            assert f"warmup: {kind} float64{size}:" in p.stdout
-            assert f"warmup: {kind} float32{size}:" in p.stdout
+    for kind in ("spd", "general", "covariance"):     # the small pass: everything
+        assert f"warmup: {kind} float64:" in p.stdout and f"warmup: {kind} float32:" in p.stdout
+    for kind in ("spd", "general"):     # the size-class pass: distla solve's default job
+        assert f"warmup: {kind} float64 n=72:" in p.stdout
     assert "warmup done" in p.stdout
 
 
-def test_warmup_large_size_gives_every_rank_over_2048_rows():
+def test_warmup_large_size_reaches_the_size_keyed_kernels_on_every_rank():
+    """Every rank's local matrix: over 2048 rows (CuPy's largest reduction blocks) and over
+    2^31 bytes of float64 (64-bit indexing)."""
     from distla.warmup import large_size
 
     class G:
-        nprow = 1
-    for p in (1, 2, 3, 4, 8):
-        G.nprow = p
+        nprow = npcol = 1
+    for p, q in ((1, 1), (1, 2), (2, 1), (2, 2), (1, 3), (2, 4), (4, 2), (3, 3)):
+        G.nprow, G.npcol = p, q
         n = large_size(G)
-        assert n // p > 2048 and n >= 4096
+        assert n // p > 2048 and n // q > 2048
+        assert (n // p) * (n // q) * 8 > 2 ** 31
