@@ -1,8 +1,10 @@
 """Input checks the solvers run before any work (all collective over the matrices' grid).
 
 * :func:`check_finite` -- NaN/Inf anywhere in A or B raises ``ValueError`` on every rank, naming
-  the global index of one such entry (like ``scipy.linalg``'s ``check_finite``). One pass over
-  the local storage in column slabs (bounded extra memory) and one small agreement.
+  the global index of one such entry (like ``scipy.linalg``'s ``check_finite``). The local
+  sum (NaN and infinities propagate; one reduction, no temporary) and one small agreement;
+  only a rank whose sum is not finite scans its storage in column slabs to locate the entry
+  (or to find that finite entries merely overflowed the sum).
 * :func:`check_symmetric` -- a matrix that is not symmetric (Hermitian) within ``rtol`` raises
   ``ValueError``. Instead of a distributed transpose (n^2 words moved) it compares the bilinear
   forms ``v_i^T A v_j`` and ``v_j^T A v_i`` for four fixed random vectors: ``M = V^T A V``
@@ -27,10 +29,33 @@ __all__ = ["check_finite", "check_finite_result", "check_symmetric", "signature"
 _SLAB = 1 << 24      # elements scanned at a time (a 16 MB boolean mask at most)
 
 
+def _real_view(a):
+    """The contiguous local matrix ``a`` as a real array without a copy (complex: real and
+    imaginary parts interleaved), or None when ``a`` is not contiguous."""
+    if not (a.flags.f_contiguous or a.flags.c_contiguous):
+        return None
+    flat = a.ravel(order="F" if a.flags.f_contiguous else "C")     # a view
+    return flat.view(np.finfo(a.dtype).dtype) if a.dtype.kind == "c" else flat
+
+
+def _sum_is_finite(M) -> bool:
+    """True when the sum of this rank's local entries is finite, which proves every entry
+    finite (NaN and infinities propagate): one reduction, no temporary, one device read.
+    False when the sum is not finite (a non-finite entry, or finite ones overflowing) or the
+    storage is not contiguous: the caller scans (local)."""
+    r = _real_view(M.local)
+    if r is None:
+        return False
+    with np.errstate(over="ignore", invalid="ignore"):   # an overflowing sum only means a scan
+        return bool(np.isfinite(M.backend.to_host(r.sum())))
+
+
 def _first_nonfinite(M):
-    """(global i, global j, value) of this rank's first non-finite entry, or None (local)."""
+    """(global i, global j, value) of this rank's first non-finite entry, or None (local).
+    The common all-finite case costs one reduction (:func:`_sum_is_finite`); otherwise the
+    storage is scanned slab by slab to locate the entry."""
     a, xp = M.local, M.xp
-    if a.size == 0:
+    if a.size == 0 or _sum_is_finite(M):
         return None
     step = max(1, _SLAB // max(1, a.shape[0]))
     for j0 in range(0, a.shape[1], step):
@@ -83,6 +108,11 @@ def _sum_squares(M) -> float:
     entries (local): no temporary the size of the matrix (flattening a whole device matrix
     for one dot product may copy it)."""
     a, xp, be = M.local, M.xp, M.backend
+    if a.size == 0:
+        return 0.0
+    r = _real_view(a)
+    if r is not None:             # one BLAS dot over the storage (real and imaginary parts)
+        return float(be.to_host(r.dot(r)))
     step = max(1, _SLAB // max(1, a.shape[0]))
     total = 0.0
     for j0 in range(0, a.shape[1], step):

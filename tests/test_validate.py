@@ -9,7 +9,7 @@ import scipy.linalg as sla
 
 from distla import DistMatrix, LinAlgWarning, ProcessGrid
 from distla.linalg import cho_factor, cholesky, lu_factor, rcond, solve, solve_cholesky, solve_lu
-from distla.testing import grid_shapes
+from distla.testing import corner, grid_shapes
 
 
 @pytest.fixture
@@ -40,6 +40,29 @@ def test_nonfinite_input_raises_before_work(grids, method, where, bad):
             solve(A, B, method=method)
         texts = g.comm.allgather(str(ei.value))
         assert len(set(texts)) == 1, texts          # the same message on every rank
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128, np.complex64])
+@pytest.mark.parametrize("bad", [complex(np.nan, 0), complex(0, np.nan), complex(0, np.inf),
+                                 complex(-np.inf, 1)])
+def test_check_finite_finds_each_kind_of_nonfinite(grids, dtype, bad):
+    """Real and imaginary parts, NaN and either infinity, located by global index."""
+    from distla.validate import check_finite
+    a = np.ones((11, 7), dtype=dtype)
+    if np.dtype(dtype).kind == "f":
+        if bad.imag != 0:
+            return
+        bad = bad.real
+    a[6, 5] = bad
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=(3, 2), src=corner(g))
+        with pytest.raises(ValueError, match=r"A contains a non-finite value .* at global "
+                                             r"index \(6, 5\)"):
+            check_finite(("A", A))
+        check_finite(("A", DistMatrix.from_global(g, np.ones((11, 7), dtype), block=3)))
+        big = np.full((11, 7), np.finfo(dtype).max / 2, dtype=dtype)   # the sum overflows
+        check_finite(("A", DistMatrix.from_global(g, big, block=3)))
 
 
 @pytest.mark.mpi
