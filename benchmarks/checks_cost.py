@@ -1,10 +1,13 @@
 """Cost of the input checks and the condition estimate beside the solve itself.
 
     mpiexec -n 2 python benchmarks/checks_cost.py --n 8192 --nb 128 --json out.jsonl
+    mpirun -n 1 python3 benchmarks/checks_cost.py --device gpu --n 32768 --nb 1024
 
 For Cholesky and LU (partial pivoting): the solve with every check off (the reference row),
 then each check alone (check_finite, check_symmetric, the rcond estimate) timed by itself on
-the same matrix, best of --reps. Prints seconds and the percentage of the plain solve.
+the same matrix, and what the estimate adds to a solve with the factor when it rides along
+(cho_solve_rcond / lu_solve_rcond against cho_solve / lu_solve), best of --reps. Prints
+seconds and the percentage of the plain solve.
 """
 import argparse
 import json
@@ -13,13 +16,26 @@ from mpi4py import MPI
 
 from distla import DistMatrix, ProcessGrid
 from distla.bench.common import timed
-from distla.linalg import cho_rcond, cholesky, lu_factor, solve_cholesky, solve_lu
+from distla.linalg import (
+    cho_rcond,
+    cho_solve,
+    cho_solve_rcond,
+    cholesky,
+    lu_factor,
+    lu_solve,
+    lu_solve_rcond,
+    solve_cholesky,
+    solve_lu,
+)
 from distla.pblas import norm
 from distla.validate import check_finite, check_symmetric
 
 
 def best(fn, reps):
-    return timed(fn, comm=MPI.COMM_WORLD, reps=reps)
+    return timed(fn, DEVICE[0], comm=MPI.COMM_WORLD, reps=reps)
+
+
+DEVICE = ["cpu"]
 
 
 def main():
@@ -27,20 +43,23 @@ def main():
     p.add_argument("--n", type=int, default=8192)
     p.add_argument("--nb", type=int, default=128)
     p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--json")
     a = p.parse_args()
     comm = MPI.COMM_WORLD
+    DEVICE[0] = a.device
     g = ProcessGrid(comm=comm)
     n, nb = a.n, a.nb
     A = DistMatrix.from_function(g, (n, n), (nb, nb),
-                                 lambda I, J: 1.0 / (1.0 + abs(I - J)) + n * (I == J))
-    B = DistMatrix.random(g, (n, 1), (nb, nb), seed=7)
+                                 lambda I, J: 1.0 / (1.0 + abs(I - J)) + n * (I == J),
+                                 device=a.device)
+    B = DistMatrix.random(g, (n, 1), (nb, nb), seed=7, device=a.device)
     off = dict(check_finite=False, check_rcond=False)
     rows = []
 
     def rec(impl, sec, flops, ref):
         rows.append({"bench": "checks", "impl": impl, "n": n, "nb": nb, "ranks": comm.size,
-                     "grid": f"{g.nprow}x{g.npcol}", "device": "cpu", "seconds": sec,
+                     "grid": f"{g.nprow}x{g.npcol}", "device": a.device, "seconds": sec,
                      "tflops": flops / sec / 1e12 if flops else None,
                      "percent_of_solve": 100 * sec / ref})
 
@@ -50,8 +69,11 @@ def main():
         0, t_chol)
     rec("check_symmetric", best(lambda: check_symmetric(A), a.reps), 0, t_chol)
     L = cholesky(A, check_finite=False, check_symmetric=False)
-    rec("rcond (Cholesky)", best(lambda: cho_rcond((L, True), norm(A, 1)), a.reps),
-        0, t_chol)
+    anorm = norm(A, 1)
+    rec("rcond (Cholesky)", best(lambda: cho_rcond((L, True), anorm), a.reps), 0, t_chol)
+    t1 = best(lambda: cho_solve((L, True), B, check_finite=False), a.reps)
+    t2 = best(lambda: cho_solve_rcond((L, True), B, anorm, check_finite=False), a.reps)
+    rec("rcond added to cho_solve (fused)", max(t2 - t1, 1e-9), 0, t_chol)
     t_lu = best(lambda: solve_lu(A, B, **off), a.reps)
     rec("solve_lu (no checks)", t_lu, 2 * n ** 3 / 3, t_lu)
     rec("check_finite A,B", best(lambda: check_finite(("A", A), ("B", B)), a.reps),
@@ -59,6 +81,10 @@ def main():
     F = lu_factor(A, check_finite=False)
     rec("rcond (LU)", best(lambda: (setattr(F, "_rcond", None), F.rcond()), a.reps),
         0, t_lu)
+    t1 = best(lambda: lu_solve(F, B, check_finite=False), a.reps)
+    t2 = best(lambda: (setattr(F, "_rcond", None), lu_solve_rcond(F, B, check_finite=False)),
+              a.reps)
+    rec("rcond added to lu_solve (fused)", max(t2 - t1, 1e-9), 0, t_lu)
     if comm.rank == 0:
         for r in rows:
             print(f"{r['impl']:<28} {r['seconds']:9.4f} s  {r['percent_of_solve']:6.2f} % "

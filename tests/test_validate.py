@@ -428,8 +428,12 @@ def test_cli_progress_lines_under_mpiexec(tmp_path):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("nrhs", [1, 13, 14])     # fused with the solve up to 13 columns
-def test_solvers_estimate_rides_along_with_the_solve(grids, nrhs):
+@pytest.mark.parametrize("fuse", [True, False])   # False: as on GPU ranks (solve, then rcond)
+def test_solvers_estimate_rides_along_with_the_solve(grids, nrhs, fuse, monkeypatch):
     import re
+
+    from distla.device.base import Backend
+    monkeypatch.setattr(Backend, "fuse_few_rhs", fuse)
     n = 29
     d = np.r_[np.ones(n - 1), 1e-10]            # S A S, A well conditioned: rcond ~ 1e-20
     sing = d[:, None] * _spd(n, 10, seed=6) * d[None, :]

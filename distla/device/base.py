@@ -29,6 +29,10 @@ class Backend:
     name = "?"
     is_gpu = False
     xp = np
+    #: whether a triangular solve with a few right-hand sides costs about what one column
+    #: does (memory bound: the factor is read once), so that extra columns ride along
+    #: (distla.linalg.condition.solve_and_rcond)
+    fuse_few_rhs = True
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

@@ -109,6 +109,11 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     #: estimator's block size
     PER_COLUMN_RHS = 3
     PER_COLUMN_MIN_ROWS = 4096
+    #: a 4-column solve costs about four 1-column ones (above), so the condition estimate's
+    #: first block is not fused into the user's solve: with it, the estimate added 61.7 ms to
+    #: a Cholesky solve and 92 ms to an LU solve at n = 32768 (one H100), against 62.5 / 64.7
+    #: ms apart (records 2026-11-26-h100-checks-gpu.jsonl)
+    fuse_few_rhs = False
 
     def _trsm(self, side, uplo, transa, diag, alpha, a, b):
         m, n = b.shape

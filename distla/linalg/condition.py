@@ -29,11 +29,12 @@ _ITMAX = 2      # iterations (each: one solve with A, then one with A^H but the 
 def _block(template: DistMatrix, X: np.ndarray) -> DistMatrix:
     """X (n x k, replicated) as a DistMatrix with the template's row layout. Collective."""
     k = X.shape[1]
-    return DistMatrix.from_function(template.grid, X.shape, (template.mb, max(1, k)),
-                                    lambda I, J: X[template.backend.to_host(I).ravel()][
-                                        :, template.backend.to_host(J).ravel()],
-                                    dtype=template.dtype, device=template.device,
-                                    src=(template.rsrc, 0))
+    Z = DistMatrix.zeros(template.grid, X.shape, (template.mb, max(1, k)),
+                         dtype=template.dtype, device=template.device, src=(template.rsrc, 0))
+    if Z.local.size:          # my rows and columns of the replicated block, one copy
+        Z.local[...] = Z.backend.asarray(np.asfortranarray(
+            X[np.ix_(Z.row_indices(), Z.col_indices())], dtype=template.dtype))
+    return Z
 
 
 def _sign(Y: np.ndarray) -> np.ndarray:
@@ -121,12 +122,13 @@ def solve_and_rcond(B: DistMatrix, template: DistMatrix, solve, anorm: float, ap
     The solves with few right-hand sides read the whole factor once per triangular sweep
     whatever the number of columns (``pblas._trsv_few``), so ``[B, first_block]`` costs about
     what B alone does and the estimate needs two more solves instead of three. For B with more
-    than :data:`FUSE_MAX_RHS` columns the two run separately. ``template``: the factor (its
-    row layout is used for the blocks solved); ``solve(M)`` returns ``A^-1 M`` for a
+    than :data:`FUSE_MAX_RHS` columns, or on a backend whose solves cost per column
+    (``Backend.fuse_few_rhs`` False: GPU ranks), the two run separately. ``template``: the
+    factor (its row layout is used for the blocks solved); ``solve(M)`` returns ``A^-1 M`` for a
     DistMatrix M in B's or the template's row layout; ``apply_inv``/``apply_inv_h`` as in
     :func:`inverse_norm1_estimate`."""
     n, k = B.m, B.n
-    if k > FUSE_MAX_RHS or n == 0:
+    if k > FUSE_MAX_RHS or n == 0 or not template.backend.fuse_few_rhs:
         X = solve(B)
         return X, rcond_estimate(anorm, template, apply_inv, apply_inv_h)
     aug = np.hstack([np.asarray(B.to_global(None)).reshape(n, k), first_block(n, B.dtype)])
