@@ -447,6 +447,7 @@ def test_solvers_estimate_rides_along_with_the_solve(grids, nrhs, fuse, monkeypa
             with pytest.warns(LinAlgWarning) as w:
                 X = fn(A, B)
             assert X.same_layout(B)
+            np.testing.assert_array_equal(B.to_global(None), b)    # B is not overwritten
             got = float(re.search(r"rcond=([-+.\de]+)", str(w[0].message)).group(1))
             want = ref()
             assert abs(got / want - 1) < 5e-3, (got, want)

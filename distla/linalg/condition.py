@@ -129,7 +129,7 @@ def solve_and_rcond(B: DistMatrix, template: DistMatrix, solve, anorm: float, ap
     :func:`inverse_norm1_estimate`."""
     n, k = B.m, B.n
     if k > FUSE_MAX_RHS or n == 0 or not template.backend.fuse_few_rhs:
-        X = solve(B)
+        X = solve(B.copy())      # solve() may work in its argument's storage: not B's
         return X, rcond_estimate(anorm, template, apply_inv, apply_inv_h)
     aug = np.hstack([np.asarray(B.to_global(None)).reshape(n, k), first_block(n, B.dtype)])
     Xa = np.asarray(solve(_block(template, aug)).to_global(None))
