@@ -60,12 +60,17 @@ def default_device() -> str:
 
 def default_nb(n: int, device: str, grid=None) -> int:
     """The default block size (the one table of it; README "Command line"), from one-H200 and
-    2-core CPU measurements: 128 on CPU; on GPU 512, or 1024 once the local dimension
-    ``n / max(P, Q)`` reaches 24576 (Cholesky n=32768 on one H200: 40.9 TFLOP/s at nb 1024;
-    nb 512 wins below 16384, nb 256 loses everywhere). Shrunk so every process row and column
-    gets at least one block of an ``n x n`` matrix. Not collective."""
+    2-core CPU measurements: on CPU 128, or 256 once the local dimension ``n / max(P, Q)``
+    reaches 4096 (2 ranks, n = 8192: Cholesky 48.6 against 40.9 GFLOP/s, LU 48.4 against
+    45.3; at n = 2048 nb 128 wins); on GPU 512, or 1024 once the local dimension reaches 24576
+    (Cholesky n=32768 on one H200: 40.9 TFLOP/s at nb 1024; nb 512 wins below 16384, nb 256
+    loses everywhere). Shrunk so every process row and column gets at least one block of an
+    ``n x n`` matrix. Not collective."""
     local = n / max(1, max(grid.nprow, grid.npcol)) if grid is not None else n
-    nb = (1024 if local >= 24576 else 512) if device == "gpu" else 128
+    if device == "gpu":
+        nb = 1024 if local >= 24576 else 512
+    else:
+        nb = 256 if local >= 4096 else 128
     if grid is not None:
         nb = min(nb, max(1, layout.num_blocks(n, max(grid.nprow, grid.npcol))))
     return max(1, min(nb, n))

@@ -112,6 +112,13 @@ def test_flops_and_table():
 
 def test_default_nb():
     assert common.default_nb(1000, "cpu") == 128
+    assert common.default_nb(2048, "cpu") == 128
+    assert common.default_nb(8192, "cpu") == 256        # large local matrices: nb 256
+
+    class Grid:
+        nprow, npcol = 1, 2
+    assert common.default_nb(8192, "cpu", Grid) == 256  # local 4096
+    assert common.default_nb(4096, "cpu", Grid) == 128  # local 2048
     assert common.default_nb(1000, "gpu") == 512
     assert common.default_nb(32768, "gpu") == 1024      # large local matrices: nb 1024
     assert common.default_nb(16384, "gpu") == 512
