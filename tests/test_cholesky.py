@@ -72,6 +72,25 @@ CASES = [
 # correctness (mpi)
 # --------------------------------------------------------------------------------------
 @pytest.mark.mpi
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("la", [0, 1])
+def test_panel_by_inverse_and_gemm(comm, grids, monkeypatch, dtype, la):
+    """The panel as L11^-1 (a trsm on the identity) and one GEMM -- what GPU ranks do in the
+    tensor-core update modes -- on CPU ranks: the same factor to working precision, on
+    every grid, blocks that do not divide n, a corner source."""
+    from distla.device.cpu import CpuBackend
+    monkeypatch.setattr(CpuBackend, "inverse_panel", lambda self, compute: True)
+    n, nb = 37, 5
+    a = spd(n, 1e3, seed=3).astype(dtype)
+    for g in grids:
+        src = (g.nprow - 1, g.npcol - 1)
+        A = DistMatrix.from_global(g, a, block=nb, src=src)
+        L = cholesky(A, lookahead=la)
+        assert upper_is_zero(L)
+        assert passes(factor_residual_cholesky(A, L), THRESH), g
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"n{c[0]}nb{c[1]}{np.dtype(c[3]).char}"
                          f"c{c[4]:.0e}la{c[6]}")
 def test_factor_and_solve_residuals(comm, grids, case):

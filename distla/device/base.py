@@ -173,6 +173,12 @@ class Backend:
         float32 matrix at ``factor_dtype``. CPU ranks: 'native' (float32 BLAS) for all."""
         return "native"
 
+    def inverse_panel(self, compute: str) -> bool:
+        """Whether the Cholesky loop forms its panel ``L21 = A21 L11^-T`` as ``L11^-1`` (a
+        trsm on the identity) and one GEMM in update mode ``compute`` instead of a trsm.
+        CPU ranks: never (LAPACK's trsm runs at GEMM speed there)."""
+        return False
+
     def computes_in_fp32(self, compute: str) -> bool:
         """True when update mode ``compute`` is plain float32 arithmetic on this device (CPU
         ranks: every mode), so that a float32 library call may stand in for it."""

@@ -177,6 +177,12 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     def computes_in_fp32(self, compute: str) -> bool:
         return compute == "native"
 
+    def inverse_panel(self, compute: str) -> bool:
+        # tensor-core modes: a float32 panel trsm runs on SIMT units at ~13 TFLOP/s, the
+        # inverse (0.48 ms at nb 1024) and a TF32 GEMM take 0.8 ms against its 2.6 ms for a
+        # 31744-row panel on an H200 (record 2026-11-26-h200-panel-probe.jsonl)
+        return compute != "native"
+
     def lowp_operands(self, a, b, compute: str):
         if compute not in ("fp16", "bf16"):
             return super().lowp_operands(a, b, compute)

@@ -177,6 +177,12 @@ class PotrfLoop:
         cmax2 = max((p["cmax2"] for p in self.plan), default=0)
         self.send_buf = be.empty(cmax2 * nb, dt)
         self.diag_buf = be.empty(nb * nb, dt) if self.P > 1 else None
+        # low-precision modes on tensor cores: the panel's trsm as an inverse and a GEMM
+        self.inverse_panel = be.inverse_panel(self.compute)
+        self.panel_tf32 = self.compute in ("tf32", "fp16", "bf16")
+        if self.inverse_panel:
+            self.eye = be.asarray(np.eye(nb, dtype=dt))
+            self.inv_buf = be.empty(nb * nb, dt)
         self.panels = {}
 
     # ---- the three phases -------------------------------------------------------------------
@@ -205,8 +211,16 @@ class PotrfLoop:
                     self.comms.col.bcast(Lkk, pr)
             with trace("panel"):
                 Pv = A.local[r0:, cs:cs + kb]
-                be.trsm("R", "L", "T", "N", 1.0, Lkk, Pv)
-                be.copy(seg, Pv)
+                if self.inverse_panel:   # L21 = A21 Lkk^-T as one GEMM (docs/mixed.md)
+                    inv = self.inv_buf[:kb * kb].reshape((kb, kb), order="F")
+                    be.copy(inv, self.eye[:kb, :kb])
+                    be.trsm("L", "L", "N", "N", 1.0, Lkk, inv)
+                    if seg.size:         # seg^T = Lkk^-1 A21^T: seg is row-major
+                        be.gemm("N", "T", 1.0, inv, Pv, 0.0, seg.T, tf32=self.panel_tf32)
+                        be.copy(Pv, seg)
+                else:
+                    be.trsm("R", "L", "T", "N", 1.0, Lkk, Pv)
+                    be.copy(seg, Pv)
         req = None
         if self.Q > 1 and seg.size:              # cnt is the same along my process row
             with trace("bcast"):
