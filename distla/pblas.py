@@ -233,14 +233,15 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
     step k, the owner of the diagonal block solves ``x[k]`` from ``b[k]`` minus the partial
     sums ``sum_j op(A)[k, j] x[j]`` over the solved blocks j, added up along a process row or
     column, and broadcasts ``x[k]`` to every rank (``nb x k`` words). Two ways to form the
-    partial sums, chosen so that the larger grid dimension shares the work of every step:
+    partial sums:
 
     * "dot" (fan-in): the ranks holding block row k of op(A) multiply it by the solved
       ``x[j]`` when block k is next (for op = N that is the process row of block k: Q ranks
       work; for op = T, its process column: P ranks);
-    * "axpy" (fan-out): right after ``x[k]`` is known, the ranks holding block column k of
-      op(A) add ``op(A)[j, k] x[k]`` into their sums for every unsolved j (op = N: process
-      column of block k, P ranks; op = T: its process row, Q ranks).
+    * "axpy" (fan-out, op = N only): right after ``x[k]`` is known, the ranks holding block
+      column k of A (its process column, P ranks) add ``A[j, k] x[k]`` into their sums for
+      every unsolved j; op = N takes it when P >= Q, so that the larger grid dimension
+      shares the work of every step.
 
     Access to A's column-major local storage decides the speed (the sweep reads A once and
     does little else). op = T always takes the dot form: block column k of A, read whole
@@ -271,8 +272,7 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
     # dot form: the partial sums of step k are formed by Q (op = N) or P (op = T) ranks;
     # op = T always (block columns of A, each computed ahead: _ColumnPartials)
     dot = _FAN_IN_ONLY or trans or grid.npcol > grid.nprow
-    # the sums live at op(A)'s row indices: A's rows (op = N) or A's columns (op = T)
-    acc = None if dot else be.zeros((len(cols) if trans else len(rows), k), A.dtype)
+    acc = None if dot else be.zeros((len(rows), k), A.dtype)   # fan-out sums, my rows
     chunks = _RowChunks(A, xc, forward) if dot and not trans else None
     ahead = _ColumnPartials(A, xr, forward) if trans else None
     nblk = layout.num_blocks(n, nb)
@@ -283,7 +283,7 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
         r1, c1 = A.local_row_start(g0 + w), A.local_col_start(g0 + w)
         part = be.zeros((w, k), A.dtype)
         if not dot:                               # sums already formed, add them up
-            if not trans and grid.myrow == pr:
+            if grid.myrow == pr:
                 part[...] = acc[r0:r1]
                 comms.row.allreduce(part, "sum")
         elif not trans and grid.myrow == pr:      # block row k of A, solved columns
@@ -302,11 +302,10 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
             xc[c0:c1] = part
         xs[g0:g0 + w] = part
         if trans:                                 # my next block column's sums, ahead
-            ahead.compute_next(c0 if not forward or grid.mycol != pc else c1,
-                               r1 if forward else r0)
+            ahead.compute_next(c1 if forward else c0, r1 if forward else r0)
         if dot:
             continue
-        if not trans and grid.mycol == pc:        # block column k of A, unsolved rows
+        if grid.mycol == pc:                      # block column k of A, unsolved rows
             u0, u1 = (r1, len(rows)) if forward else (0, r0)
             if u1 > u0:
                 be.gemm("N", "N", 1.0, A.local[u0:u1, c0:c1], part, 1.0, acc[u0:u1])

@@ -104,9 +104,10 @@ def _probe_vectors(n: int, dtype) -> np.ndarray:
 
 
 def _sum_squares(M) -> float:
-    """``sum |m_ij|^2`` over this rank's local matrix, in column slabs of at most ``_SLAB``
-    entries (local): no temporary the size of the matrix (flattening a whole device matrix
-    for one dot product may copy it)."""
+    """``sum |m_ij|^2`` over this rank's local matrix (local): one BLAS dot of the contiguous
+    storage with itself (a view, real and imaginary parts alike); a non-contiguous local
+    matrix (a view into a larger one) goes in column slabs of at most ``_SLAB`` entries, so
+    that no temporary is the size of the matrix."""
     a, xp, be = M.local, M.xp, M.backend
     if a.size == 0:
         return 0.0

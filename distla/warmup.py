@@ -7,8 +7,8 @@ machine whose cache is empty pays seconds of compilation. :func:`warmup` runs th
 two sizes on every rank -- write and read a matrix file, the right-hand side, each solver
 with its checks and condition estimate, the residual checks, in float64 and float32 -- so
 that later runs find every kernel compiled (``benchmarks/gpu/kernel_misses.py`` lists any
-that a job still compiles). Kernels whose arrays exceed 2^31 elements use 64-bit indexing
-and are compiled on first use at that size.
+that a job still compiles). The second, large size (:func:`large_size`, GPU ranks) reaches
+the kernels CuPy compiles per size class: 64-bit indexing and the largest reduction blocks.
 
 Collective over ``comm``; run it once per machine (or container image) and cache directory.
 """
@@ -61,10 +61,9 @@ def warmup(comm, device: str = "gpu", n: int = 512, nb: int = 128, say=print,
         with warnings.catch_warnings():   # ill-conditioned test problems, RBT's fallback
             warnings.simplefilter("ignore", LinAlgWarning)
             warnings.simplefilter("ignore", RBTFallbackWarning)
-            _pass(grid, device, n, nb, tmpdir, say, times, "")
+            _pass(grid, device, n, nb, tmpdir, say, times)
             if n_large:   # what 'distla solve' runs, at a size of each size-keyed kernel
-                _pass(grid, device, n_large, 1024, tmpdir, say, times, f" n={n_large}",
-                      full=False)
+                _pass(grid, device, n_large, 1024, tmpdir, say, times, full=False)
     finally:
         comm.Barrier()
         if comm.Get_rank() == 0:
@@ -74,7 +73,7 @@ def warmup(comm, device: str = "gpu", n: int = 512, nb: int = 128, say=print,
     return times
 
 
-def _pass(grid, device, n, nb, tmpdir, say, times, label, full=True) -> None:
+def _pass(grid, device, n, nb, tmpdir, say, times, full=True) -> None:
     """Collective: one warmup pass at size n: every problem kind and solver, float64 and
     float32; ``full=False``: the CLI's default job only (float64 Cholesky and LU with their
     checks, condition estimates and file I/O)."""
@@ -100,7 +99,7 @@ def _pass(grid, device, n, nb, tmpdir, say, times, label, full=True) -> None:
                 checks.solve_checks(A, X, B, anorm=anorm)   # with and without the
                 checks.solve_checks(A, X, B)                # row-sum pass
                 norm(X - ones, np.inf)
-            if kind == "spd":        # distla solve's Cholesky path: solve + rcond fused
+            if kind == "spd":        # distla solve's Cholesky path: solve + rcond
                 cho_solve_rcond(cho_factor(A), B, anorm)
             if kind == "general":
                 F = lu_factor(A)
@@ -110,6 +109,6 @@ def _pass(grid, device, n, nb, tmpdir, say, times, label, full=True) -> None:
             if full and dtype == np.float64 and kind != "covariance":   # mixed: each dtype
                 for fd in A.backend.LOWP:
                     solve(A, B, method=methods[0], precision="mixed", factor_dtype=fd)
-            key = f"{kind} {np.dtype(dtype).name}{label}"
+            key = f"{kind} {np.dtype(dtype).name}" + ("" if full else f" n={n}")
             times[key] = time.perf_counter() - t
             say(f"warmup: {key}: {times[key]:.1f} s")

@@ -212,10 +212,10 @@ class PotrfLoop:
             with trace("panel"):
                 Pv = A.local[r0:, cs:cs + kb]
                 if self.inverse_panel:   # L21 = A21 Lkk^-T as one GEMM (docs/mixed.md)
-                    inv = self.inv_buf[:kb * kb].reshape((kb, kb), order="F")
-                    be.copy(inv, self.eye[:kb, :kb])
-                    be.trsm("L", "L", "N", "N", 1.0, Lkk, inv)
                     if seg.size:         # seg^T = Lkk^-1 A21^T: seg is row-major
+                        inv = self.inv_buf[:kb * kb].reshape((kb, kb), order="F")
+                        be.copy(inv, self.eye[:kb, :kb])
+                        be.trsm("L", "L", "N", "N", 1.0, Lkk, inv)
                         be.gemm("N", "T", 1.0, inv, Pv, 0.0, seg.T, tf32=self.panel_tf32)
                         be.copy(Pv, seg)
                 else:

@@ -26,15 +26,22 @@ _T = 2          # vectors per block (Higham-Tisseur t)
 _ITMAX = 2      # iterations (each: one solve with A, then one with A^H but the last)
 
 
+def _from_replicated(like: DistMatrix, X: np.ndarray, block, src) -> DistMatrix:
+    """X (a host array, the same on every rank) as a DistMatrix on ``like``'s grid, device
+    and dtype, with ``block`` and ``src``: each rank copies its own entries, no messages.
+    Collective (the constructor agrees on errors)."""
+    Z = DistMatrix.zeros(like.grid, X.shape, block, dtype=like.dtype, device=like.device,
+                         src=src)
+    if Z.local.size:
+        Z.local[...] = Z.backend.asarray(np.asfortranarray(
+            X[np.ix_(Z.row_indices(), Z.col_indices())], dtype=like.dtype))
+    return Z
+
+
 def _block(template: DistMatrix, X: np.ndarray) -> DistMatrix:
     """X (n x k, replicated) as a DistMatrix with the template's row layout. Collective."""
-    k = X.shape[1]
-    Z = DistMatrix.zeros(template.grid, X.shape, (template.mb, max(1, k)),
-                         dtype=template.dtype, device=template.device, src=(template.rsrc, 0))
-    if Z.local.size:          # my rows and columns of the replicated block, one copy
-        Z.local[...] = Z.backend.asarray(np.asfortranarray(
-            X[np.ix_(Z.row_indices(), Z.col_indices())], dtype=template.dtype))
-    return Z
+    return _from_replicated(template, X, (template.mb, max(1, X.shape[1])),
+                            (template.rsrc, 0))
 
 
 def _sign(Y: np.ndarray) -> np.ndarray:
@@ -133,10 +140,7 @@ def solve_and_rcond(B: DistMatrix, template: DistMatrix, solve, anorm: float, ap
         return X, rcond_estimate(anorm, template, apply_inv, apply_inv_h)
     aug = np.hstack([np.asarray(B.to_global(None)).reshape(n, k), first_block(n, B.dtype)])
     Xa = np.asarray(solve(_block(template, aug)).to_global(None))
-    X = DistMatrix.from_function(B.grid, B.shape, B.block,
-                                 lambda I, J: Xa[B.backend.to_host(I).ravel()][
-                                     :, B.backend.to_host(J).ravel()],
-                                 dtype=B.dtype, device=B.device, src=B.src)
+    X = _from_replicated(B, Xa[:, :k], B.block, B.src)
     rc = reciprocal_condition(n, anorm, lambda: inverse_norm1_estimate(
         template, apply_inv, apply_inv_h, first=Xa[:, k:]))
     return X, rc
