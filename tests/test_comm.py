@@ -286,6 +286,29 @@ def test_gemm_on_views(dtype, ta, tb, lay):
         np.testing.assert_array_equal(A, a)  # inputs unchanged
 
 
+def test_gemm_reads_row_major_operands_through_the_transposed_op():
+    """A row-major operand is passed as its (column-major) transpose with 'N' and 'T'
+    swapped, not copied; 'C' on a row-major view and strided views keep the copy path."""
+    from distla.device._lapack import colmajor_op
+    be = get_backend("cpu")
+    a = rand((6, 4), np.complex128)
+    r = np.ascontiguousarray(a)
+    for t, want in (("N", "T"), ("T", "N")):
+        v, t2 = colmajor_op(r, t)
+        assert t2 == want and np.shares_memory(v, r)
+        np.testing.assert_array_equal(v.T, r)
+    assert colmajor_op(r, "C") == (r, "C")
+    f = np.asfortranarray(a)
+    assert colmajor_op(f, "N") == (f, "N")
+    strided = np.asfortranarray(rand((12, 8), np.float64))[::2, ::2]
+    assert colmajor_op(strided, "T")[1] == "T"
+    b = rand((6, 3), np.complex128)
+    for ta, opa in (("C", r.conj().T), ("T", r.T)):
+        c = np.zeros((4, 3), np.complex128, order="F")
+        be.gemm(ta, "N", 1.0, r, np.ascontiguousarray(b), 0.0, c)
+        np.testing.assert_allclose(c, opa @ b, rtol=1e-12, atol=1e-12)
+
+
 def test_gemm_degenerate():
     be = get_backend("cpu")
     c = np.full((3, 2), np.nan, order="F")

@@ -590,6 +590,33 @@ def test_gpu_matches_cpu():
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("la", [0, 1])
+def test_u12_by_inverse_and_gemm(monkeypatch, la):
+    """U12 = L11^-1 A12 as the inverse (a trsm on the identity) and one GEMM -- what GPU
+    ranks do in the tensor-core update modes -- on CPU ranks: the same pivots and factors
+    to working precision for every pivoting, on every grid, blocks that do not divide n, a
+    corner source."""
+    from distla.device.cpu import CpuBackend
+    from distla.linalg import lu_factor
+    n, nb = 41, 6
+    a = _random(n, key=301)
+    dominant = a + n * np.eye(n)                 # no pivoting needs no growth
+    for g, src in _grids():
+        As = {piv: _dist(g, dominant if piv == "none" else a, nb, src)
+              for piv in ("partial", "tournament", "none")}
+        refs = {piv: lu_factor(A, pivoting=piv, lookahead=la) for piv, A in As.items()}
+        with monkeypatch.context() as mp:
+            mp.setattr(CpuBackend, "inverse_panel", lambda self, compute: True)
+            for piv, ref in refs.items():
+                A = As[piv]
+                F = lu_factor(A, pivoting=piv, lookahead=la)
+                assert np.array_equal(F.piv, ref.piv), (g, src, piv)
+                _check_factor(A, F)
+                np.testing.assert_allclose(F.lu.to_global(None), ref.lu.to_global(None),
+                                           rtol=0, atol=1e-11)
+
+
+@pytest.mark.mpi
 def test_gemm_option_validated_and_cpu_float32_unchanged():
     """The tensor-core gemm modes are float32-only (clear errors first); on CPU ranks every
     one of them is plain float32."""

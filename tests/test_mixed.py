@@ -262,19 +262,49 @@ def test_cpu_low_precision_gemm_is_float32():
 
 
 @pytest.mark.mpi
-def test_cholesky_low_precision_modes_on_cpu_are_float32(grids):
-    """The Cholesky loop's low-precision update path (one GEMM over all the block columns,
-    upper triangles included) computes the float32 factor on CPU ranks."""
-    from distla.linalg import cholesky
+def test_cholesky_low_precision_modes_on_cpu_are_float32(grids, monkeypatch):
+    """The Cholesky loop's low-precision update path (a few GEMMs over runs of block columns,
+    some blocks above the diagonal included) computes the float32 factor on CPU ranks, for
+    one run per update and for runs as narrow as one block column."""
+    from distla.linalg import _potrf_loop, cholesky
     a = conditioned(N, 1e2, 22, spd=True).astype(np.float32)
     for grid in grids:
         A = _dist(grid, a, src=corner(grid))
         ref = cholesky(A).to_global(None)
-        for mode in ("tf32x3", "fp16"):
+        for mode, cols, most in (("tf32x3", 4096, 8), ("fp16", 4096, 8), ("fp16", 1, 3),
+                                 ("tf32", 1, 64)):
+            monkeypatch.setattr(_potrf_loop, "LOWP_RUN_COLS", cols)
+            monkeypatch.setattr(_potrf_loop, "LOWP_MAX_RUNS", most)
             L = cholesky(A, gemm=mode).to_global(None)
             np.testing.assert_allclose(L, ref, rtol=0, atol=1e-5)
         with pytest.raises(TypeError, match="float32"):
             cholesky(A.astype(np.float64), gemm="fp16")
+
+
+def test_cholesky_low_precision_update_runs_tile_the_columns(monkeypatch):
+    """The runs of block columns one low-precision GEMM each covers: adjacent, covering
+    every column once, at most LOWP_MAX_RUNS and about LOWP_RUN_COLS wide or more."""
+    from mpi4py import MPI
+
+    from distla import DistMatrix, ProcessGrid
+    from distla.linalg import _potrf_loop
+    grid = ProcessGrid(1, 1, MPI.COMM_SELF)
+    A = DistMatrix.zeros(grid, (100, 100), (7, 7), dtype=np.float32)
+    loop = _potrf_loop.PotrfLoop(A, 1, compute="fp16")
+    nc = len(loop.cols)
+    for cols, most in ((1, 64), (1, 3), (20, 8), (35, 8), (4096, 8)):
+        monkeypatch.setattr(_potrf_loop, "LOWP_RUN_COLS", cols)
+        monkeypatch.setattr(_potrf_loop, "LOWP_MAX_RUNS", most)
+        for lo in range(nc):
+            for hi in range(lo + 1, nc + 1):
+                runs = loop.runs(lo, hi)
+                assert runs[0][0] == lo and runs[-1][1] == hi
+                assert all(e == i2 for (_, e), (i2, _) in zip(runs, runs[1:]))
+                assert all(i < e for i, e in runs)
+                width = sum(loop.cols[hi - 1][:2]) - loop.cols[lo][0]
+                assert len(runs) <= max(1, min(most, width // cols))
+                if cols == 1 and most >= nc:
+                    assert len(runs) == hi - lo
 
 
 def test_conditioned_matrix_has_the_prescribed_singular_values():
@@ -319,13 +349,27 @@ def test_gpu_low_precision_gemm_accuracy(mode, bits):
     rng = np.random.default_rng(17)
     a = rng.standard_normal((300, 64)) * 1e6          # fp16 max is 65504
     b = rng.standard_normal((64, 90)) * 1e-3
-    ag, bg = (cp.asarray(x, dtype=cp.float32, order="F") for x in (a, b))
-    c = cp.ones((300, 90), cp.float32, order="F")
-    a2, b2, scale = be.lowp_operands(ag, bg, mode)
-    be.gemm_lowp("N", "N", -1.0, a2, b2, 1.0, c, mode, scale)
     ref = 1.0 - a.astype(np.float32).astype(np.float64) @ b.astype(np.float32)
-    err = np.abs(c.get() - ref).max() / (np.abs(a).max() * np.abs(b).max() * 64)
-    assert np.all(np.isfinite(c.get())) and err < 4 * 2.0 ** -bits, err
+    # column-major, row-major and strided operands; new arrays or a workspace
+    for order, out in (("F", None), ("C", None), ("F", be.lowp_buffers(mode, 300, 64, 90)),
+                       ("C", be.lowp_buffers(mode, 300, 64, 90)), ("strided", None)):
+        if order == "strided":
+            ag = cp.zeros((600, 64), cp.float32, order="F")[::2]
+            ag[...] = cp.asarray(a, dtype=cp.float32)
+            bg = cp.asarray(b, dtype=cp.float32, order="F")
+        else:
+            ag, bg = (cp.asarray(x, dtype=cp.float32, order=order) for x in (a, b))
+        c = cp.ones((300, 90), cp.float32, order="F")
+        a2, b2, scale = be.lowp_operands(ag, bg, mode, out=out)
+        be.gemm_lowp("N", "N", -1.0, a2, b2, 1.0, c, mode, scale)
+        err = np.abs(c.get() - ref).max() / (np.abs(a).max() * np.abs(b).max() * 64)
+        assert np.all(np.isfinite(c.get())) and err < 4 * 2.0 ** -bits, (order, err)
+    # a zero operand: scale 1, product 0
+    z = cp.zeros((300, 64), cp.float32, order="F")
+    c = cp.ones((300, 90), cp.float32, order="F")
+    a2, b2, scale = be.lowp_operands(z, bg, mode)
+    be.gemm_lowp("N", "N", -1.0, a2, b2, 1.0, c, mode, scale)
+    assert cp.all(c == 1)
 
 
 @pytest.mark.mpi

@@ -96,6 +96,15 @@ def is_colmajor(a) -> bool:
         (a.shape[1] <= 1 or (a.strides[1] % it == 0 and a.strides[1] // it >= a.shape[0]))
 
 
+def colmajor_op(a, trans: str):
+    """``(a', trans')`` with ``op'(a') == op(a)`` and ``a'`` column-major where a transpose
+    makes it so: a row-major ``a`` becomes ``a.T`` with 'N' and 'T' swapped (no copy). Other
+    views (and 'C' on a row-major view) come back unchanged."""
+    if trans == "C" or is_colmajor(a) or a.ndim != 2 or not is_colmajor(a.T):
+        return a, trans
+    return a.T, "T" if trans == "N" else "N"
+
+
 def _ptr(a):
     return _P(a.ctypes.data)
 

@@ -95,6 +95,8 @@ class Backend:
             else:
                 c *= beta
             return
+        a, transa = _lapack.colmajor_op(a, transa)    # row-major operands: no copy
+        b, transb = _lapack.colmajor_op(b, transb)
         self._call(self._gemm, c, transa, transb, alpha, a, b, beta, tf32)
 
     def syrk(self, uplo, trans, alpha, a, beta, c) -> None:
@@ -174,8 +176,9 @@ class Backend:
         return "native"
 
     def inverse_panel(self, compute: str) -> bool:
-        """Whether the Cholesky loop forms its panel ``L21 = A21 L11^-T`` as ``L11^-1`` (a
-        trsm on the identity) and one GEMM in update mode ``compute`` instead of a trsm.
+        """Whether the loops apply a diagonal block's inverse instead of a triangular solve
+        with it, in update mode ``compute``: ``L11^-1`` (a trsm on the identity) and one GEMM
+        for the Cholesky panel ``L21 = A21 L11^-T`` and for LU's ``U12 = L11^-1 A12``.
         CPU ranks: never (LAPACK's trsm runs at GEMM speed there)."""
         return False
 
@@ -184,13 +187,22 @@ class Backend:
         ranks: every mode), so that a float32 library call may stand in for it."""
         return True
 
-    def lowp_operands(self, a, b, compute: str):
+    def lowp_buffers(self, compute: str, m: int, k: int, n: int):
+        """Workspace that :meth:`lowp_operands` may fill (``out=``) for an ``(m x k) @
+        (k x n)`` product in mode ``compute``, or None when the mode needs none. A loop that
+        keeps the operands beyond the stream they were made on passes one per buffer slot
+        (the memory pool could otherwise hand freed operands to the next step's casts while
+        another stream still reads them)."""
+        return None
+
+    def lowp_operands(self, a, b, compute: str, out=None):
         """``(a2, b2, scale)``: the operands of ``a @ b`` (float32, any strides) prepared once
         for one or more :meth:`gemm_lowp` calls on slices of them. 'tf32x3': split for TF32
         tensor cores; 'fp16'/'bf16' on GPU: cast after dividing by a power of two >= max|x|
-        (``scale`` = the product of the two, a device scalar); otherwise unchanged."""
+        (``scale`` = the product of the two, a device scalar); otherwise unchanged.
+        ``out``: :meth:`lowp_buffers` of at least this size, written instead of new arrays."""
         if compute == "tf32x3":
-            return (*self.split_tf32x3(a, b), None)
+            return (*self.split_tf32x3(a, b, out), None)
         return a, b, None
 
     def gemm_lowp(self, transa, transb, alpha, a, b, beta, c, compute: str,
@@ -201,7 +213,7 @@ class Backend:
         the operands are the float32 ones, so this is sgemm)."""
         self.gemm(transa, transb, alpha, a, b, beta, c, tf32=compute in ("tf32", "tf32x3"))
 
-    def split_tf32x3(self, a, b):
+    def split_tf32x3(self, a, b, out=None):
         """Operands of a TF32 tensor-core product at ~float32 accuracy (pair with
         ``gemm(..., tf32=True)``). Devices without TF32 tensor cores: ``(a, b)`` unchanged, so
         that the product is the plain one."""

@@ -183,32 +183,56 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
         # 31744-row panel on an H200 (record 2026-11-26-h200-panel-probe.jsonl)
         return compute != "native"
 
-    def lowp_operands(self, a, b, compute: str):
-        if compute not in ("fp16", "bf16"):
-            return super().lowp_operands(a, b, compute)
-        a2, sa = self._scaled_cast(a, compute)
-        b2, sb = self._scaled_cast(b, compute)
-        return a2, b2, sa * sb
-
-    def _scaled_cast(self, a, compute):
-        """(column-major fp16 / bf16 (as uint16 bits) copy of ``a / s``, s) with s the power
-        of two >= max|a| (a device scalar; 1 for a zero or empty ``a``): entries <= 1, so
-        fp16 cannot overflow, and the scaling is exact."""
+    def lowp_buffers(self, compute: str, m: int, k: int, n: int):
         xp = self.xp
+        if compute == "tf32x3":
+            return (xp.empty(3 * m * k, np.float32), xp.empty(3 * k * n, np.float32))
+        if compute in ("fp16", "bf16"):
+            dt = np.float16 if compute == "fp16" else np.uint16
+            return (xp.empty(m * k, dt), xp.empty(k * n, dt), xp.empty(1, np.float32))
+        return None
+
+    def lowp_operands(self, a, b, compute: str, out=None):
+        if compute not in ("fp16", "bf16"):
+            return super().lowp_operands(a, b, compute, out)
+        xp = self.xp
+        a2, ra = self._scaled_cast(a, compute, None if out is None else out[0])
+        b2, rb = self._scaled_cast(b, compute, None if out is None else out[1])
+        scale = (xp.empty(1, np.float32) if out is None else out[2])[0]
+        _kernels()["scale2"](ra[0], ra[1], rb[0], rb[1], scale)
+        return a2, b2, scale
+
+    def _scaled_cast(self, a, compute, buf=None):
+        """(fp16 / bf16 (as uint16 bits) copy of ``a / s`` in ``a``'s memory order (into
+        ``buf`` when given), (x, i)) with s the power of two > max|a| (1 for a zero or empty
+        ``a``): entries < 1, so fp16 cannot overflow, and the scaling is exact; ``x[i - 1]``
+        (device arrays) is an entry of largest magnitude, from which the ``scale2`` kernel
+        recomputes s. Two kernels (cuBLAS isamax, one cast in memory order); a view that is
+        neither C- nor F-contiguous is copied first."""
+        xp = self.xp
+        dt = np.float16 if compute == "fp16" else np.uint16
+        if a.dtype != np.float32 or not (a.flags.c_contiguous or a.flags.f_contiguous):
+            a = xp.ascontiguousarray(a, dtype=np.float32)
+        order = "C" if a.flags.c_contiguous else "F"
+        flat = a.reshape(-1, order=order)
+        out = xp.empty(a.shape, dt, order=order) if buf is None else \
+            buf[:a.size].reshape(a.shape, order=order)
         if a.size == 0:
-            return xp.empty(a.shape, np.float16 if compute == "fp16" else np.uint16,
-                            order="F"), xp.ones((), np.float32)
-        m = xp.abs(a).max().astype(np.float32)
-        s = xp.where(m > 0, xp.exp2(xp.ceil(xp.log2(xp.where(m > 0, m, 1)))), 1)
-        s = s.astype(np.float32)
-        inv = (1 / s).astype(np.float32)
-        if compute == "fp16":
-            out = xp.empty(a.shape, np.float16, order="F")
-            xp.multiply(a, inv, out=out)
+            return out, (flat, xp.zeros(1, np.int32))
+        if a.size < 2 ** 31:      # i?amax's int32 index
+            amax, i = flat, xp.empty(1, np.int32)
+            h, cb = self._blas(), self._cublas
+            old = cb.getPointerMode(h)
+            cb.setPointerMode(h, _CUBLAS_POINTER_MODE_DEVICE)   # the index stays on the device
+            try:
+                cb.isamax(h, a.size, flat.data.ptr, 1, i.data.ptr)
+            finally:
+                cb.setPointerMode(h, old)
         else:
-            out = xp.empty(a.shape, np.uint16, order="F")
-            _kernels()["bf16"](a, inv, out)
-        return out, s
+            amax, i = xp.abs(flat).max().reshape(1), xp.ones(1, np.int32)
+        _kernels()["cast16" if compute == "fp16" else "castbf16"](
+            flat, amax, i, out.reshape(-1, order=order))
+        return out, (amax, i)
 
     def gemm_lowp(self, transa, transb, alpha, a, b, beta, c, compute, scale=None):
         if compute not in ("fp16", "bf16"):
@@ -223,10 +247,12 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
         if c.dtype != np.float32 or not _lapack.is_colmajor(c):
             raise TypeError("gemm_lowp needs a column-major float32 c")
         xp, cb = self.xp, self._cublas
+        a, transa = _lapack.colmajor_op(a, transa)
+        b, transb = _lapack.colmajor_op(b, transb)
         a, b = self._colmajor(a), self._colmajor(b)
-        al = (xp.float32(alpha) * (xp.ones((), np.float32) if scale is None else scale))
-        al = al.astype(np.float32)
-        be = xp.full((), beta, np.float32)
+        al = self._device_scalar(alpha) if scale is None else \
+            xp.multiply(scale, np.float32(alpha), dtype=np.float32)
+        be = self._device_scalar(beta)
         t = _CUDA_R_16F if compute == "fp16" else _CUDA_R_16BF
         h = self._blas()
         old = cb.getPointerMode(h)
@@ -239,7 +265,15 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
         finally:
             cb.setPointerMode(h, old)
 
-    def split_tf32x3(self, a, b):
+    def _device_scalar(self, v):
+        """A float32 device scalar of value v, made once per value (never freed, so no stream
+        can be handed its memory while a queued kernel still reads it)."""
+        cache = self.__dict__.setdefault("_scalars", {})
+        if v not in cache:
+            cache[v] = self.xp.full((), v, np.float32)
+        return cache[v]
+
+    def split_tf32x3(self, a, b, out=None):
         """For float32 ``a (m x k)``, ``b (k x n)`` returns column-major ``A3 = [ah, ah, al]``
         (m x 3k) and ``B3 = [bh; bl; bh]`` (3k x n), ``xh`` = x rounded to TF32 and
         ``xl = x - xh``, so that ``A3 B3 = ah bh + ah bl + al bh = a b`` up to ~2^-22 |a||b|.
@@ -249,8 +283,12 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
         xp = self.xp
         m, k = a.shape
         n = b.shape[1]
-        A3 = xp.empty((m, 3 * k), np.float32, order="F")
-        B3 = xp.empty((3 * k, n), np.float32, order="F")
+        if out is None:
+            A3 = xp.empty((m, 3 * k), np.float32, order="F")
+            B3 = xp.empty((3 * k, n), np.float32, order="F")
+        else:
+            A3 = out[0][:3 * m * k].reshape((m, 3 * k), order="F")
+            B3 = out[1][:3 * k * n].reshape((3 * k, n), order="F")
         split = _kernels()["tf32"]
         # elementwise kernels walk arrays in C order: pass transposes of column-major views
         split(self._colmajor(a).T, A3[:, :k].T, A3[:, k:2 * k].T, A3[:, 2 * k:].T)
@@ -308,6 +346,21 @@ def _colmajor_order(*args):
     return args
 
 
+# the power of two s > |m| (1 when m is 0 or not finite): x / s is exact and below 1 in
+# magnitude for every |x| <= |m|
+_POW2 = """
+__device__ float pow2_above(float m) {
+    m = fabsf(m);
+    if (!(m > 0.0f) || isinf(m)) return 1.0f;
+    int e;
+    frexpf(m, &e);
+    return ldexpf(1.0f, e);
+}
+"""
+# the entry a[ia - 1] (1-based, as cuBLAS i?amax returns it; 0: none)
+_AT = "(ia[0] > 0 ? a[ia[0] - 1] : 0.0f)"
+
+
 @functools.lru_cache(maxsize=None)
 def _kernels():  # pragma: no cover - needs a GPU
     """The fused CuPy kernels (compiled on first use; ``distla warmup`` compiles them)."""
@@ -326,11 +379,19 @@ def _kernels():  # pragma: no cover - needs a GPU
                    "T b1 = a00 + a01; T b2 = a10 + a11; T b3 = a00 - a01; T b4 = a10 - a11; "
                    "a00 = ut * vl * (b1 + b2); a01 = ut * vr * (b3 + b4); "
                    "a10 = ub * vl * (b1 - b2); a11 = ub * vr * (b3 - b4);", "distla_rbt_quad"),
-        # float32 -> bfloat16 bits, rounded to nearest even (CuPy has no bfloat16 dtype)
-        "bf16": ek("float32 x, float32 inv", "uint16 y",
-                   "unsigned int u = __float_as_uint(x * inv); "
-                   "y = (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);",
-                   "distla_to_bf16"),
+        # x / s with s = pow2_above(max|a|), max|a| = |a[ia - 1]| (_AT); castbf16: to bfloat16
+        # bits, rounded to nearest even (CuPy has no bfloat16 dtype)
+        "cast16": ek("float32 x, raw float32 a, raw int32 ia", "float16 y",
+                     "y = (float16)(x / pow2_above(" + _AT + "))", "distla_cast_fp16",
+                     preamble=_POW2),
+        "castbf16": ek("float32 x, raw float32 a, raw int32 ia", "uint16 y",
+                       "unsigned int u = __float_as_uint(x / pow2_above(" + _AT + ")); "
+                       "y = (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);",
+                       "distla_cast_bf16", preamble=_POW2),
+        "scale2": ek("raw float32 a, raw int32 ia, raw float32 b, raw int32 jb", "float32 s",
+                     "s = pow2_above(" + _AT + ") * "
+                     "pow2_above(jb[0] > 0 ? b[jb[0] - 1] : 0.0f)",
+                     "distla_cast_scale", preamble=_POW2),
         "tf32": ek("float32 x", "float32 hi, float32 hi2, float32 lo",
                    "const float h = __uint_as_float((__float_as_uint(x) + 0x1000u) & "
                    "0xffffe000u); hi = h; hi2 = h; lo = x - h;", "distla_split_tf32"),

@@ -28,6 +28,11 @@ from ._local import use_local
 # trailing update: up to this many adjacent block columns with their diagonal blocks here (all
 # of them on a 1 x 1 grid) in one SYRK + one GEMM, per device (1: one pair per block column)
 UPDATE_GROUP = {"cpu": 1, "gpu": 1}
+# low-precision trailing update: one GEMM per run of about this many local columns, from the
+# run's first diagonal row down (fewer rows above the diagonal computed than by one GEMM over
+# all columns: (g + 1) / 2g of the square with g runs), at most LOWP_MAX_RUNS runs
+LOWP_RUN_COLS = 4096
+LOWP_MAX_RUNS = 8
 
 
 class PotrfLoop:
@@ -183,6 +188,11 @@ class PotrfLoop:
         if self.inverse_panel:
             self.eye = be.asarray(np.eye(nb, dtype=dt))
             self.inv_buf = be.empty(nb * nb, dt)
+        # the low-precision update's operands (casts, splits), made once per step on the side
+        # stream and read on both: one workspace per panel buffer slot
+        ncol_all = max((p["ncol"] for p in self.plan), default=0)
+        self.lowp_bufs = [be.lowp_buffers(self.compute, mloc, nb, ncol_all)
+                          if self.compute != "native" else None for _ in range(nbuf)]
         self.panels = {}
 
     # ---- the three phases -------------------------------------------------------------------
@@ -247,7 +257,12 @@ class PotrfLoop:
             else:
                 X = self.x_bufs[k % self.nbuf][:ncol * kb].reshape(ncol, kb)
                 self.transposed_rows(k, rows, X)
-        self.panels[k] = (seg, X)
+        ops = None
+        if self.compute != "native" and seg.size and X.size:
+            with trace("update"):    # the update's operands, once for every GEMM of step k
+                ops = self.be.lowp_operands(seg, X.T, self.compute,
+                                            out=self.lowp_bufs[k % self.nbuf])
+        self.panels[k] = (seg, X, ops)
 
     def transposed_rows(self, k, rows, X):
         """``X`` = the panel rows matching my local columns below panel k, from my process
@@ -268,7 +283,7 @@ class PotrfLoop:
         """Apply panel k to my block columns among ``js`` (a range): lower part only. Local.
         Runs of up to ``UPDATE_GROUP[device]`` adjacent columns whose diagonal blocks are all
         here and stacked (every column on a 1 x 1 grid) take one SYRK and one GEMM."""
-        seg, X = self.panels[k]
+        seg, X, _ = self.panels[k]
         p, be = self.plan[k], self.be
         r0, c0 = p["r0"], p["c0"]
         lo, hi = bisect.bisect_left(self.my_js, js.start), bisect.bisect_left(self.my_js, js.stop)
@@ -302,20 +317,37 @@ class PotrfLoop:
 
     def update_lowp(self, k, lo, hi):
         """Apply panel k to my block columns ``self.cols[lo:hi]`` in the low-precision mode:
-        ONE tensor-core GEMM ``C -= seg X^T`` over all of them, from the first one's diagonal
-        row down (their local columns are adjacent). It also updates the upper triangles of
-        diagonal blocks and blocks above later columns' diagonals: the lower factorization
-        never reads them and the driver zeroes the upper triangle at the end; the extra flops
-        (up to 2x on one process) cost far less on tensor cores than one launch per block
-        column. Local."""
-        seg, X = self.panels[k]
-        p = self.plan[k]
-        cs, _, rs = self.cols[lo][:3]
-        cl, wl = self.cols[hi - 1][:2]
-        a, b, scale = self.be.lowp_operands(seg[rs - p["r0"]:], X.T, self.compute)
-        c = cs - p["c0"]
-        self.be.gemm_lowp("N", "N", -1.0, a, b[:, c:c + cl + wl - cs], 1.0,
-                          self.A.local[rs:, cs:cl + wl], self.compute, scale)
+        a few tensor-core GEMMs ``C -= seg X^T``, one per run of adjacent columns
+        (:meth:`runs`), each from its first column's diagonal row down, with the operands
+        prepared once per step (:meth:`finish_panel`). They also update some blocks above the
+        diagonal: the lower factorization never reads them and the driver zeroes the upper
+        triangle at the end; the extra flops cost far less on tensor cores than one launch
+        per block column. Local."""
+        seg, X, ops = self.panels[k]
+        if ops is None:
+            return
+        a, b, scale = ops
+        r0, c0 = self.plan[k]["r0"], self.plan[k]["c0"]
+        for i, e in self.runs(lo, hi):
+            cs, _, rs = self.cols[i][:3]
+            ce = sum(self.cols[e - 1][:2])
+            self.be.gemm_lowp("N", "N", -1.0, a[rs - r0:], b[:, cs - c0:ce - c0], 1.0,
+                              self.A.local[rs:, cs:ce], self.compute, scale)
+
+    def runs(self, lo, hi):
+        """``[(i, e), ...]``: my block columns ``lo..hi-1`` cut into at most
+        ``LOWP_MAX_RUNS`` runs of about equal width, each at least ``LOWP_RUN_COLS`` local
+        columns wide (one run when there are fewer)."""
+        cols = self.cols
+        width = sum(cols[hi - 1][:2]) - cols[lo][0]
+        g = max(1, min(LOWP_MAX_RUNS, width // max(1, LOWP_RUN_COLS)))
+        out, i = [], lo
+        for e in range(lo + 1, hi + 1):
+            if e == hi or (len(out) < g - 1 and
+                           cols[e][0] - cols[lo][0] >= (len(out) + 1) * width / g):
+                out.append((i, e))
+                i = e
+        return out
 
     def _agree_fail(self) -> int:
         """Collective: the first failing global column over all ranks (n if none)."""
