@@ -114,7 +114,8 @@ def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix |
         it, hist = out.iterations, out.history
         if rho <= 1.0 and it >= min(1, max_iter):
             if rho <= polish or stalled(hist, 1) or it >= max_iter or clock.over():
-                return _accept(A, B, R, out, anorm, eps, label, rcond)
+                with trace("refine.accept"):
+                    return _accept(A, B, R, out, anorm, eps, label, rcond)
         elif it >= max_iter or not math.isfinite(rho) or stalled(hist, PATIENCE) or \
                 clock.over():
             return _fail(out, label, rho, max_iter, clock)
