@@ -270,7 +270,15 @@ def _stationary_pass(A: DistMatrix, xfull: np.ndarray, *, absolute: bool, rowsum
     E = be.zeros((mloc, (k if absolute else 0) + (1 if rowsums else 0)), real)
     D = E[:, :k] if absolute else None
     s = E[:, E.shape[1] - 1:] if rowsums else None
-    if mloc and nloc:
+    fused = be.gemv_abs(A.local, xc, absolute=absolute, rowsums=rowsums) \
+        if mloc and nloc else None
+    if fused is not None:       # one kernel reads A once for all three (GPU ranks)
+        Y[...] = fused[0]
+        if absolute:
+            D[...] = fused[1]
+        if rowsums:
+            s[...] = fused[2]
+    elif mloc and nloc:
         w = max(1, _PASS_ELEMS.get(A.device, 1 << 20) // mloc)
         for c in range(0, nloc, w):
             a = A.local[:, c:c + w]

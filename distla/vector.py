@@ -113,51 +113,70 @@ def axpy_columns(Y: DistMatrix, Xs: list, h: np.ndarray, sign: float = -1.0) -> 
         Y.local += sign * X.local * hc[i][None, :]
 
 
-def _gemv_rows(A: DistMatrix, X: DistMatrix, absolute: bool):
-    """Collective: my local rows of ``A X`` (or ``|A| |X|``), all columns, summed along
-    process rows; |A| is taken in column slabs (temporaries a fraction of A's storage)."""
-    xp = A.xp
+def _gemv_rows(A: DistMatrix, X: DistMatrix, absolute: bool, pair: bool = False):
+    """Collective: ``(y, ya)``: my local rows of ``A X`` (or ``|A| |X|`` when ``absolute``),
+    all columns, summed along process rows, and with ``pair`` also ``|A| |X|`` where the
+    backend computes both in one pass over A (else ``ya`` None). Without that kernel, |A| is
+    taken in column slabs (temporaries a fraction of A's storage)."""
+    xp, be = A.xp, A.backend
     xf = replicate(X)[xp.asarray(A.col_indices())]
-    if absolute:
-        xf = xp.abs(xf)
     mloc, nloc = A.local_shape
     dt = np.result_type(A.dtype, xf.dtype)
-    y = xp.zeros((mloc, X.n), dtype=np.finfo(dt).dtype if absolute else dt)
-    step = max(1, nloc) if not absolute else max(1, (1 << 22) // max(1, mloc))
-    for c in range(0, nloc, step):
-        blk = A.local[:, c:c + step]
-        y += (xp.abs(blk) if absolute else blk) @ xf[c:c + step]
+    fused = be.gemv_abs(A.local, xf, absolute=True) if (absolute or pair) else None
+    if fused is not None:
+        y, ya = (fused[1], None) if absolute else fused[:2]
+    else:
+        ya = None
+        if absolute:
+            xf = xp.abs(xf)
+        y = xp.zeros((mloc, X.n), dtype=np.finfo(dt).dtype if absolute else dt)
+        step = max(1, nloc) if not absolute else max(1, (1 << 22) // max(1, mloc))
+        for c in range(0, nloc, step):
+            blk = A.local[:, c:c + step]
+            y += (xp.abs(blk) if absolute else blk) @ xf[c:c + step]
+    comm = A.grid.comms(A.device).row
     y = xp.ascontiguousarray(y)
-    A.grid.comms(A.device).row.allreduce(y, "sum")
-    return y
+    comm.allreduce(y, "sum")
+    if ya is not None:
+        ya = xp.ascontiguousarray(ya)
+        comm.allreduce(ya, "sum")
+    return y, ya
 
 
-def residual(A: DistMatrix, X: DistMatrix, B: DistMatrix) -> DistMatrix:
+def residual(A: DistMatrix, X: DistMatrix, B: DistMatrix, with_abs: bool = False):
     """Collective: ``B - A X`` in B's layout (B's rows blocked like A's; X any layout). X is
     replicated (O(n nrhs) data), every rank multiplies its local block of A, and the partial
     products are summed along process rows: the matrix itself never moves (SUMMA would
-    broadcast all of A for one matrix-vector product)."""
+    broadcast all of A for one matrix-vector product). ``with_abs``: return ``(R, D)`` with
+    ``D = |A| |X|`` (B's local array, as :func:`abs_product`) when the backend computes it
+    in the same pass over A (:meth:`distla.device.base.Backend.gemv_abs`: GPU ranks), else
+    ``(R, None)``."""
     xp = A.xp
-    y = _gemv_rows(A, X, absolute=False)
+    y, ya = _gemv_rows(A, X, absolute=False, pair=with_abs)
     R = B.copy()
+    cols = xp.asarray(B.col_indices())
     if R.local.size:
-        R.local -= y[:, xp.asarray(B.col_indices())]
-    return R
+        R.local -= y[:, cols]
+    if not with_abs:
+        return R
+    return R, (None if ya is None else ya[:, cols])
 
 
 def abs_product(A: DistMatrix, X: DistMatrix, B: DistMatrix):
     """Collective: ``|A| |X|`` as B's local array (B's rows blocked like A's), real, by the
     same data movement as :func:`residual`."""
-    y = _gemv_rows(A, X, absolute=True)
+    y, _ = _gemv_rows(A, X, absolute=True)
     return y[:, A.xp.asarray(B.col_indices())]
 
 
-def componentwise_error(A: DistMatrix, X: DistMatrix, B: DistMatrix, R: DistMatrix) -> float:
+def componentwise_error(A: DistMatrix, X: DistMatrix, B: DistMatrix, R: DistMatrix,
+                        absax=None) -> float:
     """Collective: LAPACK's componentwise backward error ``max |R| / (|A| |X| + |B|)`` with
     ``R = B - A X`` given (B's layout), xGERFS's guard for tiny denominators included (as
-    :func:`distla.checks.backward_error`, without moving A)."""
+    :func:`distla.checks.backward_error`, without moving A). ``absax``: ``|A| |X|`` when
+    already computed (``residual(..., with_abs=True)``), else one more pass over A."""
     xp = A.xp
-    den = abs_product(A, X, B) + xp.abs(B.local)
+    den = (abs_product(A, X, B) if absax is None else absax) + xp.abs(B.local)
     num = xp.abs(R.local)
     real = np.finfo(A.dtype).dtype
     safe1 = (A.n + 1) * float(np.finfo(real).tiny)

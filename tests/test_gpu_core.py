@@ -27,6 +27,44 @@ def _tol(dtype):
     return 1e-10 if dtype == np.float64 else 1e-3
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gemv_abs_one_pass(dtype, monkeypatch):
+    """GpuBackend.gemv_abs: A x, |A| |x| and |A| 1 in one pass, on a strided column-major view
+    (leading dimension > rows), 0 to 9 columns (groups of 4), more columns than one chunk,
+    NaN propagated; None for what it does not cover (complex, mixed dtypes, row-major A)."""
+    import cupy as cp
+    be = get_backend("gpu")
+    monkeypatch.setattr(type(be), "GEMV_CHUNK", 64)   # several column chunks at this size
+    rng = np.random.default_rng(3)
+    big = rng.standard_normal((300, 270)).astype(dtype)
+    a = big[5:262, 3:203]                     # 257 x 200, ld 300
+    tol = 1e-12 if dtype == np.float64 else 1e-4
+    for k in (0, 1, 2, 4, 5, 9):
+        x = rng.standard_normal((200, k)).astype(dtype)
+        for absolute, rowsums in ((True, True), (False, False), (True, False), (False, True)):
+            g = cp.asfortranarray(cp.asarray(big))[5:262, 3:203]
+            y, ya, rs = be.gemv_abs(g, cp.asarray(x), absolute=absolute, rowsums=rowsums)
+            scale = np.abs(a).sum(axis=1, keepdims=True) * max(1.0, np.abs(x).max(initial=0))
+            np.testing.assert_allclose(y.get(), a @ x, rtol=0, atol=tol * scale.max())
+            assert (ya is not None) == absolute and (rs is not None) == rowsums
+            if absolute:
+                np.testing.assert_allclose(ya.get(), np.abs(a) @ np.abs(x), rtol=tol, atol=0)
+            if rowsums:
+                np.testing.assert_allclose(rs.get(), np.abs(a).sum(axis=1, keepdims=True),
+                                           rtol=tol)
+    bad = big.copy()
+    bad[10, 50] = np.nan
+    g = cp.asfortranarray(cp.asarray(bad))[5:262, 3:203]
+    y, ya, rs = be.gemv_abs(g, cp.ones((200, 1), dtype), rowsums=True)
+    assert np.isnan(y.get()[5, 0]) and np.isnan(ya.get()[5, 0]) and np.isnan(rs.get()[5, 0])
+    assert np.isfinite(y.get()[6:, 0]).all()
+    gc = cp.asfortranarray(cp.asarray(a, dtype=np.complex128))
+    assert be.gemv_abs(gc, cp.ones((200, 1), np.complex128)) is None
+    assert be.gemv_abs(g, cp.ones((200, 1), np.float16)) is None
+    assert be.gemv_abs(cp.ascontiguousarray(g), cp.ones((200, 1), dtype)) is None
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_backend_kernels(device, dtype):

@@ -109,6 +109,30 @@ def test_product_and_norm_and_solve_checks_one_pass(comm, grids):
                 {"sresid": r["sresid"], "berr": None, "anorm": an}
 
 
+def test_residual_with_abs_and_componentwise_error(comm, grids):
+    """vector.residual(with_abs=True) gives the same R, and |A||X| where the backend reads A
+    once for both (None on CPU ranks); componentwise_error from a given |A||X| equals the one
+    that computes it, and both equal LAPACK's BERR computed with NumPy."""
+    from distla.vector import abs_product, componentwise_error, residual
+    n = 23
+    a = rand((n, n), np.float64, 46)
+    x = rand((n, 2), np.float64, 47)
+    b = a @ x + 1e-9 * rand((n, 2), np.float64, 48)
+    r = b - a @ x
+    berr = (np.abs(r) / (np.abs(a) @ np.abs(x) + np.abs(b))).max()
+    for g in some(grids):
+        A = DistMatrix.from_global(g, a, block=(4, 5), src=corner(g))
+        X = DistMatrix.from_global(g, x, block=(3, 2))
+        B = DistMatrix.from_global(g, b, block=(4, 1), src=corner(g))
+        R, D = residual(A, X, B, with_abs=True)
+        close(R.to_global(None), r, np.float64)
+        assert D is None or np.allclose(A.backend.to_host(D),
+                                        A.backend.to_host(abs_product(A, X, B)))
+        e1 = componentwise_error(A, X, B, R)
+        e2 = componentwise_error(A, X, B, R, abs_product(A, X, B))
+        assert e1 == e2 == pytest.approx(berr, rel=1e-6)
+
+
 @pytest.mark.parametrize("transa", [False, True])
 @pytest.mark.parametrize("transb", [False, True])
 def test_matmul_transposes_alpha_beta(grids, transa, transb):

@@ -7,8 +7,8 @@ beside what distla uses now (diagnosis, one GPU).
   check) against one fused kernel that reads A once for both (``y = A x``, ``ya = |A| |x|``,
   partial sums per column chunk then a deterministic sum over chunks);
 * one-column triangular solves with an n x n float32 / float64 factor: cuBLAS trsm (what the
-  backend calls), cuBLAS trsv, and a blocked sweep (trsv on nb x nb diagonal blocks, GEMV on
-  the panel below), for L and L^T.
+  backend calls) and a blocked sweep (trsm on nb x nb diagonal blocks, GEMV on the panel
+  below), for L and L^T.
 Each best of --reps, device synchronized. JSON lines with ``--json``.
 """
 from __future__ import annotations
@@ -19,7 +19,6 @@ import time
 
 import cupy as cp
 import numpy as np
-from cupy_backends.cuda.libs import cublas
 
 _SRC = r"""
 extern "C" __global__ void gemv_abs(const double* A, long long ld, long long m, long long n,
@@ -99,39 +98,27 @@ def main():
         rec(f"fused A x and |A| |x|, chunk {chunk}", best(fused, a.reps), A.nbytes,
             rel_err=err)
     A = D = None
-    h = cp.cuda.device.get_cublas_handle()
     for dt in (np.float32, np.float64):
         M = rng.standard_normal((n, n), dtype=dt) / np.sqrt(n)
-        L = cp.asfortranarray(cp.tril(M) + cp.eye(n, dtype=dt) * 4)
+        L = cp.asfortranarray((cp.tril(M) + cp.eye(n) * 4).astype(dt))
         M = None
-        b = rng.standard_normal((n, 1), dtype=dt)
+        b = rng.standard_normal((n, 1)).astype(dt)
         half = L.nbytes / 2
-        trsv = cublas.strsv if dt == np.float32 else cublas.dtrsv
-        for t, tn in ((cublas.CUBLAS_OP_N, "N"), (cublas.CUBLAS_OP_T, "T")):
+        for tn in ("N", "T"):
             xb = b.copy()
             rec(f"{np.dtype(dt).name} trsm 1 column L{tn} (backend)",
                 best(lambda: be.trsm("L", "L", tn, "N", 1.0, L, xb), a.reps), half)
-            xv = cp.asfortranarray(b.copy())
-
-            def v():
-                cublas.setStream(h, cp.cuda.get_current_stream().ptr)
-                trsv(h, cublas.CUBLAS_FILL_MODE_LOWER, t, cublas.CUBLAS_DIAG_NON_UNIT, n,
-                     L.data.ptr, n, xv.data.ptr, 1)
-            rec(f"{np.dtype(dt).name} cuBLAS trsv L{tn}", best(v, a.reps), half)
             for nb in (512, 1024, 2048):
                 xs = b.copy()
 
                 def blocked():
-                    cublas.setStream(h, cp.cuda.get_current_stream().ptr)
                     nblk = (n + nb - 1) // nb
                     order = range(nblk) if tn == "N" else range(nblk - 1, -1, -1)
                     for kb in order:
                         r0, r1 = kb * nb, min(n, kb * nb + nb)
                         if tn == "T" and r1 < n:     # x_k -= L[r1:, k]^T x[r1:]
                             xs[r0:r1] -= L[r1:, r0:r1].T @ xs[r1:]
-                        trsv(h, cublas.CUBLAS_FILL_MODE_LOWER, t,
-                             cublas.CUBLAS_DIAG_NON_UNIT, r1 - r0,
-                             L[r0:r1, r0:r1].data.ptr, n, xs[r0:r1].data.ptr, 1)
+                        be.trsm("L", "L", tn, "N", 1.0, L[r0:r1, r0:r1], xs[r0:r1])
                         if tn == "N" and r1 < n:     # x[r1:] -= L[r1:, k] x_k
                             xs[r1:] -= L[r1:, r0:r1] @ xs[r0:r1]
                 s = best(blocked, a.reps)

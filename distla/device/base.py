@@ -219,6 +219,14 @@ class Backend:
         that the product is the plain one."""
         return a, b
 
+    # ---- one pass over a matrix: products with a few vectors and absolute values ----------
+    def gemv_abs(self, a, x, absolute: bool = True, rowsums: bool = False):
+        """``(y, ya, rs)`` = ``(a @ x, |a| @ |x|, |a| @ 1)`` for a column-major ``m x n`` ``a``
+        and ``x`` (``n x k``, a few columns), reading ``a`` once (``ya``/``rs`` None unless
+        asked) -- or None when this device has no such kernel for these operands (CPU ranks:
+        never; callers then take |a| in slabs beside a GEMM). Local."""
+        return None
+
     # ---- row movement and elementwise kernels ---------------------------------------------
     def take_rows(self, a, idx, out) -> None:
         """``out[...] = a[idx]`` for column-major 2-D ``a`` and ``out`` (``idx`` an int64 index

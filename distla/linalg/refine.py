@@ -108,14 +108,14 @@ def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix |
     gmres_on = mode == "gmres"
     while True:
         with trace("refine.residual"), clock.first("residual"):
-            R = residual(A, out.x, B)
+            R, absax = residual(A, out.x, B, with_abs=True)   # |A||x|: GPU ranks only
             rho = scaled_residual(R, out.x, anorm, eps_sqrtn)
         out.history.append(rho)
         it, hist = out.iterations, out.history
         if rho <= 1.0 and it >= min(1, max_iter):
             if rho <= polish or stalled(hist, 1) or it >= max_iter or clock.over():
                 with trace("refine.accept"):
-                    return _accept(A, B, R, out, anorm, eps, label, rcond)
+                    return _accept(A, B, R, out, anorm, eps, label, rcond, absax)
         elif it >= max_iter or not math.isfinite(rho) or stalled(hist, PATIENCE) or \
                 clock.over():
             return _fail(out, label, rho, max_iter, clock)
@@ -175,14 +175,15 @@ def _fail(out: Refinement, label: str, rho: float, max_iter: int, clock=None) ->
     return out
 
 
-def _accept(A, B, R, out: Refinement, anorm, eps, label, rcond) -> Refinement:
+def _accept(A, B, R, out: Refinement, anorm, eps, label, rcond, absax=None) -> Refinement:
     """A small normwise residual does not make x accurate when A is numerically singular: the
-    componentwise backward error (from x's residual R) must be at working precision and the
-    condition estimate (when given) at least eps."""
+    componentwise backward error (from x's residual R, and ``absax`` = |A||x| when the
+    residual's pass computed it) must be at working precision and the condition estimate
+    (when given) at least eps."""
     # (LAPACK's guard against tiny denominators distorts the componentwise error of matrices
     # near the underflow threshold: checked above it only)
     scaled_ok = anorm * out.x.norm("max") >= np.finfo(A.dtype).tiny / eps
-    berr = componentwise_error(A, out.x, B, R) if scaled_ok else 0.0
+    berr = componentwise_error(A, out.x, B, R, absax) if scaled_ok else 0.0
     if not berr <= max(10.0, math.sqrt(A.n)) * eps:
         out.reason = (f"{label}: componentwise backward error {berr:.3g} is not at working "
                       f"precision (A is numerically singular or the factors too inaccurate)")
