@@ -277,9 +277,9 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     GEMV_CHUNK = 1024
 
     def gemv_abs(self, a, x, absolute=True, rowsums=False):
-        # one H100, n = 32768, float64: 2.85 ms (3.0 TB/s, as fast as cuBLAS dgemv for A x
-        # alone) against 18.6 ms for |A| |x| by slabs of xp.abs and GEMMs (record
-        # 2026-11-26-h100-refine-kernels-probe.jsonl)
+        # one H100, n = 32768, float64, one column: 2.83 ms with the sums (3.0 TB/s, as fast
+        # as cuBLAS dgemv for A x alone) against 17.2 ms for |A| |x| by slabs of xp.abs and
+        # GEMMs (records 2026-11-26-h100-refine-probe-before.jsonl / -after.jsonl)
         if a.dtype not in (np.float32, np.float64) or x.dtype != a.dtype or a.ndim != 2 or \
                 x.ndim != 2 or not _lapack.is_colmajor(a):
             return None
@@ -290,25 +290,26 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
         rs = xp.zeros((m, 1), a.dtype) if rowsums else None
         if m == 0 or n == 0 or (k == 0 and not rowsums):
             return y, ya, rs
-        fn = _gemv_module().get_function("distla_gemv_abs_" + ("d" if a.dtype == np.float64
-                                                               else "f"))
+        mod, c = _gemv_module(), "d" if a.dtype == np.float64 else "f"
         nc = -(-n // self.GEMV_CHUNK)
         grid, it = ((m + 255) // 256, nc), x.itemsize
         for q0 in range(0, max(k, 1), 4):
-            kk = max(0, min(4, k - q0))
-            xq = x[:, q0:q0 + kk] if kk else x
-            py = xp.empty((max(kk, 1), nc, m), a.dtype)
-            pa = xp.empty((max(kk, 1), nc, m), a.dtype) if absolute else py
+            kk = min(4, k - q0)
+            xq = x[:, q0:q0 + kk] if kk > 0 else xp.zeros((n, 1), a.dtype)   # k = 0: rs only
+            K = max(kk, 1)
+            py = xp.empty((nc, K, m), a.dtype)
+            pa = xp.empty((nc, K, m), a.dtype) if absolute else py
             rows_now = rowsums and q0 == 0
             ps = xp.empty((nc, m), a.dtype) if rows_now else py
-            fn(grid, (256,), (a, np.int64(_lapack.ld(a)), np.int64(m), np.int64(n), xq,
-                              np.int64(xq.strides[0] // it), np.int64(xq.strides[1] // it),
-                              np.int32(kk), np.int32(absolute), np.int32(rows_now), py, pa, ps,
-                              np.int64(self.GEMV_CHUNK)))
-            if kk:
-                y[:, q0:q0 + kk] = py[:kk].sum(axis=1).T
+            mod.get_function(f"distla_gemv_abs_{c}{K}")(
+                grid, (256,), (a, np.int64(_lapack.ld(a)), np.int64(m), np.int64(n), xq,
+                               np.int64(xq.strides[0] // it), np.int64(xq.strides[1] // it),
+                               np.int32(absolute), np.int32(rows_now), py, pa, ps,
+                               np.int64(self.GEMV_CHUNK)))
+            if kk > 0:
+                y[:, q0:q0 + kk] = py.sum(axis=0).T
                 if absolute:
-                    ya[:, q0:q0 + kk] = pa[:kk].sum(axis=1).T
+                    ya[:, q0:q0 + kk] = pa.sum(axis=0).T
             if rows_now:
                 rs[:, 0] = ps.sum(axis=0)
         return y, ya, rs
@@ -402,53 +403,56 @@ _AT = "(ia[0] > 0 ? a[ia[0] - 1] : 0.0f)"
 
 
 # y = A x, ya = |A| |x| (absolute), rs = |A| 1 (rowsums) for column-major A (m x n, leading
-# dimension ld) and up to 4 columns of x (element (j, q) at x[j sxj + q sxc]): thread i of
+# dimension ld) and K = 1..4 columns of x (element (j, q) at x[j sxj + q sxc]): thread i of
 # block column c sums row i over columns [c chunk, (c + 1) chunk), so a warp reads 32
-# consecutive entries of one column; the partial sums (q, c, i) are added over c afterwards
+# consecutive entries of one column; the partial sums (c, q, i) are added over c afterwards
 # (no atomics: the result does not depend on scheduling)
 _GEMV_SRC = r"""
-template <typename T>
+template <typename T, int K>
 __device__ void gemv_abs(const T* A, long long ld, long long m, long long n, const T* x,
-                         long long sxj, long long sxc, int k, int absolute, int rowsums,
+                         long long sxj, long long sxc, int absolute, int rowsums,
                          T* py, T* pa, T* ps, long long chunk) {
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    long long c = blockIdx.y, nc = gridDim.y;
+    long long c = blockIdx.y;
     if (i >= m) return;
     long long j0 = c * chunk, j1 = min(n, j0 + chunk);
-    T s[4] = {0, 0, 0, 0}, sa[4] = {0, 0, 0, 0}, r = 0;
+    T s[K], sa[K], r = 0;
+    #pragma unroll
+    for (int q = 0; q < K; ++q) { s[q] = 0; sa[q] = 0; }
     const T* p = A + i + j0 * ld;
+    #pragma unroll 4
     for (long long j = j0; j < j1; ++j, p += ld) {
         T v = *p;
         T av = v < 0 ? -v : v;
         r += av;
         #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            if (q < k) {
-                T xv = x[j * sxj + q * sxc];
-                s[q] += v * xv;
-                sa[q] += av * (xv < 0 ? -xv : xv);
-            }
+        for (int q = 0; q < K; ++q) {
+            T xv = x[j * sxj + q * sxc];
+            s[q] += v * xv;
+            sa[q] += av * (xv < 0 ? -xv : xv);
         }
     }
     #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        if (q < k) {
-            py[(q * nc + c) * m + i] = s[q];
-            if (absolute) pa[(q * nc + c) * m + i] = sa[q];
-        }
+    for (int q = 0; q < K; ++q) {
+        py[(c * K + q) * m + i] = s[q];
+        if (absolute) pa[(c * K + q) * m + i] = sa[q];
     }
     if (rowsums) ps[c * m + i] = r;
 }
-extern "C" __global__ void distla_gemv_abs_d(const double* A, long long ld, long long m,
-        long long n, const double* x, long long sxj, long long sxc, int k, int absolute,
-        int rowsums, double* py, double* pa, double* ps, long long chunk) {
-    gemv_abs<double>(A, ld, m, n, x, sxj, sxc, k, absolute, rowsums, py, pa, ps, chunk);
+#define DISTLA_GEMV_ABS(NAME, T, K) \
+extern "C" __global__ void NAME(const T* A, long long ld, long long m, long long n, \
+        const T* x, long long sxj, long long sxc, int absolute, int rowsums, T* py, T* pa, \
+        T* ps, long long chunk) { \
+    gemv_abs<T, K>(A, ld, m, n, x, sxj, sxc, absolute, rowsums, py, pa, ps, chunk); \
 }
-extern "C" __global__ void distla_gemv_abs_f(const float* A, long long ld, long long m,
-        long long n, const float* x, long long sxj, long long sxc, int k, int absolute,
-        int rowsums, float* py, float* pa, float* ps, long long chunk) {
-    gemv_abs<float>(A, ld, m, n, x, sxj, sxc, k, absolute, rowsums, py, pa, ps, chunk);
-}
+DISTLA_GEMV_ABS(distla_gemv_abs_d1, double, 1)
+DISTLA_GEMV_ABS(distla_gemv_abs_d2, double, 2)
+DISTLA_GEMV_ABS(distla_gemv_abs_d3, double, 3)
+DISTLA_GEMV_ABS(distla_gemv_abs_d4, double, 4)
+DISTLA_GEMV_ABS(distla_gemv_abs_f1, float, 1)
+DISTLA_GEMV_ABS(distla_gemv_abs_f2, float, 2)
+DISTLA_GEMV_ABS(distla_gemv_abs_f3, float, 3)
+DISTLA_GEMV_ABS(distla_gemv_abs_f4, float, 4)
 """
 
 
