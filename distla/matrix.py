@@ -537,18 +537,23 @@ class DistMatrix:
         w = max(1, min(nloc, _SLAB_ELEMS[self.device] // max(1, mloc), -(-nloc // 32)))
         acc = None
         parts = []
+        fused = be.gemv_abs(self.local, xp.zeros((nloc, 0), self.dtype), absolute=False,
+                            rowsums=True) if ord == np.inf and self.local.size else None
+        if fused is not None:     # the row sums in one pass, no temporaries (GPU ranks)
+            acc, w = fused[2][:, 0], nloc + 1
         for c in range(0, nloc, w):
-            absA = xp.abs(self.local[:, c:c + w])
+            # |A| of the slab's transpose: a walk in memory order (row j of absA: column j)
+            absA = xp.abs(self.local[:, c:c + w].T)
             if ord == "fro":
                 sq = absA.real ** 2 + absA.imag ** 2 if self.dtype.kind == "c" else absA ** 2
                 v = xp.sum(sq, dtype=np.float64)
             elif ord == "max":
                 v = absA.max() if absA.size else None
             elif ord == 1:
-                parts.append(absA.sum(axis=0))
+                parts.append(absA.sum(axis=1))
                 continue
             else:
-                v = absA.sum(axis=1)
+                v = absA.sum(axis=0)
             if v is not None:
                 acc = v if acc is None else (xp.maximum(acc, v) if ord == "max" else acc + v)
             del absA
