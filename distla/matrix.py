@@ -540,8 +540,8 @@ class DistMatrix:
         fused = be.gemv_abs(self.local, xp.zeros((nloc, 0), self.dtype), absolute=False,
                             rowsums=True) if ord == np.inf and self.local.size else None
         if fused is not None:     # the row sums in one pass, no temporaries (GPU ranks)
-            acc, w = fused[2][:, 0], nloc + 1
-        for c in range(0, nloc, w):
+            acc = fused[2][:, 0]
+        for c in range(0, nloc, w) if fused is None else ():
             # |A| of the slab's transpose: a walk in memory order (row j of absA: column j)
             absA = xp.abs(self.local[:, c:c + w].T)
             if ord == "fro":

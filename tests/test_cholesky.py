@@ -80,7 +80,6 @@ def test_panel_by_inverse_and_gemm(comm, grids, monkeypatch, dtype, la):
     every grid, blocks that do not divide n, a corner source."""
     from distla.device.cpu import CpuBackend
     monkeypatch.setattr(CpuBackend, "inverse_panel", lambda self, compute: True)
-    monkeypatch.setattr(CpuBackend, "TRI_INVERSE_LEAF", 2)     # the inverse by halves
     n, nb = 37, 5
     a = spd(n, 1e3, seed=3).astype(dtype)
     for g in grids:

@@ -67,37 +67,6 @@ def test_gemv_abs_one_pass(dtype, monkeypatch):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("leaf", [256, 1, 7])
-def test_tri_inverse(device, dtype, leaf, monkeypatch):
-    """Backend.tri_inverse: the inverse of a lower triangle (unit or not) by halves, into a
-    strided view, never reading the strict upper part (NaN there) nor, for unit, the
-    diagonal; the strict upper part of the result is zero."""
-    be = get_backend(device)
-    monkeypatch.setattr(type(be), "TRI_INVERSE_LEAF", leaf)
-    rng = np.random.default_rng(11)
-    for n in (1, 2, 31, 33, 70):
-        for unit in (False, True):
-            l = np.tril(rng.standard_normal((n, n)) / np.sqrt(n)) + 3 * np.eye(n)
-            ref = np.linalg.inv(l - np.diag(np.diag(l)) + np.eye(n) if unit else l)
-            bad = l.copy()
-            bad[np.triu_indices(n, 1)] = np.nan
-            if unit:
-                bad[np.diag_indices(n)] = np.nan
-            big = np.full((n + 5, n + 3), 7.0)
-            L = be.asarray(bad.astype(dtype))
-            Big = be.asarray(big.astype(dtype))
-            out = Big[2:n + 2, 1:n + 1]
-            be.tri_inverse(L, out, unit=unit, tf32=False)
-            got = be.to_host(Big)
-            tol = 1e-12 if dtype == np.float64 else 1e-5
-            np.testing.assert_allclose(got[2:n + 2, 1:n + 1], ref, rtol=0,
-                                       atol=tol * np.abs(ref).max())
-            assert np.all(np.triu(got[2:n + 2, 1:n + 1], 1) == 0)
-            assert got[0, 0] == 7 and got[-1, -1] == 7 and np.all(got[:2] == 7)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_backend_kernels(device, dtype):
     be = get_backend(device)
     xp = be.xp

@@ -607,7 +607,6 @@ def test_u12_by_inverse_and_gemm(monkeypatch, la):
         refs = {piv: lu_factor(A, pivoting=piv, lookahead=la) for piv, A in As.items()}
         with monkeypatch.context() as mp:
             mp.setattr(CpuBackend, "inverse_panel", lambda self, compute: True)
-            mp.setattr(CpuBackend, "TRI_INVERSE_LEAF", 2)     # the inverse by halves
             for piv, ref in refs.items():
                 A = As[piv]
                 F = lu_factor(A, pivoting=piv, lookahead=la)

@@ -109,31 +109,6 @@ class Backend:
         if b.size:
             self._call(self._trsm, b, side, uplo, transa, diag, alpha, a)
 
-    #: tri_inverse: diagonal blocks of at most this order are inverted by a trsm on the identity
-    TRI_INVERSE_LEAF = 256
-
-    def tri_inverse(self, l, out, unit: bool = False, tf32: bool = False) -> None:
-        """``out = l^-1`` for the lower-triangular square view ``l`` (its strict upper part is
-        not read; ``unit``: ones on the diagonal, not read either), into the column-major view
-        ``out`` of the same order (its strict upper part set to zero). By halves, as LAPACK's
-        trtri: the two diagonal blocks' inverses, then ``X21 = -X22 (L21 X11)`` by two GEMMs
-        (``tf32``: on TF32 tensor cores where the device has them); blocks of at most
-        ``TRI_INVERSE_LEAF`` by a trsm on the identity. A 1024 block is then a few small
-        trsm and GEMM calls instead of one trsm of 1024 columns (0.48 ms on SIMT units on an
-        H200, docs/mixed.md). Local."""
-        n = l.shape[0]
-        if n <= max(1, self.TRI_INVERSE_LEAF):
-            self.copy(out, self.xp.eye(n, dtype=l.dtype))
-            self.trsm("L", "L", "N", "U" if unit else "N", 1.0, l, out)
-            return
-        h = min(n - 1, -(-(n // 2) // 32) * 32)      # a multiple of 32 where n allows
-        self.tri_inverse(l[:h, :h], out[:h, :h], unit, tf32)
-        self.tri_inverse(l[h:, h:], out[h:, h:], unit, tf32)
-        out[:h, h:] = 0
-        t = self.empty((n - h, h), l.dtype)
-        self.gemm("N", "N", 1.0, l[h:, :h], out[:h, :h], 0.0, t, tf32=tf32)
-        self.gemm("N", "N", -1.0, out[h:, h:], t, 0.0, out[h:, :h], tf32=tf32)
-
     def potrf(self, uplo, a):
         """Cholesky of the square view ``a`` in place. Returns LAPACK's info: an int on CPU, a
         device int32 scalar on GPU (read later with :meth:`info_value`, no sync now)."""
