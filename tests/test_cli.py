@@ -167,6 +167,21 @@ def test_bench_matmul_json(tmp_path):
     assert p.stdout.count("distla ") >= 1 and "numpy" in p.stdout
 
 
+def test_bench_mixed_streams_each_record_once(tmp_path):
+    """The mixed sweep writes each record to --json as it is measured (a sweep stopped by a
+    time limit keeps them) and the framework does not write them a second time."""
+    j = tmp_path / "m.jsonl"
+    p = run(["bench", "mixed", "--device", "cpu", "--n", 96, "--nb", 16, "--reps", 1,
+             "--cond", "1e2", "1e12", "--method", "cholesky", "--json", j], n=2)
+    assert p.returncode == 0, p.stdout + p.stderr
+    recs = [json.loads(ln) for ln in j.read_text().splitlines()]
+    impls = [(r["impl"], r["cond"]) for r in recs]
+    assert len(impls) == len(set(impls)) == 5, impls       # 2 x (double, fp32) + reference
+    assert all("_streamed" not in r for r in recs)
+    mixed = {r["cond"]: r for r in recs if r["impl"] == "distla-mixed-fp32"}
+    assert not mixed[1e2]["fallback"] and mixed[1e12]["fallback"]
+
+
 # ---------------------------------------------------------------------------------------
 # errors: one line on rank 0, nonzero exit everywhere
 # ---------------------------------------------------------------------------------------

@@ -244,7 +244,9 @@ def _body(argv, prog) -> int:
         records = mod.run(args)
 
     def report():
+        from .common import STREAMED, jsonable
         recs = [dict(r) for r in (records or [])]
+        done = [r.pop(STREAMED, False) for r in recs]     # written while the sweep ran
         for r in recs:
             r.setdefault("bench", args.bench)
         if not args.quiet:
@@ -252,8 +254,9 @@ def _body(argv, prog) -> int:
             print(format_table(recs), flush=True)
         if args.json:
             with open(args.json, "a", encoding="utf-8") as f:
-                for r in recs:
-                    f.write(json.dumps(r, default=_jsonable) + "\n")
+                for r, d in zip(recs, done):
+                    if not d:
+                        f.write(json.dumps(r, default=jsonable) + "\n")
         if args.plot:
             allrecs = load_records(args.json, args.bench) if args.json else recs
             plot_records(allrecs, args.plot, args.bench)
@@ -261,13 +264,6 @@ def _body(argv, prog) -> int:
                 print(f"plot written to {args.plot}", flush=True)
     on_root(comm, report)
     return 0
-
-
-def _jsonable(v):
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return str(v)
 
 
 def main_argv(argv, prog: str = "python -m distla.bench") -> int:

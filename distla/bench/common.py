@@ -407,6 +407,31 @@ def tflops(nflops: float, seconds: float) -> float:
     return nflops / seconds / 1e12 if seconds > 0 else 0.0
 
 
+def stream(args, rec: dict, comm) -> dict:
+    """Append ``rec`` to ``--json``'s file now, on rank 0 (the framework then does not write it
+    again at the end), so that a long sweep stopped by a time limit keeps what it measured.
+    Returns ``rec``. Call on every rank (only rank 0 writes)."""
+    path = getattr(args, "json", None)
+    if path:
+        if comm.Get_rank() == 0:
+            import json
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(rec, default=jsonable) + "\n")
+        rec[STREAMED] = True
+    return rec
+
+
+def jsonable(v):
+    """JSON's fallback for record values: numbers as floats (NumPy scalars), else text."""
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+STREAMED = "_streamed"   # record key: already written by stream()
+
+
 def record(bench: str, impl: str, *, n: int, seconds: float, nflops: float | None = None,
            **extra) -> dict:
     """One result row: ``{"bench", "impl", "n", ..., "seconds", "tflops"}`` plus ``extra``

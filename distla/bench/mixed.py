@@ -108,8 +108,8 @@ def _one(args, grid, n, nb, method, cond, fds, device, reference) -> list[dict]:
     t64, X = common.timed_result(lambda: solve(A, B, method=method, **kw), device, comm,
                                  reps=args.reps, warmup=1 if device == "gpu" else 0)
     berr64 = backward_error(A, X, B)
-    rows = [common.record(NAME, "distla-double", n=n, seconds=t64, nflops=nfl, **base,
-                          berr=berr64)]
+    rows = [common.stream(args, common.record(NAME, "distla-double", n=n, seconds=t64,
+                                              nflops=nfl, **base, berr=berr64), comm)]
     for fd in fds:
         t, (X, info) = common.timed_result(
             lambda: solve(A, B, method=method, precision="mixed", factor_dtype=fd,
@@ -122,7 +122,7 @@ def _one(args, grid, n, nb, method, cond, fds, device, reference) -> list[dict]:
                             gmres_it=sum(info.gmres_iterations), fallback=fell,
                             reason=info.reason, berr=backward_error(A, X, B),
                             berr_double=berr64)
-        rows.append(rec)
+        rows.append(common.stream(args, rec, comm))
         _free(device)
         if not quiet and comm.rank == 0:
             print(f"mixed {method} n={n} cond={cond:.0e} {fd}: {t:.4g} s (float64 "
@@ -130,7 +130,8 @@ def _one(args, grid, n, nb, method, cond, fds, device, reference) -> list[dict]:
                   f"({rec['gmres_it']} GMRES), fallback={fell}, berr "
                   f"{rec['berr']:.2e} (float64 {berr64:.2e})", flush=True)
     if reference:
-        rows += _reference_rows(A, B, method, args.reps, device, nfl, base, quiet)
+        rows += [common.stream(args, r, comm)
+                 for r in _reference_rows(A, B, method, args.reps, device, nfl, base, quiet)]
     return rows
 
 
