@@ -193,6 +193,30 @@ def test_time_budget_ends_a_slow_refinement_everywhere(grids, monkeypatch):
 
 
 @pytest.mark.mpi
+def test_first_gmres_correction_is_charged_after_its_first_iteration(grids):
+    """Only a GMRES-IR correction's start (first preconditioner application) and first
+    iteration are free of the refinement's time budget (in a fresh process they load
+    kernels): with a budget of ~0, GMRES stops after that iteration instead of running its
+    30; with no budget it runs on."""
+    from distla.linalg import lu_factor, lu_solve
+    from distla.linalg.refine import _Budget, gmres
+    a = conditioned(N, 1e9, 5)
+    b = random_array((N, 1), seed=6)
+    for grid in grids[:2]:
+        A, B = _dist(grid, a), _dist(grid, b)
+        F = lu_factor(A.astype(np.float32))
+
+        def precond(R):
+            return lu_solve(F, R.astype(np.float32)).astype(np.float64)
+        clock = _Budget(grid, 1e-9)
+        _, m = gmres(A, B, precond, 30, 1e-15, clock.over, free=clock.first)
+        assert m == 1 and clock.free > 0 and clock.spent > clock.budget, m
+        clock = _Budget(grid, None)
+        _, m = gmres(A, B, precond, 30, 1e-15, clock.over, free=clock.first)
+        assert m > 2, m
+
+
+@pytest.mark.mpi
 def test_overflowing_float32_falls_back(grids):
     from distla.linalg import solve
     a = conditioned(N, 10.0, 11) * 1e300
