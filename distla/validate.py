@@ -134,9 +134,10 @@ def check_symmetric(A, rtol: float | None = None, what: str = "cholesky") -> Non
     Vc = be.asarray(np.asfortranarray(V[A.col_indices()]))
     buf = np.zeros(17, dtype=np.complex128)
     if A.local.size:
-        W = A.local @ Vc                                   # mloc x 4
+        fused = be.gemv_abs(A.local, Vc, absolute=False, squares=True)   # one pass (GPU)
+        W = A.local @ Vc if fused is None else fused[0]    # mloc x 4
         buf[:16] = np.asarray(be.to_host(Vr.T @ W)).ravel()
-        buf[16] = _sum_squares(A)
+        buf[16] = _sum_squares(A) if fused is None else float(be.to_host(fused[2].sum()))
     A.grid.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
     M, fro = buf[:16].reshape(4, 4), float(np.sqrt(buf[16].real))
     gap = float(np.max(np.abs(M - M.conj().T)))

@@ -53,6 +53,12 @@ def test_gemv_abs_one_pass(dtype, monkeypatch):
             if rowsums:
                 np.testing.assert_allclose(rs.get(), np.abs(a).sum(axis=1, keepdims=True),
                                            rtol=tol)
+    x = rng.standard_normal((200, 6)).astype(dtype)     # squares' sums, two column groups
+    g = cp.asfortranarray(cp.asarray(big))[5:262, 3:203]
+    y, ya, rs = be.gemv_abs(g, cp.asarray(x), absolute=False, squares=True)
+    assert ya is None
+    np.testing.assert_allclose(rs.get(), (a * a).sum(axis=1, keepdims=True), rtol=tol)
+    np.testing.assert_allclose(y.get(), a @ x, rtol=0, atol=tol * np.abs(a).sum(1).max() * 5)
     bad = big.copy()
     bad[10, 50] = np.nan
     g = cp.asfortranarray(cp.asarray(bad))[5:262, 3:203]

@@ -137,7 +137,10 @@ def _test_matrices(n):
 
 
 @pytest.mark.mpi
-def test_rcond_within_factor_10_of_true(grids):
+@pytest.mark.parametrize("t", [1, 2])     # 1: GPU ranks' single-vector estimator (dlacn2)
+def test_rcond_within_factor_10_of_true(grids, t, monkeypatch):
+    from distla.device.base import Backend
+    monkeypatch.setattr(Backend, "rcond_vectors", t)
     n = 40
     for name, a in _test_matrices(n).items():
         true = 1 / np.linalg.cond(a, 1)
@@ -151,7 +154,10 @@ def test_rcond_within_factor_10_of_true(grids):
 
 
 @pytest.mark.mpi
-def test_rcond_from_cholesky_factor(grids):
+@pytest.mark.parametrize("t", [1, 2])
+def test_rcond_from_cholesky_factor(grids, t, monkeypatch):
+    from distla.device.base import Backend
+    monkeypatch.setattr(Backend, "rcond_vectors", t)
     n = 33
     for cond in (1e1, 1e6, 1e12):
         a = _spd(n, cond, seed=2)

@@ -33,6 +33,9 @@ class Backend:
     #: does (memory bound: the factor is read once), so that extra columns ride along
     #: (distla.linalg.condition.solve_and_rcond)
     fuse_few_rhs = True
+    #: the condition estimator's block size (Higham-Tisseur t): 2 where a solve with a few
+    #: columns costs about one with one column (CPU ranks: the factor is read once per sweep)
+    rcond_vectors = 2
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -220,11 +223,13 @@ class Backend:
         return a, b
 
     # ---- one pass over a matrix: products with a few vectors and absolute values ----------
-    def gemv_abs(self, a, x, absolute: bool = True, rowsums: bool = False):
+    def gemv_abs(self, a, x, absolute: bool = True, rowsums: bool = False,
+                 squares: bool = False):
         """``(y, ya, rs)`` = ``(a @ x, |a| @ |x|, |a| @ 1)`` for a column-major ``m x n`` ``a``
         and ``x`` (``n x k``, a few columns), reading ``a`` once (``ya``/``rs`` None unless
-        asked) -- or None when this device has no such kernel for these operands (CPU ranks:
-        never; callers then take |a| in slabs beside a GEMM). Local."""
+        asked; ``squares``: ``rs`` holds the rows' sums of squares instead) -- or None when
+        this device has no such kernel for these operands (CPU ranks: never; callers then
+        take |a| in slabs beside a GEMM). Local."""
         return None
 
     # ---- row movement and elementwise kernels ---------------------------------------------

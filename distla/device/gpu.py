@@ -114,6 +114,9 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     #: a Cholesky solve and 92 ms to an LU solve at n = 32768 (one H100), against 62.5 / 64.7
     #: ms apart (records 2026-11-26-h100-checks-gpu.jsonl)
     fuse_few_rhs = False
+    #: ... and solves column by column, so the estimate uses LAPACK's single vector (dlacn2,
+    #: as ScaLAPACK's pdgecon/pdpocon): four one-column solves instead of seven
+    rcond_vectors = 1
 
     def _trsm(self, side, uplo, transa, diag, alpha, a, b):
         m, n = b.shape
@@ -276,7 +279,7 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     #: columns of A per thread block in :meth:`gemv_abs` (partial sums per chunk, summed after)
     GEMV_CHUNK = 1024
 
-    def gemv_abs(self, a, x, absolute=True, rowsums=False):
+    def gemv_abs(self, a, x, absolute=True, rowsums=False, squares=False):
         # one H100, n = 32768, float64, one column: 2.83 ms with the sums (3.0 TB/s, as fast
         # as cuBLAS dgemv for A x alone) against 17.2 ms for |A| |x| by slabs of xp.abs and
         # GEMMs (records 2026-11-26-h100-refine-probe-before.jsonl / -after.jsonl)
@@ -287,6 +290,7 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
         (m, n), k = a.shape, x.shape[1]
         y = xp.zeros((m, k), a.dtype)
         ya = xp.zeros((m, k), a.dtype) if absolute else None
+        rowsums = rowsums or squares
         rs = xp.zeros((m, 1), a.dtype) if rowsums else None
         if m == 0 or n == 0 or (k == 0 and not rowsums):
             return y, ya, rs
@@ -301,10 +305,11 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
             pa = xp.empty((nc, K, m), a.dtype) if absolute else py
             rows_now = rowsums and q0 == 0
             ps = xp.empty((nc, m), a.dtype) if rows_now else py
+            mode = (2 if squares else 1) if rows_now else 0
             mod.get_function(f"distla_gemv_abs_{c}{K}")(
                 grid, (256,), (a, np.int64(_lapack.ld(a)), np.int64(m), np.int64(n), xq,
                                np.int64(xq.strides[0] // it), np.int64(xq.strides[1] // it),
-                               np.int32(absolute), np.int32(rows_now), py, pa, ps,
+                               np.int32(absolute), np.int32(mode), py, pa, ps,
                                np.int64(self.GEMV_CHUNK)))
             if kk > 0:
                 y[:, q0:q0 + kk] = py.sum(axis=0).T
@@ -402,7 +407,8 @@ __device__ float pow2_above(float m) {
 _AT = "(ia[0] > 0 ? a[ia[0] - 1] : 0.0f)"
 
 
-# y = A x, ya = |A| |x| (absolute), rs = |A| 1 (rowsums) for column-major A (m x n, leading
+# y = A x, ya = |A| |x| (absolute), rs = |A| 1 (rowsums 1; rowsums 2: the squares' sums, A.^2 1)
+# for column-major A (m x n, leading
 # dimension ld) and K = 1..4 columns of x (element (j, q) at x[j sxj + q sxc]): thread i of
 # block column c sums row i over columns [c chunk, (c + 1) chunk), so a warp reads 32
 # consecutive entries of one column; the partial sums (c, q, i) are added over c afterwards
@@ -424,7 +430,7 @@ __device__ void gemv_abs(const T* A, long long ld, long long m, long long n, con
     for (long long j = j0; j < j1; ++j, p += ld) {
         T v = *p;
         T av = v < 0 ? -v : v;
-        r += av;
+        r += rowsums == 2 ? v * v : av;
         #pragma unroll
         for (int q = 0; q < K; ++q) {
             T xv = x[j * sxj + q * sxc];

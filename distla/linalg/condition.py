@@ -22,7 +22,7 @@ __all__ = ["rcond_estimate", "inverse_norm1_estimate", "norm1_estimate",
            "reciprocal_condition", "first_block", "solve_and_rcond", "FUSE_MAX_RHS",
            "warn_if_ill_conditioned"]
 
-_T = 2          # vectors per block (Higham-Tisseur t)
+_T = 2          # vectors per block (Higham-Tisseur t) unless the backend says otherwise
 _ITMAX = 2      # iterations (each: one solve with A, then one with A^H but the last)
 
 
@@ -51,36 +51,37 @@ def _sign(Y: np.ndarray) -> np.ndarray:
     return np.where(Y >= 0, 1.0, -1.0).astype(Y.dtype)
 
 
-def first_block(n: int, dtype) -> np.ndarray:
-    """The estimator's first block (n x 3, the same on every rank): ``ones / n``, random signs
-    ``/ n`` and LAPACK's alternating test vector."""
+def first_block(n: int, dtype, t: int = _T) -> np.ndarray:
+    """The estimator's first block (n x (t + 1), the same on every rank): ``ones / n``, t - 1
+    columns of random signs ``/ n`` and LAPACK's alternating test vector."""
     rng = np.random.default_rng(1)
-    X = np.ones((n, _T + 1), dtype=dtype) / n
-    X[:, 1:_T] = rng.choice([-1.0, 1.0], size=(n, _T - 1)) / n
+    X = np.ones((n, t + 1), dtype=dtype) / n
+    X[:, 1:t] = rng.choice([-1.0, 1.0], size=(n, t - 1)) / n
     # LAPACK's extra test vector (dlacn2): alternating signs, growing magnitudes
-    X[:, _T] = ((-1.0) ** np.arange(n)) * (1 + np.arange(n) / max(n - 1, 1))
+    X[:, t] = ((-1.0) ** np.arange(n)) * (1 + np.arange(n) / max(n - 1, 1))
     return X
 
 
-def norm1_estimate(n: int, dtype, apply, apply_h, first=None) -> float:
+def norm1_estimate(n: int, dtype, apply, apply_h, first=None, t: int = _T) -> float:
     """Collective (through ``apply``): an estimate (lower bound) of ``||M||_1`` for an n x n
     operator M given only products, the block Higham-Tisseur method (docs/condition.md).
 
     ``apply(X)`` / ``apply_h(X)`` return ``M X`` / ``M^H X`` for ``X`` a host ndarray (n x k,
     the same on every rank), as a host ndarray replicated on every rank; every rank calls
-    them in the same order. Three calls in all at most (k = 3, 2, 2 columns). ``first``:
-    ``M @ first_block(n, dtype)`` when already computed (then one call fewer)."""
+    them in the same order. Three calls in all at most (k = t + 1, t, t columns; ``t``: the
+    block size, 1 is LAPACK's dlacn2). ``first``: ``M @ first_block(n, dtype, t)`` when
+    already computed (then one call fewer)."""
     if n == 0:
         return 0.0
-    X = first_block(n, dtype)
+    X = first_block(n, dtype, t)
     est, est_old, est_alt, hist = 0.0, 0.0, 0.0, set()
     cur_ind, best_ind = None, None      # unit-vector indices of X's columns, once chosen
     for k in range(_ITMAX):
         Y = np.asarray(first if (k == 0 and first is not None) else apply(X))
         norms = np.abs(Y).sum(axis=0)
         if k == 0:   # the alternating vector's own estimate, as in dlacn2
-            est_alt = 2 * float(norms[_T]) / (3 * n)
-            Y, norms = Y[:, :_T], norms[:_T]
+            est_alt = 2 * float(norms[t]) / (3 * n)
+            Y, norms = Y[:, :t], norms[:t]
         j = int(np.argmax(norms))
         est = float(norms[j])
         if not np.isfinite(est):
@@ -97,7 +98,7 @@ def norm1_estimate(n: int, dtype, apply, apply_h, first=None) -> float:
         h = np.abs(Z).max(axis=1)
         if best_ind is not None and h.max() <= h[best_ind]:
             break
-        cur_ind = [int(i) for i in np.argsort(-h, kind="stable") if int(i) not in hist][:_T]
+        cur_ind = [int(i) for i in np.argsort(-h, kind="stable") if int(i) not in hist][:t]
         if not cur_ind:
             break
         hist.update(cur_ind)
@@ -111,11 +112,13 @@ def inverse_norm1_estimate(template: DistMatrix, apply_inv, apply_inv_h, first=N
 
     ``apply_inv(X)`` / ``apply_inv_h(X)`` return ``A^-1 X`` / ``A^-H X`` for an n x k
     DistMatrix X with ``template``'s row layout (``mb``, ``rsrc``), grid, device and dtype.
-    ``first``: ``A^-1 first_block(n)`` (replicated) when already computed."""
+    ``first``: ``A^-1 first_block(n)`` (replicated) when already computed. The block size
+    is the backend's ``rcond_vectors``."""
     return norm1_estimate(
         template.n, template.dtype,
         lambda X: apply_inv(_block(template, X)).to_global(None),
-        lambda X: apply_inv_h(_block(template, X)).to_global(None), first=first)
+        lambda X: apply_inv_h(_block(template, X)).to_global(None), first=first,
+        t=template.backend.rcond_vectors)
 
 
 FUSE_MAX_RHS = 13   # solve_and_rcond fuses up to this many right-hand sides (13 + 3 <= 16)
@@ -138,7 +141,8 @@ def solve_and_rcond(B: DistMatrix, template: DistMatrix, solve, anorm: float, ap
     if k > FUSE_MAX_RHS or n == 0 or not template.backend.fuse_few_rhs:
         X = solve(B.copy())      # solve() may work in its argument's storage: not B's
         return X, rcond_estimate(anorm, template, apply_inv, apply_inv_h)
-    aug = np.hstack([np.asarray(B.to_global(None)).reshape(n, k), first_block(n, B.dtype)])
+    aug = np.hstack([np.asarray(B.to_global(None)).reshape(n, k),
+                     first_block(n, B.dtype, template.backend.rcond_vectors)])
     Xa = np.asarray(solve(_block(template, aug)).to_global(None))
     X = _from_replicated(B, Xa[:, :k], B.block, B.src)
     rc = reciprocal_condition(n, anorm, lambda: inverse_norm1_estimate(
