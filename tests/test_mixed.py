@@ -216,6 +216,48 @@ def test_first_gmres_correction_is_charged_after_its_first_iteration(grids):
         assert m > 2, m
 
 
+def test_gmres_hopeless_projection():
+    """refine.hopeless: a steady 2x-per-iteration decrease goes on, a plateau (8% per
+    iteration: >60 iterations projected to reach 1e-8) stops from GMRES_PROBE iterations on,
+    and a converged or short run never stops."""
+    from distla.linalg import refine as rf
+    fast = [0.5 ** (i + 1) for i in range(12)]
+    slow = [1e-3 * 0.92 ** i for i in range(12)]
+    assert not any(rf.hopeless(fast[:j], 1e-8, 30) for j in range(1, 13))
+    assert not rf.hopeless(slow[:rf.GMRES_PROBE - 1], 1e-8, 30)
+    assert rf.hopeless(slow[:rf.GMRES_PROBE], 1e-8, 30)
+    assert rf.hopeless([1e-3] * 10, 1e-8, 30)                # no progress at all
+    assert not rf.hopeless([1e-3] * 9 + [1e-9], 1e-8, 30)    # converged
+
+
+@pytest.mark.mpi
+def test_gmres_ir_stops_a_hopeless_correction_early(grids):
+    """GMRES-IR with float32 LU factors: at cond 1e8 its corrections converge (about 20
+    iterations each) and the refinement reaches double accuracy; at cond 1e10 GMRES
+    plateaus near 1e-4 and the correction stops after GMRES_PROBE iterations instead of 30
+    (it would not have halved the residual anyway), so the refinement fails early."""
+    from distla import DistMatrix, problems
+    from distla.linalg import lu_factor, lu_solve
+    from distla.linalg import refine as rf
+    from distla.linalg.lu import LUFactor
+    grid = grids[0]
+    for cond, ok in ((1e8, True), (1e10, False)):
+        A = problems.conditioned_matrix(grid, 512, 64, cond=cond, seed=1)
+        B = DistMatrix.random(grid, (512, 1), (64, 64), seed=2)
+        F = lu_factor(A.astype(np.float32))
+        G = LUFactor(F.lu.astype(np.float64), F.piv, F.pivoting, F.max_abs_a, F.tree)
+
+        def solve(R):
+            return lu_solve(F, R.astype(np.float32)).astype(np.float64)
+        ref = rf.refine(A, B, solve, anorm=A.norm("inf"), mode="auto",
+                        precond=lambda R: lu_solve(G, R))
+        assert ref.converged == ok, (cond, ref.reason)
+        if ok:
+            assert all(m > rf.GMRES_PROBE for m in ref.gmres_iterations)
+        else:
+            assert ref.gmres_iterations == [rf.GMRES_PROBE] and "stagnated" in ref.reason
+
+
 @pytest.mark.mpi
 def test_overflowing_float32_falls_back(grids):
     from distla.linalg import solve

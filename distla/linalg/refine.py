@@ -46,6 +46,11 @@ MODES = ("ir", "gmres", "auto")
 PATIENCE = 3             # classical IR: corrections in a row that may fail to halve rho
 GMRES_RESTART = 30       # Krylov vectors per GMRES-IR correction
 GMRES_TOL = 1e-8         # relative reduction of the preconditioned residual per correction
+# a GMRES-IR correction stops early when, after GMRES_PROBE iterations, the reduction rate of
+# its last five projects more than GMRES_HOPELESS times ``restart`` iterations to reach the
+# tolerance (docs/mixed.md: such corrections did not even halve the true residual)
+GMRES_PROBE = 10
+GMRES_HOPELESS = 2.0
 
 
 @dataclass
@@ -218,6 +223,7 @@ def gmres(A: DistMatrix, R: DistMatrix, precond, restart: int = GMRES_RESTART,
     _scale_columns(z, beta)
     Vs = [z]
     rot = _Givens(restart, R.n, hdt, beta)
+    res = []                                   # relative preconditioned residual per iteration
     zero = R._like(local=R.backend.zeros(R.local_shape, R.dtype))
     for j in range(restart):
         with free("gmres.iteration"):
@@ -229,7 +235,11 @@ def gmres(A: DistMatrix, R: DistMatrix, precond, restart: int = GMRES_RESTART,
         h2 = column_dots(Vs, w)                # CGS2: a second pass keeps V orthonormal
         axpy_columns(w, Vs, h2)
         hn = _norms(w)
-        if rot.add(j, h + h2, hn, tol) or np.all(hn == 0) or (stop is not None and stop()):
+        done = rot.add(j, h + h2, hn, tol)
+        res.append(rot.relative_residual())
+        # (in small systems, n not far above restart, GMRES ends within n iterations anyway)
+        if done or np.all(hn == 0) or (A.n > 4 * restart and hopeless(res, tol, restart)) \
+                or (stop is not None and stop()):
             break
         _scale_columns(w, hn)
         Vs.append(w)
@@ -237,6 +247,22 @@ def gmres(A: DistMatrix, R: DistMatrix, precond, restart: int = GMRES_RESTART,
     d = R._like(local=R.backend.zeros(R.local_shape, R.dtype))
     axpy_columns(d, Vs[:y.shape[0]], y, sign=1.0)
     return d, y.shape[0]
+
+
+def hopeless(res: list, tol: float, restart: int) -> bool:
+    """Whether a GMRES run whose relative residuals so far are ``res`` is projected, at the
+    rate of its last five iterations, to need more than ``GMRES_HOPELESS * restart``
+    iterations in all to reach ``tol`` (asked from ``GMRES_PROBE`` iterations on). Not
+    collective (``res`` is the same on every rank)."""
+    if len(res) < max(GMRES_PROBE, 6) or res[-1] <= tol:
+        return False
+    r, r0 = res[-1], res[-6]
+    if not (r > 0 and r0 > 0 and np.isfinite(r)):
+        return False
+    q = (r / r0) ** 0.2
+    if q >= 1.0:
+        return True
+    return len(res) + math.log(tol / r) / math.log(q) > GMRES_HOPELESS * restart
 
 
 def _norms(W: DistMatrix) -> np.ndarray:
@@ -282,6 +308,14 @@ class _Givens:
         g[j] = cs[j] * g[j]
         self.m = j + 1
         return bool(np.all(np.abs(g[j + 1]) <= tol * self.beta))
+
+    def relative_residual(self) -> float:
+        """The largest column's GMRES residual relative to its start, after the last
+        :meth:`add` (columns that started at zero excluded)."""
+        live = np.abs(self.beta) > 0
+        if not np.any(live):
+            return 0.0
+        return float(np.max(np.abs(self.g[self.m][live]) / np.abs(self.beta[live])))
 
     def solve(self) -> np.ndarray:
         """(m, k): the Krylov coefficients, by back substitution per column."""
