@@ -234,8 +234,8 @@ def test_gmres_hopeless_projection():
 def test_gmres_ir_stops_a_hopeless_correction_early(grids):
     """GMRES-IR with float32 LU factors: at cond 1e8 its corrections converge (about 20
     iterations each) and the refinement reaches double accuracy; at cond 1e10 GMRES
-    plateaus near 1e-4 and the correction stops after GMRES_PROBE iterations instead of 30
-    (it would not have halved the residual anyway), so the refinement fails early."""
+    plateaus near 1e-4 and the correction stops soon after GMRES_PROBE iterations instead of
+    running 30 (it would not have halved the residual anyway): the refinement fails early."""
     from distla import DistMatrix, problems
     from distla.linalg import lu_factor, lu_solve
     from distla.linalg import refine as rf
@@ -255,7 +255,8 @@ def test_gmres_ir_stops_a_hopeless_correction_early(grids):
         if ok:
             assert all(m > rf.GMRES_PROBE for m in ref.gmres_iterations)
         else:
-            assert ref.gmres_iterations == [rf.GMRES_PROBE] and "stagnated" in ref.reason
+            (m,) = ref.gmres_iterations          # stopped early (the plateau's start varies
+            assert rf.GMRES_PROBE <= m < rf.GMRES_RESTART and "stagnated" in ref.reason, m
 
 
 @pytest.mark.mpi
