@@ -79,8 +79,11 @@ def conditioned_matrix(grid, n: int, block=64, *, cond: float = 1e6, seed: int =
     eigenvalues are s). Each Q is a Kronecker product ``Qa (x) Qb`` of two Haar-random
     orthogonal matrices of sizes p x q = n (p the largest divisor of n up to sqrt(n); QR of
     seeded normal matrices, replicated: O(n) memory), so both factors are generated entry by
-    entry; A is then one distributed product ``Q1 @ (diag(s) Q2^T)`` (2 n^3 flops). The same
-    matrix on any grid, block size or device (up to the product's rounding)."""
+    entry; A is then the product ``Q1 @ (diag(s) Q2^T)`` (2 n^3 flops), accumulated by every
+    rank over panels of ``PANEL`` inner indices: the Q1 columns at its rows and the
+    ``diag(s) Q2^T`` rows at its columns, generated where they are used (no messages, and no
+    n x n factor held: the peak is A's local part plus two panels). The same matrix on any
+    grid, block size or device (up to the product's rounding)."""
     p = max(d for d in range(1, int(np.sqrt(n)) + 1) if n % d == 0) if n else 1
     q = n // p if n else 0
     qa, qb = _haar(p, seed), _haar(q, seed + 1)
@@ -94,10 +97,20 @@ def conditioned_matrix(grid, n: int, block=64, *, cond: float = 1e6, seed: int =
     def dq2t(I, J):                 # (diag(s) Q2^T)[i, j] = s_i Q2[j, i]
         xp = _xp_of(I)
         return xp.asarray(s)[I] * xp.asarray(qc)[J // q, I // q] * xp.asarray(qd)[J % q, I % q]
-    blk = _pair(block)
-    Q1 = DistMatrix.from_function(grid, (n, n), blk, q1, dtype=dtype, device=device)
-    M = DistMatrix.from_function(grid, (n, n), blk, dq2t, dtype=dtype, device=device)
-    return Q1 @ M
+    A = DistMatrix.zeros(grid, (n, n), _pair(block), dtype=dtype, device=device)
+    be, xp = A.backend, A.xp
+    rows, cols = xp.asarray(A.row_indices()), xp.asarray(A.col_indices())
+    if A.local.size:
+        for k0 in range(0, n, PANEL):
+            K = xp.arange(k0, min(n, k0 + PANEL))
+            left = be.asarray(q1(rows[:, None], K[None, :]), dtype=dtype)      # mloc x w
+            right = be.asarray(dq2t(K[:, None], cols[None, :]), dtype=dtype)   # w x nloc
+            be.gemm("N", "N", 1.0, left, right, 1.0, A.local)
+    return A
+
+
+#: inner indices per panel of conditioned_matrix's product
+PANEL = 512
 
 
 def _haar(m: int, seed: int) -> np.ndarray:
