@@ -12,25 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import numpy as np
+from probe_timing import timed
 
 from distla import DistMatrix, ProcessGrid, linalg, problems
 from distla.trace import Tracer
 from distla.vector import residual
-
-
-def timed(be, fn, reps=2):
-    best, out = float("inf"), None
-    for _ in range(reps):
-        out = None
-        be.synchronize()
-        t = time.perf_counter()
-        out = fn()
-        be.synchronize()
-        best = min(best, time.perf_counter() - t)
-    return best, out
 
 
 def main():

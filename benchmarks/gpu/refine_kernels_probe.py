@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import cupy as cp
 import numpy as np
+from probe_timing import best
 
 _SRC = r"""
 extern "C" __global__ void gemv_abs(const double* A, long long ld, long long m, long long n,
@@ -39,18 +39,6 @@ extern "C" __global__ void gemv_abs(const double* A, long long ld, long long m, 
     pa[c * m + i] = sa;
 }
 """
-
-
-def best(fn, reps):
-    fn()
-    cp.cuda.get_current_stream().synchronize()
-    b = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        cp.cuda.get_current_stream().synchronize()
-        b = min(b, time.perf_counter() - t)
-    return b
 
 
 def main():

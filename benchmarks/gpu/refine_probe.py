@@ -11,10 +11,11 @@ one solve with the float32 factors (with its casts), the scaled residual. JSON l
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import time
 
 import numpy as np
+from probe_timing import timed as timed_on
 
 from distla import DistMatrix, ProcessGrid, linalg, problems
 from distla.linalg.refine import scaled_residual
@@ -34,6 +35,7 @@ def main():
     n, nb, fd = a.n, a.nb, a.factor_dtype
     A = problems.conditioned_matrix(g, n, nb, cond=1e2, spd=True, device=a.device)
     be = A.backend
+    timed = functools.partial(timed_on, be, reps=3)      # (best seconds, result)
     B = DistMatrix.random(g, (n, 1), (nb, nb), device=a.device, seed=3)
     rows = []
 
@@ -43,22 +45,12 @@ def main():
         extra = " ".join(f"{k}={v}" for k, v in kw.items())
         print(f"{what:44s} {s:9.4f} s {extra}", flush=True)
 
-    def timed(fn, reps=3):
-        best, out = float("inf"), None
-        for _ in range(reps):
-            be.synchronize()
-            t = time.perf_counter()
-            out = fn()
-            be.synchronize()
-            best = min(best, time.perf_counter() - t)
-        return best, out
-
     for meth, fn in (("cholesky", linalg.solve_cholesky), ("gepp", linalg.solve_lu)):
         def run():
             return fn(A, B, precision="mixed", factor_dtype=fd, return_info=True,
                       check_rcond=False)
         run()
-        s, (X, info) = timed(run, 2)
+        s, (X, info) = timed(run, reps=2)
         rec(f"mixed {meth} solve", s, iters=info.iterations,
             times={k: round(v, 4) for k, v in info.times.items()})
         with Tracer(device=a.device) as tr:

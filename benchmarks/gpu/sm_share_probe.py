@@ -17,16 +17,10 @@ import json
 import time
 
 import numpy as np
+from probe_timing import cublas_lib
 
 from distla import ProcessGrid, linalg, problems
 from distla.device import gpu as gpu_mod
-
-
-def cublas_lib():
-    """The libcublas CuPy loaded (from this process's memory map)."""
-    with open("/proc/self/maps") as f:
-        paths = {ln.split()[-1] for ln in f if "libcublas.so" in ln and "Lt" not in ln}
-    return ctypes.CDLL(sorted(paths)[0])
 
 
 def main():

@@ -8,28 +8,10 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import time
 
 import cupy as cp
 import numpy as np
-
-
-def cublas_lib():
-    with open("/proc/self/maps") as f:
-        paths = {ln.split()[-1] for ln in f if "libcublas.so" in ln and "Lt" not in ln}
-    return ctypes.CDLL(sorted(paths)[0])
-
-
-def best(fn, reps=5):
-    fn()
-    cp.cuda.get_current_stream().synchronize()
-    b = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        cp.cuda.get_current_stream().synchronize()
-        b = min(b, time.perf_counter() - t)
-    return b
+from probe_timing import best, cublas_lib
 
 
 def main():

@@ -407,9 +407,9 @@ __device__ float pow2_above(float m) {
 _AT = "(ia[0] > 0 ? a[ia[0] - 1] : 0.0f)"
 
 
-# y = A x, ya = |A| |x| (absolute), rs = |A| 1 (rowsums 1; rowsums 2: the squares' sums, A.^2 1)
-# for column-major A (m x n, leading
-# dimension ld) and K = 1..4 columns of x (element (j, q) at x[j sxj + q sxc]): thread i of
+# y = A x, ya = |A| |x| (absolute), rs = |A| 1 (rowsums 1; rowsums 2: the squares' sums,
+# A.^2 1) for column-major A (m x n, leading dimension ld) and K = 1..4 columns of x
+# (element (j, q) at x[j sxj + q sxc]): thread i of
 # block column c sums row i over columns [c chunk, (c + 1) chunk), so a warp reads 32
 # consecutive entries of one column; the partial sums (c, q, i) are added over c afterwards
 # (no atomics: the result does not depend on scheduling)
