@@ -4,10 +4,13 @@
     mpirun -n 1 python3 benchmarks/checks_cost.py --device gpu --n 32768 --nb 1024
 
 For Cholesky and LU (partial pivoting): the solve with every check off (the reference row),
-then each check alone (check_finite, check_symmetric, the rcond estimate) timed by itself on
-the same matrix, and what the estimate adds to a solve with the factor when it rides along
-(cho_solve_rcond / lu_solve_rcond against cho_solve / lu_solve), best of --reps. Prints
-seconds and the percentage of the plain solve.
+the solve with the default checks (check_finite, check_symmetric for Cholesky, the rcond
+estimate) and the difference ("every check": a difference of two timings, noisy where the
+checks are a few percent), then each check alone timed by itself on the same matrix
+(check_finite; check_symmetric, also with finite=True, the one pass a checked Cholesky solve
+makes; the rcond estimate), and what the estimate adds to a solve with the factor when it
+rides along (cho_solve_rcond / lu_solve_rcond against cho_solve / lu_solve), best of
+--reps. Prints seconds and the percentage of the plain solve.
 """
 import argparse
 import json
@@ -65,9 +68,14 @@ def main():
 
     t_chol = best(lambda: solve_cholesky(A, B, check_symmetric=False, **off), a.reps)
     rec("solve_cholesky (no checks)", t_chol, n ** 3 / 3, t_chol)
+    t_all = best(lambda: solve_cholesky(A, B), a.reps)
+    rec("solve_cholesky (default checks)", t_all, n ** 3 / 3, t_chol)
+    rec("every check (default - none)", max(t_all - t_chol, 1e-9), 0, t_chol)
     rec("check_finite A,B", best(lambda: check_finite(("A", A), ("B", B)), a.reps),
         0, t_chol)
     rec("check_symmetric", best(lambda: check_symmetric(A), a.reps), 0, t_chol)
+    rec("check_symmetric + finite + norm", best(lambda: check_symmetric(A, finite=True),
+                                                 a.reps), 0, t_chol)
     L = cholesky(A, check_finite=False, check_symmetric=False)
     anorm = norm(A, 1)
     rec("rcond (Cholesky)", best(lambda: cho_rcond((L, True), anorm), a.reps), 0, t_chol)
@@ -76,6 +84,9 @@ def main():
     rec("rcond added to cho_solve (fused)", max(t2 - t1, 1e-9), 0, t_chol)
     t_lu = best(lambda: solve_lu(A, B, **off), a.reps)
     rec("solve_lu (no checks)", t_lu, 2 * n ** 3 / 3, t_lu)
+    t_all = best(lambda: solve_lu(A, B), a.reps)
+    rec("solve_lu (default checks)", t_all, 2 * n ** 3 / 3, t_lu)
+    rec("every check (default - none)", max(t_all - t_lu, 1e-9), 0, t_lu)
     rec("check_finite A,B", best(lambda: check_finite(("A", A), ("B", B)), a.reps),
         0, t_lu)
     F = lu_factor(A, check_finite=False)

@@ -526,37 +526,51 @@ class DistMatrix:
 
     def norm(self, ord="fro"):
         """Collective: 'fro', 1, inf (np.inf or 'inf') or 'max' norm, as a Python float on
-        every rank (NaN anywhere gives NaN on every rank)."""
-        grid, xp, be = self.grid, self.xp, self.backend
-        if ord in ("inf", "Inf"):
-            ord = np.inf
-        if ord not in ("fro", 1, np.inf, "max"):
-            raise ValueError(f"norm: ord must be 'fro', 1, inf or 'max', not {ord!r}")
+        every rank (NaN anywhere gives NaN on every rank). A tuple of those (e.g.
+        ``(1, 'max')``) gives a tuple of floats from one pass over the local matrix."""
+        if isinstance(ord, tuple):
+            return self._norms(ord)
+        return self._norms((ord,))[0]
+
+    def _norms(self, ords):
+        xp, be = self.xp, self.backend
+        ords = tuple(np.inf if o in ("inf", "Inf") else o for o in ords)
+        for o in ords:
+            if o not in ("fro", 1, np.inf, "max"):
+                raise ValueError(f"norm: ord must be 'fro', 1, inf or 'max', not {o!r}")
         # column slabs: the temporaries stay a fraction of the local matrix
         mloc, nloc = self.local.shape
         w = max(1, min(nloc, _SLAB_ELEMS[self.device] // max(1, mloc), -(-nloc // 32)))
-        acc = None
+        acc = dict.fromkeys(ords)
         parts = []
         fused = be.gemv_abs(self.local, xp.zeros((nloc, 0), self.dtype), absolute=False,
-                            rowsums=True) if ord == np.inf and self.local.size else None
-        if fused is not None:     # the row sums in one pass, no temporaries (GPU ranks)
-            acc = fused[2][:, 0]
+                            rowsums=True) if ords == (np.inf,) and self.local.size else None
+        if fused is not None:     # the row sums in one pass, no temporaries
+            acc[np.inf] = fused[2][:, 0]
         for c in range(0, nloc, w) if fused is None else ():
             # |A| of the slab's transpose: a walk in memory order (row j of absA: column j)
             absA = xp.abs(self.local[:, c:c + w].T)
-            if ord == "fro":
-                sq = absA.real ** 2 + absA.imag ** 2 if self.dtype.kind == "c" else absA ** 2
-                v = xp.sum(sq, dtype=np.float64)
-            elif ord == "max":
-                v = absA.max() if absA.size else None
-            elif ord == 1:
-                parts.append(absA.sum(axis=1))
-                continue
-            else:
-                v = absA.sum(axis=0)
-            if v is not None:
-                acc = v if acc is None else (xp.maximum(acc, v) if ord == "max" else acc + v)
+            for o in ords:
+                if o == "fro":
+                    sq = absA.real ** 2 + absA.imag ** 2 if self.dtype.kind == "c" \
+                        else absA ** 2
+                    v = xp.sum(sq, dtype=np.float64)
+                elif o == "max":
+                    v = absA.max() if absA.size else None
+                elif o == 1:
+                    parts.append(absA.sum(axis=1))
+                    continue
+                else:
+                    v = absA.sum(axis=0)
+                if v is not None:
+                    a = acc[o]
+                    acc[o] = v if a is None else (xp.maximum(a, v) if o == "max" else a + v)
             del absA
+        return tuple(self._reduce_norm(o, acc[o], parts, mloc) for o in ords)
+
+    def _reduce_norm(self, ord, acc, parts, mloc):
+        """Collective: one norm from this rank's partial results (:meth:`_norms`)."""
+        grid, xp, be = self.grid, self.xp, self.backend
         if ord == "fro":
             loc = float(be.to_host(acc)) if acc is not None else 0.0
             return float(np.sqrt(grid.allreduce(loc, "sum")))

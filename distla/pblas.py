@@ -159,8 +159,10 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans:
         return Xt.transpose()
     if A.grid.nprow == 1 and A.grid.npcol == 1:   # one process: the local library's solve
         X = B if overwrite_b else B.copy()
+        lo, hi = _nonzero_span(X.local, lower != trans) if not A.backend.is_gpu else (0, A.n)
         A.backend.trsm("L", "L" if lower else "U", "T" if trans else "N",
-                       "U" if unit_diagonal else "N", alpha, A.local, X.local)
+                       "U" if unit_diagonal else "N", alpha, A.local[lo:hi, lo:hi],
+                       X.local[lo:hi])
         return X
     if B.n <= _FEW_RHS:
         return _trsv_few(A, B, lower, trans, "U" if unit_diagonal else "N", alpha, overwrite_b)
@@ -225,6 +227,16 @@ _FEW_RHS = 16   # up to this many right-hand sides, A stays put and only X trave
 _FAN_IN_ONLY = False   # True: always the fan-in form (the old behaviour; for measurements)
 
 
+def _nonzero_span(b, forward: bool):
+    """``(lo, hi)``: the rows of a triangular solve with right-hand sides ``b`` (host, n x k)
+    that can be nonzero: from b's first nonzero row on (forward sweep) or up to its last
+    (backward); outside them x = 0. For the condition estimator's unit vectors."""
+    nz = np.flatnonzero(np.any(b != 0, axis=1))
+    if not nz.size:
+        return (0, 0)
+    return (int(nz[0]), b.shape[0]) if forward else (0, int(nz[-1]) + 1)
+
+
 def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
     """op(A) X = alpha B for a few right-hand sides (collective), A stationary (as pdtrsv).
 
@@ -273,10 +285,18 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
     # op = T always (block columns of A, each computed ahead: _ColumnPartials)
     dot = _FAN_IN_ONLY or trans or grid.npcol > grid.nprow
     acc = None if dot else be.zeros((len(rows), k), A.dtype)   # fan-out sums, my rows
-    chunks = _RowChunks(A, xc, forward) if dot and not trans else None
-    ahead = _ColumnPartials(A, xr, forward) if trans else None
+    # blocks of b that are zero before the first nonzero row (forward) or after the last
+    # (backward) have x = 0 there: the sweep starts at the first (last) nonzero block
+    nz = np.flatnonzero(np.any(full != 0, axis=1))
+    kfirst = int(nz[0]) // nb if nz.size else layout.num_blocks(n, nb)
+    klast = int(nz[-1]) // nb if nz.size else -1
+    g_lo, g_hi = (kfirst * nb, n) if forward else (0, min(n, (klast + 1) * nb))
+    zone_c = (A.local_col_start(g_lo), A.local_col_start(g_hi))
+    zone_r = (A.local_row_start(g_lo), A.local_row_start(g_hi))
+    chunks = _RowChunks(A, xc, forward, zone_c) if dot and not trans else None
+    ahead = _ColumnPartials(A, xr, forward, zone_r) if trans else None
     nblk = layout.num_blocks(n, nb)
-    for kb in (range(nblk) if forward else range(nblk - 1, -1, -1)):
+    for kb in (range(kfirst, nblk) if forward else range(klast, -1, -1)):
         g0, w = kb * nb, min(nb, n - kb * nb)
         pr, pc = A.row_owner(g0), A.col_owner(g0)
         r0, c0 = A.local_row_start(g0), A.local_col_start(g0)
@@ -323,10 +343,12 @@ class _RowChunks:
     local rows at a time (local; :func:`_trsv_few`). ``forward``: solved columns are a
     prefix ``[0, c)`` of my local columns (else a suffix ``[c, ncols)``)."""
 
-    def __init__(self, A, xc, forward: bool):
+    def __init__(self, A, xc, forward: bool, zone=None):
         self.A, self.xc, self.forward = A, xc, forward
         self.lo = self.hi = self.done = 0
         self.sums = None
+        # local columns outside [z0, z1) hold x = 0 (zero blocks of b skipped): never read
+        self.z0, self.z1 = zone if zone is not None else (0, A.local_shape[1])
 
     def partial_sums(self, r0, r1, c, out):
         """``out = A[r0:r1, solved] x[solved]`` with the solved columns up to ``c``."""
@@ -337,7 +359,7 @@ class _RowChunks:
             self.lo, self.hi = (r0, min(mloc, r0 + ch)) if self.forward else (max(0, r1 - ch), r1)
             self.sums = be.zeros((self.hi - self.lo, out.shape[1]), A.dtype)
             self.done = c
-            s0, s1 = (0, c) if self.forward else (c, nloc)
+            s0, s1 = (self.z0, c) if self.forward else (c, min(nloc, self.z1))
             if s1 > s0:
                 be.gemm("N", "N", 1.0, A.local[self.lo:self.hi, s0:s1], xc[s0:s1], 0.0,
                         self.sums)
@@ -354,13 +376,15 @@ class _ColumnPartials:
     solved since are added. ``forward``: solved rows are a prefix ``[0, r)`` of my local
     rows (else a suffix ``[r, mloc)``)."""
 
-    def __init__(self, A, xr, forward: bool):
+    def __init__(self, A, xr, forward: bool, zone=None):
         self.A, self.xr, self.forward = A, xr, forward
         self.c0 = -1                       # local column start of the block computed ahead
         self.done, self.sums = 0, None
+        # local rows outside [z0, z1) hold x = 0 (zero blocks of b skipped): never read
+        self.z0, self.z1 = zone if zone is not None else (0, A.local_shape[0])
 
     def _rows(self, r):
-        return (0, r) if self.forward else (r, self.A.local_shape[0])
+        return (self.z0, r) if self.forward else (r, self.z1)
 
     def compute_next(self, c, r):
         """After a step: my next block column starts (forward) or ends (backward) at local

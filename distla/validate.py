@@ -8,11 +8,14 @@
 * :func:`check_symmetric` -- a matrix that is not symmetric (Hermitian) within ``rtol`` raises
   ``ValueError``. Instead of a distributed transpose (n^2 words moved) it compares the bilinear
   forms ``v_i^T A v_j`` and ``v_j^T A v_i`` for four fixed random vectors: ``M = V^T A V``
-  (4 x 4, one local GEMM with ``V``'s rows and columns held here and one all-reduce of 17
+  (4 x 4, one local product with ``V``'s rows and columns held here and one all-reduce of 17
   numbers) must equal ``M^H``. For ``E = A - A^H`` and independent Gaussian vectors,
   ``|v_i^T E v_j|`` is of the order of ``||E||_F``, so any asymmetry well above
   ``rtol ||A||_F`` is caught (two independent pairs; a miss needs both forms to fall below the
-  threshold by chance).
+  threshold by chance). The same pass over A gives its rows' absolute sums: the scale of the
+  threshold (``||r||_2 / sqrt(n) <= ||A||_F``, so the test is if anything stricter), A's
+  finiteness (``finite=True`` folds :func:`check_finite` of A into it) and ``||A||_inf``, the
+  norm a condition estimate needs, so a checked Cholesky solve reads A once before factoring.
 * :func:`signature` -- a short text describing a call's arguments, compared across ranks by
   :func:`distla.errors.collective` (``signature=``) so that ranks calling a collective
   function with different arguments get the same clear error instead of a hang.
@@ -103,48 +106,60 @@ def _probe_vectors(n: int, dtype) -> np.ndarray:
         np.float32 if np.dtype(dtype) in (np.float32, np.complex64) else np.float64)
 
 
-def _sum_squares(M) -> float:
-    """``sum |m_ij|^2`` over this rank's local matrix (local): one BLAS dot of the contiguous
-    storage with itself (a view, real and imaginary parts alike); a non-contiguous local
-    matrix (a view into a larger one) goes in column slabs of at most ``_SLAB`` entries, so
-    that no temporary is the size of the matrix."""
-    a, xp, be = M.local, M.xp, M.backend
-    if a.size == 0:
-        return 0.0
-    r = _real_view(a)
-    if r is not None:             # one BLAS dot over the storage (real and imaginary parts)
-        return float(be.to_host(r.dot(r)))
+def _row_abs_sums(M):
+    """``sum_j |m_ij|`` for each of this rank's local rows (local; a device vector), in
+    column slabs of at most ``_SLAB`` entries so that no temporary is the local matrix's size
+    (used where :meth:`distla.device.base.Backend.gemv_abs` has no kernel: complex A)."""
+    a, xp = M.local, M.xp
+    out = xp.zeros(a.shape[0], dtype=np.finfo(a.dtype).dtype)
     step = max(1, _SLAB // max(1, a.shape[0]))
-    total = 0.0
     for j0 in range(0, a.shape[1], step):
-        blk = a[:, j0:j0 + step]
-        total += float(be.to_host(xp.sum((blk * blk.conj()).real)))
-    return total
+        out += xp.abs(a[:, j0:j0 + step]).sum(axis=1)
+    return out
 
 
-def check_symmetric(A, rtol: float | None = None, what: str = "cholesky") -> None:
+def check_symmetric(A, rtol: float | None = None, what: str = "cholesky",
+                    finite: bool = False) -> float:
     """Collective: raise ``ValueError`` on every rank unless the square A equals ``A^H``
-    within ``rtol`` (default ``sqrt(eps)`` of A's precision) relative to ``||A||_F``."""
+    within ``rtol`` (default ``sqrt(eps)`` of A's precision) relative to
+    ``||r||_2 / sqrt(n)``, ``r`` the rows' absolute sums (a lower bound of ``||A||_F``).
+    ``finite=True``: also :func:`check_finite` of A, from the same pass (the probe's sums are
+    finite when A is; only otherwise is A scanned). Returns ``||A||_inf`` (the largest row
+    sum: for a symmetric A also ``||A||_1``, what the condition estimate needs), the same
+    float on every rank."""
     from mpi4py import MPI
-    be = A.backend
+    be, grid = A.backend, A.grid
     eps = np.finfo(A.dtype).eps
     rtol = float(np.sqrt(eps)) if rtol is None else float(rtol)
     V = _probe_vectors(A.n, A.dtype)
     Vr = be.asarray(np.asfortranarray(V[A.row_indices()]))
     Vc = be.asarray(np.asfortranarray(V[A.col_indices()]))
     buf = np.zeros(17, dtype=np.complex128)
+    rows = np.zeros(A.local_shape[0])
     if A.local.size:
-        fused = be.gemv_abs(A.local, Vc, absolute=False, squares=True)   # one pass (GPU)
-        W = A.local @ Vc if fused is None else fused[0]    # mloc x 4
-        buf[:16] = np.asarray(be.to_host(Vr.T @ W)).ravel()
-        buf[16] = _sum_squares(A) if fused is None else float(be.to_host(fused[2].sum()))
-    A.grid.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-    M, fro = buf[:16].reshape(4, 4), float(np.sqrt(buf[16].real))
-    gap = float(np.max(np.abs(M - M.conj().T)))
-    with collective(A.grid.comm):
-        if not np.isfinite(gap) or gap > rtol * max(fro, np.finfo(np.float64).tiny):
-            rel = gap / fro if fro > 0 else np.inf
+        # one pass: A Vc and the row sums of |A| (CPU: in cache-sized tiles; GPU: one kernel)
+        with np.errstate(over="ignore", invalid="ignore"):   # NaN/Inf in A: judged below
+            fused = be.gemv_abs(A.local, Vc, absolute=False, rowsums=True)
+            W = A.local @ Vc if fused is None else fused[0]    # mloc x 4
+            buf[:16] = np.asarray(be.to_host(Vr.T @ W)).ravel()
+            rows = np.asarray(be.to_host(_row_abs_sums(A) if fused is None else
+                                         fused[2][:, 0]), dtype=np.float64)
+    grid.row_comm.Allreduce(MPI.IN_PLACE, rows, op=MPI.SUM)       # whole rows' sums
+    with np.errstate(over="ignore", invalid="ignore"):
+        buf[16] = float(np.dot(rows, rows)) if grid.mycol == 0 else 0.0
+        top = float(rows.max()) if rows.size else 0.0
+    grid.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+    anorm = grid.allreduce(top, "max")
+    M, scale = buf[:16].reshape(4, 4), float(np.sqrt(buf[16].real / max(A.n, 1)))
+    with np.errstate(over="ignore", invalid="ignore"):     # NaN/Inf in A: judged below
+        gap = float(np.max(np.abs(M - M.conj().T)))
+    if finite and not (np.isfinite(buf).all() and np.isfinite(anorm)):
+        check_finite(("A", A), what=what)     # raises unless finite entries merely overflowed
+    with collective(grid.comm):
+        if not np.isfinite(gap) or gap > rtol * max(scale, np.finfo(np.float64).tiny):
+            rel = gap / scale if scale > 0 else np.inf
             raise ValueError(
                 f"{what}: A is not {'Hermitian' if A.dtype.kind == 'c' else 'symmetric'} "
                 f"(relative asymmetry about {rel:.1e} > {rtol:.1e}); {what} reads only one "
                 f"triangle, so pass check_symmetric=False if that is what you mean")
+    return anorm

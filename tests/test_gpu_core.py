@@ -27,15 +27,25 @@ def _tol(dtype):
     return 1e-10 if dtype == np.float64 else 1e-3
 
 
-@pytest.mark.gpu
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_gemv_abs_one_pass(dtype, monkeypatch):
-    """GpuBackend.gemv_abs: A x, |A| |x| and |A| 1 in one pass, on a strided column-major view
-    (leading dimension > rows), 0 to 9 columns (groups of 4), more columns than one chunk,
-    NaN propagated; None for what it does not cover (complex, mixed dtypes, row-major A)."""
-    import cupy as cp
-    be = get_backend("gpu")
-    monkeypatch.setattr(type(be), "GEMV_CHUNK", 64)   # several column chunks at this size
+def test_gemv_abs_one_pass(device, dtype, monkeypatch):
+    """Backend.gemv_abs: A x, |A| |x| and |A| 1 (or the squares' sums) in one pass, on a
+    strided column-major view (leading dimension > rows), 0 to 9 columns, several GPU column
+    chunks / CPU tiles in both directions, NaN propagated; an empty view gives zeros (never
+    None, so that every rank of a grid takes the same path); None for what it does not cover
+    (complex, mixed dtypes, row-major A)."""
+    be = get_backend(device)
+    xp = be.xp
+    if device == "gpu":
+        monkeypatch.setattr(type(be), "GEMV_CHUNK", 64)   # several column chunks
+    else:
+        monkeypatch.setattr(type(be), "GEMV_TILE", 64 * 8)          # tiles of 64 x 8
+        monkeypatch.setattr(type(be), "GEMV_TILE_ROWS", 64)
+
+    def view(host):
+        return xp.asfortranarray(xp.asarray(host))[5:262, 3:203]
+
     rng = np.random.default_rng(3)
     big = rng.standard_normal((300, 270)).astype(dtype)
     a = big[5:262, 3:203]                     # 257 x 200, ld 300
@@ -43,32 +53,93 @@ def test_gemv_abs_one_pass(dtype, monkeypatch):
     for k in (0, 1, 2, 4, 5, 9):
         x = rng.standard_normal((200, k)).astype(dtype)
         for absolute, rowsums in ((True, True), (False, False), (True, False), (False, True)):
-            g = cp.asfortranarray(cp.asarray(big))[5:262, 3:203]
-            y, ya, rs = be.gemv_abs(g, cp.asarray(x), absolute=absolute, rowsums=rowsums)
+            y, ya, rs = be.gemv_abs(view(big), xp.asarray(x), absolute=absolute,
+                                    rowsums=rowsums)
             scale = np.abs(a).sum(axis=1, keepdims=True) * max(1.0, np.abs(x).max(initial=0))
-            np.testing.assert_allclose(y.get(), a @ x, rtol=0, atol=tol * scale.max())
+            np.testing.assert_allclose(be.to_host(y), a @ x, rtol=0, atol=tol * scale.max())
             assert (ya is not None) == absolute and (rs is not None) == rowsums
             if absolute:
-                np.testing.assert_allclose(ya.get(), np.abs(a) @ np.abs(x), rtol=tol, atol=0)
+                np.testing.assert_allclose(be.to_host(ya), np.abs(a) @ np.abs(x), rtol=tol,
+                                           atol=0)
             if rowsums:
-                np.testing.assert_allclose(rs.get(), np.abs(a).sum(axis=1, keepdims=True),
+                np.testing.assert_allclose(be.to_host(rs), np.abs(a).sum(axis=1, keepdims=True),
                                            rtol=tol)
     x = rng.standard_normal((200, 6)).astype(dtype)     # squares' sums, two column groups
-    g = cp.asfortranarray(cp.asarray(big))[5:262, 3:203]
-    y, ya, rs = be.gemv_abs(g, cp.asarray(x), absolute=False, squares=True)
-    assert ya is None
-    np.testing.assert_allclose(rs.get(), (a * a).sum(axis=1, keepdims=True), rtol=tol)
-    np.testing.assert_allclose(y.get(), a @ x, rtol=0, atol=tol * np.abs(a).sum(1).max() * 5)
+    for absolute in (False, True):
+        y, ya, rs = be.gemv_abs(view(big), xp.asarray(x), absolute=absolute, squares=True)
+        assert (ya is not None) == absolute
+        np.testing.assert_allclose(be.to_host(rs), (a * a).sum(axis=1, keepdims=True),
+                                   rtol=tol)
+        np.testing.assert_allclose(be.to_host(y), a @ x, rtol=0,
+                                   atol=tol * np.abs(a).sum(1).max() * 5)
+        if absolute:
+            np.testing.assert_allclose(be.to_host(ya), np.abs(a) @ np.abs(x), rtol=tol)
     bad = big.copy()
     bad[10, 50] = np.nan
-    g = cp.asfortranarray(cp.asarray(bad))[5:262, 3:203]
-    y, ya, rs = be.gemv_abs(g, cp.ones((200, 1), dtype), rowsums=True)
-    assert np.isnan(y.get()[5, 0]) and np.isnan(ya.get()[5, 0]) and np.isnan(rs.get()[5, 0])
-    assert np.isfinite(y.get()[6:, 0]).all()
-    gc = cp.asfortranarray(cp.asarray(a, dtype=np.complex128))
-    assert be.gemv_abs(gc, cp.ones((200, 1), np.complex128)) is None
-    assert be.gemv_abs(g, cp.ones((200, 1), np.float16)) is None
-    assert be.gemv_abs(cp.ascontiguousarray(g), cp.ones((200, 1), dtype)) is None
+    g = view(bad)
+    y, ya, rs = be.gemv_abs(g, xp.ones((200, 1), dtype), rowsums=True)
+    y, ya, rs = be.to_host(y), be.to_host(ya), be.to_host(rs)
+    assert np.isnan(y[5, 0]) and np.isnan(ya[5, 0]) and np.isnan(rs[5, 0])
+    assert np.isfinite(y[6:, 0]).all()
+    for shape in ((0, 7), (7, 0), (0, 0)):       # a rank holding no rows or no columns
+        y, ya, rs = be.gemv_abs(xp.zeros(shape, dtype, order="F"),
+                                xp.ones((shape[1], 2), dtype), rowsums=True)
+        assert y.shape == ya.shape == (shape[0], 2) and rs.shape == (shape[0], 1)
+        assert not be.to_host(y).any() and not be.to_host(rs).any()
+    gc = xp.asfortranarray(xp.asarray(a, dtype=np.complex128))
+    assert be.gemv_abs(gc, xp.ones((200, 1), np.complex128)) is None
+    assert be.gemv_abs(g, xp.ones((200, 1), np.float16)) is None
+    assert be.gemv_abs(xp.ascontiguousarray(g), xp.ones((200, 1), dtype)) is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+def test_one_column_products_and_solves(device, dtype):
+    """gemm and trsm with one column of C / B (CPU ranks: BLAS gemv and trsv) on strided
+    views, every op, alpha and beta, a right-hand side given as a row of a transposed
+    operand; against NumPy/SciPy."""
+    be = get_backend(device)
+    xp = be.xp
+    tol = _tol(np.float32 if dtype == np.float32 else np.float64)
+    rng = np.random.default_rng(11)
+
+    def r(*shape):
+        v = rng.standard_normal(shape)
+        return (v + 1j * rng.standard_normal(shape) if dtype == np.complex128 else v
+                ).astype(dtype)
+
+    big = r(40, 40)
+    a = big[2:32, 4:24]                                        # 30 x 20, ld 40
+    for ta in ("N", "T", "C"):
+        opa = {"N": a, "T": a.T, "C": a.conj().T}[ta]
+        k = opa.shape[1]
+        xb = r(k + 3, 3)
+        cb = r(opa.shape[0] + 2, 3)
+        x, c = xb[1:k + 1, 1:2], cb[2:, 2:3]                  # strided single columns
+        want = 1.5 * opa @ x + 0.5 * c
+        dc = xp.asfortranarray(xp.asarray(cb))
+        be.gemm(ta, "N", 1.5, xp.asfortranarray(xp.asarray(big))[2:32, 4:24],
+                xp.asfortranarray(xp.asarray(xb))[1:k + 1, 1:2], 0.5, dc[2:, 2:3])
+        np.testing.assert_allclose(be.to_host(dc[2:, 2:3]), want, rtol=tol, atol=tol * 10)
+        xt = xp.asfortranarray(xp.asarray(r(1, k)))             # op(b) = b^T: a row of b
+        ct = xp.zeros((opa.shape[0], 1), dtype, order="F")
+        be.gemm(ta, "T", 1.0, xp.asfortranarray(xp.asarray(a)), xt, 0.0, ct)
+        np.testing.assert_allclose(be.to_host(ct), opa @ be.to_host(xt).T, rtol=tol,
+                                   atol=tol * 10)
+    t = (np.tril(r(20, 20)) + 20 * np.eye(20)).astype(dtype)
+    for uplo, tt in (("L", t), ("U", t.T)):
+        for ta in ("N", "T", "C"):
+            for diag in ("N", "U"):
+                m = tt - np.diag(np.diag(tt)) + np.eye(20) if diag == "U" else tt
+                op = {"N": m, "T": m.T, "C": m.conj().T}[ta]
+                bb = r(25, 2)
+                db = xp.asfortranarray(xp.asarray(bb))
+                be.trsm("L", uplo, ta, diag, 2.0, xp.asfortranarray(xp.asarray(tt)),
+                        db[3:23, 1:2])
+                np.testing.assert_allclose(be.to_host(db[3:23, 1:2]),
+                                           np.linalg.solve(op, 2.0 * bb[3:23, 1:2]),
+                                           rtol=tol, atol=tol)
+                np.testing.assert_array_equal(be.to_host(db[:3]), bb[:3])   # rest untouched
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -243,6 +243,38 @@ def test_triangular_solve_all_grids(grids, side, lower, trans, unit, nrhs):
             np.testing.assert_array_equal(B.to_global(None), b)  # B kept
 
 
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("trans", [False, True])
+def test_triangular_solve_skips_zero_blocks_of_b(grids, lower, trans):
+    """Right-hand sides zero before (forward sweep) or after (backward) some row, as the
+    condition estimator's unit vectors: the sweep starts at the first nonzero block and x is
+    exactly zero where b's zero blocks lie; a wholly zero b gives zeros. One process, a
+    grid, few right-hand sides, a source process in the corner, blocks not dividing n."""
+    n = 23
+    a = triangle(n, lower, seed=16)
+    forward = lower != trans
+    cases = {}
+    for j in (0, 4, 5, 11, 22):
+        e = np.zeros((n, 2))
+        e[j, 0], e[(j + 7) % n, 1] = 1.0, -2.0
+        cases[f"unit {j}"] = e
+    tail = rand((n, 1), seed=17)
+    tail[:9] = 0 if forward else tail[:9]
+    tail[14:] = 0 if not forward else tail[14:]
+    cases["zero run"], cases["zero"] = tail, np.zeros((n, 1))
+    for g in grids:
+        for name, b in cases.items():
+            A = DistMatrix.from_global(g, a, block=5, src=corner(g))
+            B = DistMatrix.from_global(g, b, block=5, src=corner(g))
+            X = triangular_solve(A, B, lower=lower, trans=trans).to_global(None)
+            want = sla.solve_triangular(a, b, lower=lower, trans=1 if trans else 0)
+            np.testing.assert_allclose(X, want, rtol=1e-12, atol=1e-14, err_msg=name)
+            nz = np.flatnonzero(np.any(b != 0, axis=1))
+            zero = slice(0, nz[0]) if nz.size and forward else \
+                slice(nz[-1] + 1, n) if nz.size else slice(0, n)
+            assert not X[zero].any(), name
+
+
 @pytest.mark.parametrize("chunk", [4, 7, 1024])
 @pytest.mark.parametrize("fan_in_only", [False, True])
 def test_triangular_solve_few_rhs_in_row_chunks(grids, monkeypatch, chunk, fan_in_only):
@@ -330,6 +362,18 @@ def test_norm_function_matches_numpy(comm, grids):
             want = np.abs(a).max() if o == "max" else np.linalg.norm(
                 a, np.inf if o == "inf" else o)
             assert norm(A, o) == pytest.approx(want, rel=1e-13)
+
+
+def test_norms_in_one_pass_match_each(grids):
+    """DistMatrix.norm with a tuple of orders: what one call per order gives."""
+    a = rand((13, 9), seed=15)
+    a[4, 6] = -40.0
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=(4, 3), src=corner(g))
+        ords = ("fro", 1, np.inf, "max")
+        # (inf alone takes the one-pass row sums of gemv_abs: the same to rounding)
+        assert A.norm(ords) == pytest.approx(tuple(A.norm(o) for o in ords), rel=1e-14)
+        assert A.norm((1, "max")) == pytest.approx((np.abs(a).sum(0).max(), 40.0), rel=1e-14)
 
 
 def test_norm_keeps_nan(comm, grids):

@@ -626,8 +626,10 @@ def test_singular_matrix_never_returns_silently():
         kinds = {type(x.message) for x in w}
         assert RBTFallbackWarning in kinds and LinAlgWarning in kinds, kinds
         assert info.fallback and not info.converged and info.rcond < np.finfo(float).eps
-        with pytest.raises(ConvergenceError, match="numerically singular|backward error") \
-                as ei:
+        # which test stops it (stagnation, the backward error or the estimate) depends on
+        # the rounding of the grid's sums; that it raises on every rank does not
+        with pytest.raises(ConvergenceError,
+                           match="numerically singular|backward error|stagnated") as ei:
             rbt_solve(A, B, fallback=False)
         _same_everywhere(grid.comm, str(ei.value))
 

@@ -96,6 +96,34 @@ def test_cholesky_refuses_nonsymmetric(grids, dtype):
         cholesky(B, check_symmetric=False)                      # the lower triangle is SPD
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_symmetry_probe_gives_the_norm_and_the_finite_check(grids, dtype):
+    """check_symmetric returns ||A||_inf (what the Cholesky solve's condition estimate uses)
+    from the same pass; with finite=True a NaN/Inf in A raises check_finite's error (naming
+    the entry), not 'not symmetric'; without it the non-finite probe says not symmetric."""
+    from distla.validate import check_symmetric
+    n = 19
+    a = _spd(n, 100) + n * np.eye(n)
+    if dtype == np.complex128:
+        h = np.triu(np.random.default_rng(3).standard_normal((n, n)), 1) * 1j
+        a = a + h + h.conj().T
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=4, src=(0, g.npcol - 1))
+        got = check_symmetric(A, finite=True)
+        assert got == pytest.approx(np.abs(a).sum(axis=1).max(), rel=1e-13)
+        assert len(set(g.comm.allgather(got))) == 1
+        for bad in (np.nan, np.inf):
+            c = a.copy()
+            c[13, 2] = bad
+            C = DistMatrix.from_global(g, c, block=4)
+            with pytest.raises(ValueError, match=r"A contains a non-finite value .* at global "
+                                                 r"index \(13, 2\)"):
+                check_symmetric(C, finite=True)
+            with pytest.raises(ValueError, match="not (symmetric|Hermitian)"):
+                check_symmetric(C)
+
+
 # ---- arguments that differ between ranks -------------------------------------------------
 @pytest.mark.mpi(min_size=2)
 def test_ranks_calling_differently_raise_instead_of_hanging(comm):

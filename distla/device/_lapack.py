@@ -19,8 +19,8 @@ _api.PyCapsule_GetName.argtypes = [ctypes.py_object]
 _api.PyCapsule_GetPointer.restype = ctypes.c_void_p
 _api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
-_NARGS = {"gemm": 13, "trsm": 11, "syrk": 10, "potrf": 5, "getrf": 6, "laswp": 7,
-          "trtri": 6, "lacpy": 7}
+_NARGS = {"gemm": 13, "gemv": 11, "trsv": 8, "trsm": 11, "syrk": 10, "potrf": 5,
+          "getrf": 6, "laswp": 7, "trtri": 6, "lacpy": 7}
 
 
 @functools.lru_cache(maxsize=None)
@@ -120,6 +120,18 @@ def gemm(transa, transb, alpha, a, b, beta, c):
                               _scalar(beta, dt), _ptr(c), _i(ld(c)))
 
 
+def gemv(trans, alpha, a, x, beta, y):
+    """``y = alpha op(a) x + beta y`` for a column-major ``a`` and 1-D strided ``x``, ``y``
+    (element strides of any sign are not supported: positive ones only)."""
+    m, n = a.shape
+    if m == 0 or n == 0:
+        return
+    dt, it = y.dtype, y.itemsize
+    _fn(_prefix(dt) + "gemv")(_c(trans), _i(m), _i(n), _scalar(alpha, dt), _ptr(a),
+                              _i(ld(a)), _ptr(x), _i(x.strides[0] // it), _scalar(beta, dt),
+                              _ptr(y), _i(y.strides[0] // it))
+
+
 def syrk(uplo, trans, alpha, a, beta, c):
     n = c.shape[0]
     k = a.shape[1] if trans == "N" else a.shape[0]
@@ -137,6 +149,15 @@ def trsm(side, uplo, transa, diag, alpha, a, b):
     dt = b.dtype
     _fn(_prefix(dt) + "trsm")(_c(side), _c(uplo), _c(transa), _c(diag), _i(m), _i(n),
                               _scalar(alpha, dt), _ptr(a), _i(ld(a)), _ptr(b), _i(ld(b)))
+
+
+def trsv(uplo, trans, diag, a, x):
+    """``x = op(a)^-1 x`` for a column-major triangular ``a`` and a 1-D strided ``x``."""
+    n = a.shape[0]
+    if n == 0:
+        return
+    _fn(_prefix(x.dtype) + "trsv")(_c(uplo), _c(trans), _c(diag), _i(n), _ptr(a), _i(ld(a)),
+                                   _ptr(x), _i(x.strides[0] // x.itemsize))
 
 
 def potrf(uplo, a) -> int:

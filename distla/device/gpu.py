@@ -22,9 +22,11 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     is_gpu = True
 
     def __init__(self):
+        super().__init__()
         import cupy
         from cupy_backends.cuda.libs import cublas, cusolver
         self.xp, self._cublas, self._cusolver = cupy, cublas, cusolver
+        self._scalars = {}     # float32 device scalars by value (_device_scalar)
 
     # ---- storage and streams -----------------------------------------------------------------
     def asarray(self, a, dtype=None):
@@ -114,9 +116,6 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     #: a Cholesky solve and 92 ms to an LU solve at n = 32768 (one H100), against 62.5 / 64.7
     #: ms apart (records 2026-11-26-h100-checks-gpu.jsonl)
     fuse_few_rhs = False
-    #: ... and solves column by column, so the estimate uses LAPACK's single vector (dlacn2,
-    #: as ScaLAPACK's pdgecon/pdpocon): four one-column solves instead of seven
-    rcond_vectors = 1
 
     def _trsm(self, side, uplo, transa, diag, alpha, a, b):
         m, n = b.shape
@@ -271,10 +270,9 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     def _device_scalar(self, v):
         """A float32 device scalar of value v, made once per value (never freed, so no stream
         can be handed its memory while a queued kernel still reads it)."""
-        cache = self.__dict__.setdefault("_scalars", {})
-        if v not in cache:
-            cache[v] = self.xp.full((), v, np.float32)
-        return cache[v]
+        if v not in self._scalars:
+            self._scalars[v] = self.xp.full((), v, np.float32)
+        return self._scalars[v]
 
     #: columns of A per thread block in :meth:`gemv_abs` (partial sums per chunk, summed after)
     GEMV_CHUNK = 1024
@@ -284,7 +282,7 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
         # as cuBLAS dgemv for A x alone) against 17.2 ms for |A| |x| by slabs of xp.abs and
         # GEMMs (records 2026-11-26-h100-refine-probe-before.jsonl / -after.jsonl)
         if a.dtype not in (np.float32, np.float64) or x.dtype != a.dtype or a.ndim != 2 or \
-                x.ndim != 2 or not _lapack.is_colmajor(a):
+                x.ndim != 2 or not (a.size == 0 or _lapack.is_colmajor(a)):
             return None
         xp = self.xp
         (m, n), k = a.shape, x.shape[1]

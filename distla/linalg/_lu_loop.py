@@ -80,8 +80,6 @@ class LULoop:
         # low-precision modes on tensor cores: U12 = L11^-1 A12 as an inverse and a GEMM
         self.inverse_panel = self.be.inverse_panel(compute)
         self.panel_tf32 = compute in ("tf32", "fp16", "bf16")
-        if self.inverse_panel:
-            self.eye = self.be.asarray(np.eye(self.nb, dtype=A.dtype))
         # layout lookups, memoized (the same few offsets recur every step)
         memo = functools.lru_cache(maxsize=None)
         self.lrow, self.lcol = memo(A.local_row_start), memo(A.local_col_start)
@@ -165,8 +163,7 @@ class LULoop:
                 a12, l11 = A.local[lr0:lr0 + pan.kb, lc1:], pan.lbuf[:pan.kb]
                 if self.inverse_panel:    # tensor-core modes: L11^-1 once, then a GEMM
                     inv = self.work("inv", pan.k, (pan.kb, pan.kb))
-                    be.copy(inv, self.eye[:pan.kb, :pan.kb])
-                    be.trsm("L", "L", "N", "U", 1.0, l11, inv)
+                    be.triangular_inverse(l11, inv, diag="U")
                     be.gemm("N", "N", 1.0, inv, a12, 0.0, u, tf32=self.panel_tf32)
                     be.copy(a12, u)
                 else:

@@ -186,7 +186,6 @@ class PotrfLoop:
         self.inverse_panel = be.inverse_panel(self.compute)
         self.panel_tf32 = self.compute in ("tf32", "fp16", "bf16")
         if self.inverse_panel:
-            self.eye = be.asarray(np.eye(nb, dtype=dt))
             self.inv_buf = be.empty(nb * nb, dt)
         # the low-precision update's operands (casts, splits), made once per step on the side
         # stream and read on both: one workspace per panel buffer slot
@@ -224,8 +223,7 @@ class PotrfLoop:
                 if self.inverse_panel:   # L21 = A21 Lkk^-T as one GEMM (docs/mixed.md)
                     if seg.size:         # seg^T = Lkk^-1 A21^T: seg is row-major
                         inv = self.inv_buf[:kb * kb].reshape((kb, kb), order="F")
-                        be.copy(inv, self.eye[:kb, :kb])
-                        be.trsm("L", "L", "N", "N", 1.0, Lkk, inv)
+                        be.triangular_inverse(Lkk, inv)
                         be.gemm("N", "T", 1.0, inv, Pv, 0.0, seg.T, tf32=self.panel_tf32)
                         be.copy(Pv, seg)
                 else:

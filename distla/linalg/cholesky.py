@@ -73,8 +73,9 @@ def cholesky(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
 
     ``check_finite``: NaN/Inf in A raise ValueError first (naming one entry).
     ``check_symmetric``: a matrix that is not symmetric (Hermitian) within ``sqrt(eps)``
-    relative to ``||A||_F`` raises ValueError (a cheap probe, :func:`distla.validate.
-    check_symmetric`); turn it off when only one triangle holds the matrix on purpose.
+    relative to (a lower bound of) ``||A||_F`` raises ValueError (a cheap probe,
+    :func:`distla.validate.check_symmetric`; with ``check_finite`` one pass over A does
+    both); turn it off when only one triangle holds the matrix on purpose.
 
     Raises :class:`~distla.errors.NotPositiveDefiniteError` on every rank, with ``.index`` the
     0-based global column of the first non-positive leading minor.
@@ -155,14 +156,15 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
         _validate_factor_input(A, lookahead)
         _check_rhs(A, B, "solve_cholesky")
         fd = check_mixed(A, precision, factor_dtype, "solve_cholesky")
-    _check_values(A, check_finite, check_symmetric, "solve_cholesky")
+    anorm = _check_values(A, check_finite, check_symmetric, "solve_cholesky")
     if check_finite:
         check_finite_(("B", B), what="solve_cholesky")
     if fd is not None:
         X, info = _solve_mixed(A, B, fd, lookahead, max_iter, fallback, check_rcond)
         return (X, info) if return_info else X
-    # Hermitian A: ||A||_1 = ||A||_inf, whose row sums GPU ranks take in one pass
-    anorm = norm(A, np.inf) if check_rcond else None
+    # Hermitian A: ||A||_1 = ||A||_inf, a by-product of the symmetry probe when it ran
+    if check_rcond and anorm is None:
+        anorm = norm(A, np.inf)
     L = cholesky(A, lower=True, overwrite_a=overwrite_a, lookahead=lookahead,
                  check_finite=False, check_symmetric=False)
     if not check_rcond:
@@ -255,12 +257,15 @@ def _check_factor_input(A, lookahead, gemm="native"):
         check_gemm_mode(gemm, A)
 
 
-def _check_values(A, finite: bool, symmetric: bool, what: str) -> None:
-    """Collective: the NaN/Inf scan and the symmetry probe, as asked."""
+def _check_values(A, finite: bool, symmetric: bool, what: str):
+    """Collective: the NaN/Inf scan and the symmetry probe, as asked, in one pass over A when
+    both are. Returns ``||A||_inf`` when the probe ran (it comes from the same pass), else
+    None."""
+    if symmetric and A.n:
+        return check_symmetric(A, what=what, finite=finite)
     if finite:
         check_finite_(("A", A), what=what)
-    if symmetric and A.n:
-        check_symmetric(A, what=what)
+    return None
 
 
 def _check_rhs(C, B, what):

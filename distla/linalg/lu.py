@@ -45,7 +45,7 @@ import numpy as np
 
 from ..errors import SingularMatrixError, agree, collective
 from ..matrix import DistMatrix, check_compatible
-from ..pblas import norm, triangular_solve
+from ..pblas import triangular_solve
 from ..trace import trace
 from ..validate import check_finite as check_finite_
 from ..validate import check_finite_result, signature
@@ -143,12 +143,6 @@ def _check_matrix(A, name="A"):
         raise TypeError("complex LU is only available on CPU ranks")
 
 
-def _max_abs(A) -> float:
-    """Collective: max |a_ij| over the whole matrix (in column slabs: no full-size temporary,
-    so ``overwrite_a=True`` needs only O(n nb) memory beyond A)."""
-    return A.norm("max")
-
-
 def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = False,
               tree: str = "binary", lookahead: int = 1, gemm: str = "native",
               check_finite: bool = True, pivot_threshold: float = DEFAULT_PIVOT_THRESHOLD
@@ -195,11 +189,12 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
         if not (isinstance(pivot_threshold, numbers.Real) and 0 <= pivot_threshold < 1):
             raise ValueError(f"pivot_threshold must be a number in [0, 1), not "
                              f"{pivot_threshold!r}")
-    if check_finite:
-        check_finite_(("A", A), what="lu_factor")
-    anorm = norm(A, 1)
+    # ||A||_1 and max |a_ij| in one pass over A, which also proves A finite (NaN and
+    # infinities propagate into the sums): only when they are not is A scanned for the entry
+    anorm, max_a = A.norm((1, "max"))
+    if check_finite and not (np.isfinite(anorm) and np.isfinite(max_a)):
+        check_finite_(("A", A), what="lu_factor")   # raises unless a finite sum overflowed
     F = A if overwrite_a else A.copy()
-    max_a = _max_abs(F)
     drv = LULoop(F, pivoting, tree, int(lookahead), compute=gemm)
     piv = drv.run()
     with trace("check"):
@@ -352,13 +347,16 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
         fd = check_mixed(A, precision, factor_dtype, "solve_lu")
         if fd is not None and _norm_trans(trans) != "N":
             raise ValueError("solve_lu: precision='mixed' solves A X = B only (trans=False)")
-    if check_finite:
-        check_finite_(("A", A), ("B", B), what="solve_lu")
     method = _METHOD[pivoting_name(pivoting)]
     if fd is not None:
+        if check_finite:
+            check_finite_(("A", A), ("B", B), what="solve_lu")
         X, info = _solve_mixed(A, B, pivoting, fd, max_iter, fallback, check_rcond, kw)
         return (X, info) if return_info else X
-    F = lu_factor(A, pivoting=pivoting, overwrite_a=overwrite_a, check_finite=False, **kw)
+    if check_finite:      # A's own check rides on the factorization's pass for ||A||_1
+        check_finite_(("B", B), what="solve_lu")
+    F = lu_factor(A, pivoting=pivoting, overwrite_a=overwrite_a, check_finite=check_finite,
+                  **kw)
     if check_rcond and _norm_trans(trans) == "N":   # the estimate's first solve rides along
         X, _ = lu_solve_rcond(F, B, check_finite=False)
     else:
