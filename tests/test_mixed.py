@@ -216,6 +216,52 @@ def test_first_gmres_correction_is_charged_after_its_first_iteration(grids):
         assert m > 2, m
 
 
+def test_refinement_projection():
+    """refine.projected_corrections: a steady 2x decrease from 1e6 needs log2(1e6) more
+    corrections, one that no longer shrinks infinitely many, a converged one none."""
+    from distla.linalg import refine as rf
+    assert rf.projected_corrections([4e6, 2e6, 1e6]) == pytest.approx(np.log2(1e6))
+    assert rf.projected_corrections([1e3, 1e3, 1e3]) == np.inf
+    assert rf.projected_corrections([1e3, 1e2, 2e3]) == np.inf
+    assert rf.projected_corrections([1e3, 1e2, 0.5]) == 0.0
+    assert rf.projected_corrections([1e3, 1e2]) == 0.0                 # too short to judge
+
+
+@pytest.mark.mpi
+def test_slow_refinement_fails_as_soon_as_it_cannot_make_its_budget(grids, monkeypatch):
+    """Corrections that take 60% of the error off (a damped exact solve from x* (1 + 1e-3))
+    need ~30 steps to reach rho <= 1. On a clock where every reading advances 1 s
+    (deterministic: ~1 s per correction), a 20 s budget cannot be made: the refinement fails after
+    PROJECT_FROM corrections with that reason, on every rank, instead of at 20 s; with a
+    1000 s budget the same refinement converges."""
+    import types
+
+    from distla.linalg import lu_factor, lu_solve
+    from distla.linalg import refine as rf
+    ticks = iter(range(10 ** 6))
+    monkeypatch.setattr(rf, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
+    a = conditioned(N, 1e2, 8)
+    b = random_array((N, 1), seed=9)
+    for grid in grids[:2]:
+        A, B = _dist(grid, a), _dist(grid, b)
+        F = lu_factor(A)
+
+        def solve(R):
+            X = lu_solve(F, R)
+            X.local *= 0.6
+            return X
+        for budget, ok in ((20.0, False), (1000.0, True)):
+            x0 = lu_solve(F, B)
+            x0.local *= 1 + 1e-3
+            ref = rf.refine(A, B, solve, x=x0, anorm=A.norm("inf"), max_iter=60,
+                            budget=budget)
+            assert ref.converged == ok, ref.reason
+            if not ok:
+                assert ref.iterations == rf.PROJECT_FROM, ref.history
+                assert "would exceed its time budget" in ref.reason, ref.reason
+                assert len(set(grid.comm.allgather(ref.reason))) == 1
+
+
 def test_gmres_hopeless_projection():
     """refine.hopeless: a steady 2x-per-iteration decrease goes on, a plateau (8% per
     iteration: >60 iterations projected to reach 1e-8) stops from GMRES_PROBE iterations on,

@@ -40,7 +40,8 @@ from ..vector import (
     residual,
 )
 
-__all__ = ["refine", "gmres", "Refinement", "scaled_residual", "stalled", "MODES"]
+__all__ = ["refine", "gmres", "Refinement", "scaled_residual", "stalled", "MODES",
+           "projected_corrections"]
 
 MODES = ("ir", "gmres", "auto")
 PATIENCE = 3             # classical IR: corrections in a row that may fail to halve rho
@@ -51,6 +52,10 @@ GMRES_TOL = 1e-8         # relative reduction of the preconditioned residual per
 # tolerance (docs/mixed.md: such corrections did not even halve the true residual)
 GMRES_PROBE = 10
 GMRES_HOPELESS = 2.0
+# with a time budget, from PROJECT_FROM corrections on: a refinement whose scaled residual
+# shrinks too slowly to reach 1 within the budget (at the rate of its last two corrections and
+# its seconds per correction so far) fails then, not when the budget is spent (docs/mixed.md)
+PROJECT_FROM = 3
 
 
 @dataclass
@@ -122,7 +127,7 @@ def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix |
                 with trace("refine.accept"):
                     return _accept(A, B, R, out, anorm, eps, label, rcond, absax)
         elif it >= max_iter or not math.isfinite(rho) or stalled(hist, PATIENCE) or \
-                clock.over():
+                clock.over() or clock.will_run_out(hist, it):
             return _fail(out, label, rho, max_iter, clock)
         elif stalled(hist, 1) and mode != "ir":
             if gmres_on:           # GMRES-IR does not contract: give up now
@@ -148,6 +153,7 @@ class _Budget:
     def __init__(self, grid, budget):
         self.grid, self.budget, self.t0 = grid, budget, time.perf_counter()
         self.spent, self.free, self.seen, self.inside = 0.0, 0.0, set(), False
+        self.projected = None    # seconds projected by will_run_out, when it last ran
 
     @contextlib.contextmanager
     def first(self, kind: str):
@@ -169,12 +175,39 @@ class _Budget:
         self.spent = self.grid.allreduce(time.perf_counter() - self.t0 - self.free, "max")
         return self.spent > self.budget
 
+    def will_run_out(self, hist: list, done: int) -> bool:
+        """After :meth:`over` (same agreed ``spent``; not collective): whether reaching
+        rho <= 1 at the rate of the last two corrections (:func:`projected_corrections`)
+        would take the refinement past its budget, at the seconds per correction so far."""
+        if self.budget is None or done < PROJECT_FROM:
+            return False
+        more = projected_corrections(hist)
+        self.projected = self.spent + more * self.spent / done
+        return self.projected > self.budget
+
+
+def projected_corrections(hist: list) -> float:
+    """Corrections still needed to bring the scaled residual ``hist[-1]`` to 1 at the rate of
+    the last two (``(hist[-1] / hist[-3])^(1/2)`` per correction); 0 when it is already there,
+    inf when it no longer shrinks. Not collective."""
+    if len(hist) < 3 or hist[-1] <= 1.0:
+        return 0.0
+    r, r0 = hist[-1], hist[-3]
+    if not (r0 > 0 and math.isfinite(r) and r < r0):
+        return math.inf
+    rate = math.sqrt(r / r0)
+    return math.log(r) / -math.log(rate)
+
 
 def _fail(out: Refinement, label: str, rho: float, max_iter: int, clock=None) -> Refinement:
+    timed = clock is not None and clock.budget is not None
     why = ("produced non-finite values" if not math.isfinite(rho) else
            "did not converge" if out.iterations >= max_iter else
            f"exceeded its time budget ({clock.spent:.3g} s > {clock.budget:.3g} s)"
-           if clock is not None and clock.budget is not None and clock.spent > clock.budget
+           if timed and clock.spent > clock.budget else
+           f"would exceed its time budget at its rate so far (projected {clock.projected:.3g}"
+           f" s > {clock.budget:.3g} s)"
+           if timed and clock.projected is not None and clock.projected > clock.budget
            else "stagnated")
     out.reason = (f"{label}: refinement {why} after {out.iterations} iteration(s) (scaled "
                   f"residual {rho:.3g} > 1)")
