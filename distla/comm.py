@@ -25,6 +25,26 @@ from .trace import library
 __all__ = ["MpiComm", "NcclComm", "GridComms", "make_grid_comms", "Request"]
 
 
+def _flat_view(bufs):
+    """The one contiguous 1-D array that the host arrays ``bufs`` are consecutive slices of
+    (in order), or None: then they must be packed into one first."""
+    if not bufs or not all(isinstance(b, np.ndarray) and b.ndim == 1 and
+                           b.flags.c_contiguous for b in bufs):
+        return None
+    base = bufs[0].base if bufs[0].base is not None else bufs[0]
+    if not (isinstance(base, np.ndarray) and base.ndim == 1 and base.flags.c_contiguous and
+            base.dtype == bufs[0].dtype):
+        return None
+    at = base.ctypes.data
+    if bufs[0].ctypes.data != at:
+        return None
+    for b in bufs:
+        if b.size and b.ctypes.data != at:
+            return None
+        at += b.nbytes
+    return base[:(at - base.ctypes.data) // base.itemsize]
+
+
 class Request:
     """A pending operation; ``wait()`` completes it (host-blocking on MPI, stream-ordered on
     NCCL). ``test()`` lets a nonblocking MPI operation progress while the caller computes
@@ -117,14 +137,19 @@ class MpiComm:
         dt = sendbufs[0].dtype
         scount = np.array([b.size for b in sendbufs], dtype=np.int64)
         rcount = np.array([b.size for b in recvbufs], dtype=np.int64)
-        sflat = np.concatenate([b.ravel(order="K") for b in sendbufs]) if scount.sum() else \
-            np.empty(0, dt)
-        rflat = np.empty(int(rcount.sum()), dtype=dt)
+        sflat = _flat_view(sendbufs)         # consecutive slices of one array: no copy
+        if sflat is None:
+            sflat = np.concatenate([b.ravel(order="K") for b in sendbufs]) if scount.sum() \
+                else np.empty(0, dt)
+        rflat = _flat_view(recvbufs)
+        direct = rflat is not None
+        if not direct:
+            rflat = np.empty(int(rcount.sum()), dtype=dt)
         sdis = np.concatenate([[0], np.cumsum(scount)[:-1]])
         rdis = np.concatenate([[0], np.cumsum(rcount)[:-1]])
         mpitype = MPI._typedict[dt.char]
         self.mpi.Alltoallv([sflat, (scount, sdis), mpitype], [rflat, (rcount, rdis), mpitype])
-        for b, o, c in zip(recvbufs, rdis, rcount):
+        for b, o, c in zip(recvbufs, rdis, rcount) if not direct else ():
             b[...] = rflat[o:o + c].reshape(b.shape)
 
     @library

@@ -275,6 +275,33 @@ def test_write_roundtrip_every_grid(comm, mpi_tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("slab_bytes", [1, 300, 1 << 26])
+def test_write_in_regrouped_slabs_every_grid(comm, mpi_tmp_path, monkeypatch, slab_bytes):
+    """Grids with several process rows write in slabs of block columns regrouped onto a
+    1 x P Q grid (io.WRITE_SLAB_BYTES per rank: one block column, a few, all at once):
+    the file is exact for sizes the blocks do not divide, any source process, both orders,
+    complex data and a 1-column matrix."""
+    from distla import DistMatrix, ProcessGrid
+    from distla.testing import grid_shapes
+    monkeypatch.setattr(io, "WRITE_SLAB_BYTES", slab_bytes)
+    for p, q in grid_shapes(comm.size):
+        for order in ("row", "col"):
+            grid = ProcessGrid(p, q, comm=comm, order=order)
+            for shape, block, dt in (((29, 23), (4, 3), np.float64),
+                                     ((17, 9), (5, 2), np.complex128), ((13, 1), (3, 3),
+                                                                       np.float32)):
+                A = DistMatrix.random(grid, shape, block, seed=7, src=(p - 1, q - 1))
+                A = A.astype(dt)
+                if np.dtype(dt).kind == "c":
+                    A.local[...] = A.local - 2j * A.local[::-1]
+                ref = A.to_global(root=None)
+                f = mpi_tmp_path / f"s{p}{q}{order}{np.dtype(dt).char}.npy"
+                io.write_npy(f, A)
+                np.testing.assert_array_equal(np.load(f), ref)
+                comm.Barrier()
+
+
+@pytest.mark.mpi
 def test_problems_grid_independent(comm):
     from distla import ProcessGrid
     from distla.testing import grid_shapes

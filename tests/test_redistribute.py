@@ -17,7 +17,13 @@ def check_local(A, a):
     np.testing.assert_array_equal(A.local, a[np.ix_(A.row_indices(), A.col_indices())])
 
 
-def test_redistribute_between_all_grids(grids):
+@pytest.mark.parametrize("max_slices", [0, 1, 4096])
+def test_redistribute_between_all_grids(grids, monkeypatch, max_slices):
+    """Every pair of grids, blockings and source processes; the pieces copied as runs of
+    slices, or by fancy indexing where they have more than redistribute.MAX_SLICES (0:
+    always; 1: only single-run pieces sliced)."""
+    from distla import redistribute
+    monkeypatch.setattr(redistribute, "MAX_SLICES", {"cpu": max_slices, "gpu": max_slices})
     m, n = 23, 14
     a = np.arange(m * n, dtype=np.float64).reshape(m, n) + 0.5
     layouts = [((3, 2), "origin"), ((5, 5), "corner"), ((8, 3), "origin"), ((30, 1), "corner")]
