@@ -272,7 +272,7 @@ def _stationary_pass(A: DistMatrix, xfull: np.ndarray, *, absolute: bool, rowsum
     s = E[:, E.shape[1] - 1:] if rowsums else None
     fused = be.gemv_abs(A.local, xc, absolute=absolute, rowsums=rowsums) \
         if mloc and nloc else None
-    if fused is not None:       # one kernel reads A once for all three (GPU ranks)
+    if fused is not None:       # one pass over A for all three (real A; CPU: cache tiles)
         Y[...] = fused[0]
         if absolute:
             D[...] = fused[1]

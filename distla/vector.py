@@ -151,7 +151,7 @@ def residual(A: DistMatrix, X: DistMatrix, B: DistMatrix, with_abs: bool = False
     products are summed along process rows: the matrix itself never moves (SUMMA would
     broadcast all of A for one matrix-vector product). ``with_abs``: return ``(R, D)`` with
     ``D = |A| |X|`` (B's local array, as :func:`abs_product`) when the backend computes it
-    in the same pass over A (:meth:`distla.device.base.Backend.gemv_abs`: GPU ranks), else
+    in the same pass over A (:meth:`distla.device.base.Backend.gemv_abs`: real A, CPU or GPU), else
     ``(R, None)``."""
     xp = A.xp
     y, ya = _gemv_rows(A, X, absolute=False, pair=with_abs)

@@ -114,28 +114,6 @@ class CpuBackend(Backend):
                     if rs is not None:
                         gemm("N", "N", 1.0, b, ones[:j1 - j0], 1.0, False, rs[i0:i1])
         return y, ya, rs
-        mt = min(m, max(256, self.GEMV_TILE // 16))        # rows per tile
-        w = max(16, self.GEMV_TILE // mt)                     # columns per tile
-        buf = np.empty((mt, min(w, n)), a.dtype, order="F")
-        ones = np.ones((min(w, n), 1), a.dtype)
-        ax = np.asfortranarray(np.abs(x)) if absolute else None
-        for i0 in range(0, m, mt):
-            i1 = min(m, i0 + mt)
-            for j0 in range(0, n, w):
-                j1 = min(n, j0 + w)
-                t = a[i0:i1, j0:j1]
-                if k:
-                    self.gemm("N", "N", 1.0, t, x[j0:j1], 1.0, y[i0:i1])
-                if absolute or rs is not None:
-                    b = buf[:i1 - i0, :j1 - j0]
-                    np.multiply(t, t, out=b) if squares and not absolute else np.abs(t, out=b)
-                    if absolute:
-                        self.gemm("N", "N", 1.0, b, ax[j0:j1], 1.0, ya[i0:i1])
-                        if squares:
-                            np.multiply(b, b, out=b)
-                    if rs is not None:
-                        self.gemm("N", "N", 1.0, b, ones[:j1 - j0], 1.0, rs[i0:i1])
-        return y, ya, rs
 
     def laswp(self, a, piv, start: int) -> None:
         if a.dtype.char in "fdFD" and (a.shape[0] <= 1 or a.strides[0] == a.itemsize):

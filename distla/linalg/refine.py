@@ -118,7 +118,7 @@ def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix |
     gmres_on = mode == "gmres"
     while True:
         with trace("refine.residual"), clock.first("residual"):
-            R, absax = residual(A, out.x, B, with_abs=True)   # |A||x|: GPU ranks only
+            R, absax = residual(A, out.x, B, with_abs=True)   # |A||x| too (real A)
             rho = scaled_residual(R, out.x, anorm, eps_sqrtn)
         out.history.append(rho)
         it, hist = out.iterations, out.history
