@@ -276,8 +276,10 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
     if alpha != 1.0:
         full = full * alpha
     xr = be.asarray(np.asfortranarray(full[rows]))             # b, becoming x, at my rows
-    xc = be.zeros((len(cols), k), A.dtype)                     # x at my columns, once solved
-    xs = be.zeros((n, k), A.dtype)                             # every solved block (replicated)
+    # X's rows are mine when B is blocked like A's rows: X comes from xr, else from every
+    # solved block replicated (xs)
+    mine = B.mb == A.mb and B.rsrc == A.rsrc
+    xs = None if mine else be.zeros((n, k), A.dtype)
     ta = "T" if trans else "N"
     # op(A) lower  <=>  (lower and not trans) or (upper and trans): forward sweep
     forward = lower != trans
@@ -293,15 +295,20 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
     g_lo, g_hi = (kfirst * nb, n) if forward else (0, min(n, (klast + 1) * nb))
     zone_c = (A.local_col_start(g_lo), A.local_col_start(g_hi))
     zone_r = (A.local_row_start(g_lo), A.local_row_start(g_hi))
+    # x at my columns, once solved: read only by the row chunks' partial sums
+    xc = be.zeros((len(cols), k), A.dtype) if dot and not trans else None
     chunks = _RowChunks(A, xc, forward, zone_c) if dot and not trans else None
     ahead = _ColumnPartials(A, xr, forward, zone_r) if trans else None
+    # one step buffer for the whole sweep (each step overwrites what it reads: the partial
+    # sums, or the broadcast's receive; on GPU ranks stream order keeps the reuse safe)
+    step_buf = be.empty(nb * k, A.dtype)
     nblk = layout.num_blocks(n, nb)
     for kb in (range(kfirst, nblk) if forward else range(klast, -1, -1)):
         g0, w = kb * nb, min(nb, n - kb * nb)
         pr, pc = A.row_owner(g0), A.col_owner(g0)
         r0, c0 = A.local_row_start(g0), A.local_col_start(g0)
         r1, c1 = A.local_row_start(g0 + w), A.local_col_start(g0 + w)
-        part = be.zeros((w, k), A.dtype)
+        part = step_buf[:w * k].reshape((w, k), order="F")      # contiguous
         if not dot:                               # sums already formed, add them up
             if grid.myrow == pr:
                 part[...] = acc[r0:r1]
@@ -313,14 +320,15 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
             ahead.partial_sums(c0, c1, r0 if forward else r1, part)
             comms.col.allreduce(part, "sum")
         if grid.myrow == pr and grid.mycol == pc:
-            part[...] = xr[r0:r1] - part
+            xp.subtract(xr[r0:r1], part, out=part)
             be.trsm("L", "L" if lower else "U", ta, diag, 1.0, A.local[r0:r1, c0:c1], part)
         comms.all.bcast(part, grid.rank_of(pr, pc))
         if grid.myrow == pr:
             xr[r0:r1] = part
-        if grid.mycol == pc:
+        if xc is not None and grid.mycol == pc:
             xc[c0:c1] = part
-        xs[g0:g0 + w] = part
+        if xs is not None:
+            xs[g0:g0 + w] = part
         if trans:                                 # my next block column's sums, ahead
             ahead.compute_next(c1 if forward else c0, r1 if forward else r0)
         if dot:
@@ -331,7 +339,8 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
                 be.gemm("N", "N", 1.0, A.local[u0:u1, c0:c1], part, 1.0, acc[u0:u1])
     X = B if overwrite_b else B.copy()
     if X.local.size:
-        X.local[...] = xs[xp.asarray(X.row_indices())][:, xp.asarray(X.col_indices())]
+        sol, at = (xr, slice(None)) if xs is None else (xs, xp.asarray(X.row_indices()))
+        X.local[...] = sol[at][:, xp.asarray(X.col_indices())]
     return X
 
 
@@ -410,6 +419,8 @@ class _ColumnPartials:
         else:
             s0, s1 = self._rows(r)
             beta = 0.0
+            if s1 <= s0:                    # nothing solved yet: no sums
+                out[...] = 0
         if s1 > s0:
             be.gemm("T", "N", 1.0, self.A.local[s0:s1, c0:c1], self.xr[s0:s1], beta, out)
 
