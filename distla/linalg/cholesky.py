@@ -102,7 +102,8 @@ def cho_factor(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
 
 def cho_rcond(c_and_lower, anorm: float) -> float:
     """Collective: reciprocal 1-norm condition estimate of A from its Cholesky factor and
-    ``anorm = ||A||_1`` (pdpocon): a few :func:`cho_solve` calls on n x 2 blocks."""
+    ``anorm = ||A||_1`` (pdpocon): a few :func:`cho_solve` calls on n x t blocks (t =
+    ``Backend.rcond_vectors``)."""
     C = c_and_lower[0] if isinstance(c_and_lower, tuple) else c_and_lower
     f = (lambda X: cho_solve(c_and_lower, X, overwrite_b=True, check_finite=False))
     return rcond_estimate(anorm, C, f, f)

@@ -58,10 +58,10 @@ def rcond(A, factor=None) -> float:
     ``factor``: what :func:`lu_factor` (an :class:`LUFactor`), :func:`cholesky` (the lower
     factor L), :func:`cho_factor` (``(factor, lower)``) or :func:`distla.tlr.cholesky` (a
     ``TLRCholesky``) returned for A; without it a DistMatrix A is factored by LU with partial
-    pivoting (on a copy), a TLR matrix by TLR Cholesky. A few solves with the factors on n x 2
-    blocks (Higham-Tisseur block estimator; docs/condition.md). ``||A||_1`` is exact for a
-    DistMatrix A and estimated by products for a TLR one (``A`` may then also be None, for
-    ``L L^T`` itself)."""
+    pivoting (on a copy), a TLR matrix by TLR Cholesky. A few solves with the factors on n x t
+    blocks (Higham-Tisseur block estimator, t = ``Backend.rcond_vectors``; docs/condition.md).
+    ``||A||_1`` is exact for a DistMatrix A and estimated by products for a TLR one (``A`` may
+    then also be None, for ``L L^T`` itself)."""
     from ..tlr import TLRCholesky, TLRMatrix
     from ..tlr import cholesky as tlr_cholesky
     from ..tlr import norm1_estimate as tlr_norm1
