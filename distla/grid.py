@@ -120,6 +120,16 @@ class ProcessGrid:
         self.row_comm = comm.Split(color=self.myrow, key=self.mycol)
         self.col_comm = comm.Split(color=self.mycol, key=self.myrow)
         self._device_comms = {}
+        self._flat = None
+
+    def flat(self) -> "ProcessGrid":
+        """Collective over ``comm`` the first time: the 1 x size grid over the same
+        communicator (ranks in their order), made once and kept, e.g. to regroup a matrix
+        into whole columns for writing (:mod:`distla.io`)."""
+        if self._flat is None:
+            self._flat = self if self.nprow == 1 and self.order == "row" else \
+                ProcessGrid(1, self.size, self.comm)
+        return self._flat
 
     @property
     def shape(self) -> tuple[int, int]:

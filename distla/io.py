@@ -332,10 +332,8 @@ def _write_npy_mpiio(path: str, A, shape) -> None:
     process rows' (1 KB at mb = 128: on 4 ranks of the 2-core machine 0.41 GB/s against
     np.save's 2.15), so A goes in slabs of block columns (``WRITE_SLAB_BYTES`` per rank),
     each regrouped onto a 1 x (P Q) grid by an all-to-all (:meth:`DistMatrix.redistribute`)
-    and written as whole columns (benchmarks/io_rate.py, docs/io.md)."""
+    and written as whole columns (benchmarks/io_rate.py, docs/job.md)."""
     from mpi4py import MPI
-
-    from .grid import ProcessGrid
     comm = A.grid.comm
     header = _npy_header(shape, A.dtype, True) if comm.Get_rank() == 0 else None
     header = comm.bcast(header, root=0)
@@ -343,7 +341,7 @@ def _write_npy_mpiio(path: str, A, shape) -> None:
     if A.grid.nprow == 1 or A.m == 0 or A.n == 0:
         parts = [(0, A)]
     else:
-        flat = ProcessGrid(1, comm.Get_size(), comm)
+        flat = A.grid.flat()
         per = max(1, WRITE_SLAB_BYTES // max(1, A.m * A.nb * item))   # block columns/rank
         step = per * comm.Get_size()
 

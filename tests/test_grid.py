@@ -153,3 +153,17 @@ def test_free_releases_and_rebuilds_device_comms(comm, device):
     again.all.allreduce(buf)
     assert float(buf[0]) == g.size * (g.size + 1) / 2
     g.free()
+
+
+@pytest.mark.mpi
+def test_flat_grid_is_made_once(comm):
+    """ProcessGrid.flat(): the 1 x size grid over the same ranks in order, made once and
+    kept (io's regrouped writes ask for it on every write); a 1 x Q row-ordered grid is
+    its own flat grid."""
+    for p, q in grid_shapes(comm.size):
+        for order in ("row", "col"):
+            g = ProcessGrid(p, q, comm=comm, order=order)
+            f = g.flat()
+            assert f is g.flat() and f.shape == (1, comm.size)
+            assert [f.rank_of(0, j) for j in range(comm.size)] == list(range(comm.size))
+            assert (f is g) == (p == 1 and order == "row")
