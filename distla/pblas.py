@@ -289,9 +289,9 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
     acc = None if dot else be.zeros((len(rows), k), A.dtype)   # fan-out sums, my rows
     # blocks of b that are zero before the first nonzero row (forward) or after the last
     # (backward) have x = 0 there: the sweep starts at the first (last) nonzero block
-    nz = np.flatnonzero(np.any(full != 0, axis=1))
-    kfirst = int(nz[0]) // nb if nz.size else layout.num_blocks(n, nb)
-    klast = int(nz[-1]) // nb if nz.size else -1
+    nblk = layout.num_blocks(n, nb)
+    lo, hi = _nonzero_span(full, forward)
+    kfirst, klast = (lo // nb, (hi - 1) // nb) if hi > lo else (nblk, -1)
     g_lo, g_hi = (kfirst * nb, n) if forward else (0, min(n, (klast + 1) * nb))
     zone_c = (A.local_col_start(g_lo), A.local_col_start(g_hi))
     zone_r = (A.local_row_start(g_lo), A.local_row_start(g_hi))
@@ -302,7 +302,6 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
     # one step buffer for the whole sweep (each step overwrites what it reads: the partial
     # sums, or the broadcast's receive; on GPU ranks stream order keeps the reuse safe)
     step_buf = be.empty(nb * k, A.dtype)
-    nblk = layout.num_blocks(n, nb)
     for kb in (range(kfirst, nblk) if forward else range(klast, -1, -1)):
         g0, w = kb * nb, min(nb, n - kb * nb)
         pr, pc = A.row_owner(g0), A.col_owner(g0)

@@ -37,33 +37,36 @@ def _runs(idx):
 
 
 def _sliced(ri, ci, device):
-    """The (row run, column run) pairs of a piece, or None when there are too many."""
+    """``[(local, piece)]``: pairs of 2-D slices, of the local array and of the piece's
+    ``(len(ri), len(ci))`` block, that together cover the piece; None when there would be
+    more than ``MAX_SLICES[device]`` (then fancy indexing)."""
     rr, cr = _runs(ri), _runs(ci)
-    return (rr, cr) if len(rr) * len(cr) <= MAX_SLICES[device] else None
+    if len(rr) * len(cr) > MAX_SLICES[device]:
+        return None
+    return [((slice(r0, r1), slice(c0, c1)), (slice(o, o + r1 - r0), slice(q, q + c1 - c0)))
+            for r0, r1, o in rr for c0, c1, q in cr]
 
 
 def _gather(xp, a, ri, ci, flat, device):
     """``flat[...] = a[ri][:, ci]`` in column-major order (``flat``: a 1-D view)."""
     out = flat.reshape((len(ri), len(ci)), order="F")
-    runs = _sliced(ri, ci, device)
-    if runs is None:
+    pairs = _sliced(ri, ci, device)
+    if pairs is None:
         out[...] = a[xp.asarray(ri)[:, None], xp.asarray(ci)[None, :]]
         return
-    for r0, r1, o in runs[0]:
-        for c0, c1, q in runs[1]:
-            out[o:o + r1 - r0, q:q + c1 - c0] = a[r0:r1, c0:c1]
+    for local, piece in pairs:
+        out[piece] = a[local]
 
 
 def _scatter(xp, b, ri, ci, buf, device):
     """``b[ri][:, ci] = buf`` (a flat column-major buffer of that shape)."""
     blk = buf.reshape((len(ri), len(ci)), order="F")
-    runs = _sliced(ri, ci, device)
-    if runs is None:
+    pairs = _sliced(ri, ci, device)
+    if pairs is None:
         b[xp.asarray(ri)[:, None], xp.asarray(ci)[None, :]] = blk
         return
-    for r0, r1, o in runs[0]:
-        for c0, c1, q in runs[1]:
-            b[r0:r1, c0:c1] = blk[o:o + r1 - r0, q:q + c1 - c0]
+    for local, piece in pairs:
+        b[local] = blk[piece]
 
 
 def remap(A, B, transpose: bool = False, conjugate: bool = False) -> None:
