@@ -10,24 +10,13 @@ sums as a GEMM and a separate pass against ``CpuBackend.gemv_abs`` (one pass in 
 tiles: the symmetry probe of ``validate.check_symmetric``). Best of --reps, seconds.
 """
 import argparse
-import json
-import time
 
 import numpy as np
 from mpi4py import MPI
 
+from distla.bench.common import stream, timed
 from distla.device import _lapack
 from distla.device.cpu import CpuBackend
-
-
-def best(fn, reps, comm):
-    t = np.inf
-    for _ in range(reps):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        fn()
-        t = min(t, time.perf_counter() - t0)
-    return comm.allreduce(t, op=MPI.MAX)
 
 
 def main():
@@ -58,21 +47,14 @@ def main():
         "gemv_abs: A V and row sums in one pass": lambda: be.gemv_abs(A, x, absolute=False,
                                                                       rowsums=True),
     }
-    out = []
     for name, fn in rows.items():
-        fn()
-        sec = best(fn, a.reps, comm)
-        out.append({"bench": "cpu_kernels", "impl": name, "n": a.n, "m": a.m,
-                    "ranks": comm.size, "device": "cpu", "seconds": sec, "tflops": None,
-                    "command": f"mpiexec -n {comm.size} python benchmarks/cpu_gemv_probe.py "
-                               f"--m {a.m} --n {a.n} --reps {a.reps}"})
+        sec = timed(fn, "cpu", comm=comm, reps=a.reps, warmup=1)
+        stream(a, {"bench": "cpu_kernels", "impl": name, "n": a.n, "m": a.m,
+                   "ranks": comm.size, "device": "cpu", "seconds": sec, "tflops": None,
+                   "command": f"mpiexec -n {comm.size} python benchmarks/cpu_gemv_probe.py "
+                              f"--m {a.m} --n {a.n} --reps {a.reps}"}, comm)
         if comm.rank == 0:
             print(f"{name:<50} {1e3 * sec:8.2f} ms")
-    if comm.rank == 0 and a.json:
-        with open(a.json, "a") as f:
-            for r in out:
-                f.write(json.dumps(r) + "\n")
-
 
 if __name__ == "__main__":
     main()

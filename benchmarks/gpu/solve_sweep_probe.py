@@ -7,10 +7,9 @@ Cholesky factor and LU factors of a diagonally dominant matrix, then best of --r
 cho_solve and lu_solve (device synchronized), and the triangular sweeps alone.
 """
 import argparse
-import json
 
 from distla import DistMatrix, ProcessGrid, pblas
-from distla.bench.common import timed
+from distla.bench.common import stream, timed
 from distla.linalg import cho_solve, cholesky, lu_factor, lu_solve
 
 
@@ -31,22 +30,17 @@ def main():
     B = DistMatrix.random(g, (n, 1), (nb, nb), seed=7, device=a.device)
     L = cholesky(A, check_finite=False, check_symmetric=False)
     F = lu_factor(A, check_finite=False)
-    rows = []
     for what, fn in (("cho_solve 1 rhs", lambda: cho_solve((L, True), B, check_finite=False)),
                      ("lu_solve 1 rhs", lambda: lu_solve(F, B, check_finite=False)),
                      ("forward sweep L", lambda: pblas.triangular_solve(L, B, lower=True)),
                      ("backward sweep L^T", lambda: pblas.triangular_solve(L, B, lower=True,
                                                                           trans=True))):
         sec = timed(fn, a.device, comm=g.comm, reps=a.reps)
-        rows.append(dict(bench="solve_sweep", impl=what, n=n, nb=nb, ranks=g.size,
-                         grid=f"{g.nprow}x{g.npcol}", device=a.device, seconds=sec,
-                         tflops=None, label=a.label))
+        stream(a, dict(bench="solve_sweep", impl=what, n=n, nb=nb, ranks=g.size,
+                       grid=f"{g.nprow}x{g.npcol}", device=a.device, seconds=sec,
+                       tflops=None, label=a.label), g.comm)
         if g.rank == 0:
             print(f"{a.label:8s} {what:22s} {1e3 * sec:8.2f} ms", flush=True)
-    if a.json and g.rank == 0:
-        with open(a.json, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
 
 
 if __name__ == "__main__":

@@ -9,10 +9,10 @@ up without stream overlap), printed on rank 0 with the solve's ``info.times``; t
 solve of the same matrix beside it.
 """
 import argparse
-import json
 import time
 
 from distla import DistMatrix, ProcessGrid, problems
+from distla.bench.common import stream
 from distla.linalg import solve
 from distla.trace import Tracer
 
@@ -32,7 +32,6 @@ def main():
                                     spd=a.method == "cholesky", device=a.device)
     B = DistMatrix.random(g, (a.n, 1), (a.nb, a.nb), seed=2, device=a.device)
     kw = dict(method=a.method, return_info=True)
-    rows = []
     for precision in ("double", "mixed"):
         extra = dict(precision=precision)
         if precision == "mixed":
@@ -50,14 +49,11 @@ def main():
                   f"iterations {info.iterations}", flush=True)
             print(tr.table(), flush=True)
         for phase, sec in tr.seconds().items():
-            rows.append(dict(bench="trace_mixed", impl=f"{precision} {phase}", n=a.n, nb=a.nb,
-                             ranks=g.size, grid=f"{g.nprow}x{g.npcol}", device=a.device,
-                             seconds=max(sec, 1e-9), tflops=None, method=a.method,
-                             cond=a.cond, factor_dtype=a.factor_dtype, traced_total=total))
-    if a.json and g.rank == 0:
-        with open(a.json, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+            stream(a, dict(bench="trace_mixed", impl=f"{precision} {phase}", n=a.n, nb=a.nb,
+                           ranks=g.size, grid=f"{g.nprow}x{g.npcol}", device=a.device,
+                           seconds=max(sec, 1e-9), tflops=None, method=a.method,
+                           cond=a.cond, factor_dtype=a.factor_dtype, traced_total=total),
+                   g.comm)
 
 
 if __name__ == "__main__":
