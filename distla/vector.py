@@ -137,12 +137,15 @@ def _gemv_rows(A: DistMatrix, X: DistMatrix, absolute: bool, pair: bool = False)
             blk = A.local[:, c:c + step]
             y += (xp.abs(blk) if absolute else blk) @ xf[c:c + step]
     comm = A.grid.comms(A.device).row
-    y = xp.ascontiguousarray(y)
-    comm.allreduce(y, "sum")
-    if ya is not None:
-        ya = xp.ascontiguousarray(ya)
-        comm.allreduce(ya, "sum")
-    return y, ya
+    if ya is None:
+        y = xp.ascontiguousarray(y)
+        comm.allreduce(y, "sum")
+        return y, None
+    both = xp.concatenate([y, ya], axis=1)     # one all-reduce for the pair (F: columns)
+    both = xp.asfortranarray(both)
+    comm.allreduce(both, "sum")
+    k = y.shape[1]
+    return both[:, :k], both[:, k:]
 
 
 def residual(A: DistMatrix, X: DistMatrix, B: DistMatrix, with_abs: bool = False):
