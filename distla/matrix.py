@@ -543,6 +543,11 @@ class DistMatrix:
         w = max(1, min(nloc, _SLAB_ELEMS[self.device] // max(1, mloc), -(-nloc // 32)))
         acc = dict.fromkeys(ords)
         parts = []
+        if set(ords) <= {1, "max"} and self.local.size:
+            sums, maxes = be.column_abs_stats(self.local)   # one pass, per local column
+            parts.append(sums)
+            acc["max"] = maxes.max()
+            return tuple(self._reduce_norm(o, acc[o], parts, mloc) for o in ords)
         fused = be.gemv_abs(self.local, xp.zeros((nloc, 0), self.dtype), absolute=False,
                             rowsums=True) if ords == (np.inf,) and self.local.size else None
         if fused is not None:     # the row sums in one pass, no temporaries

@@ -22,8 +22,12 @@
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
+from . import layout
+from .device import get_backend
 from .errors import DistlaError, collective, describe, signature  # noqa: F401 - re-exported
 
 __all__ = ["check_finite", "check_finite_result", "check_symmetric", "signature",
@@ -100,10 +104,34 @@ def check_finite_result(M, what: str) -> None:
                 f"scaled, or the element growth of this elimination is too large)")
 
 
-def _probe_vectors(n: int, dtype) -> np.ndarray:
-    """Four fixed standard-normal vectors (n x 4), the same on every rank."""
-    return np.random.default_rng(0x5EED).standard_normal((n, 4)).astype(
-        np.float32 if np.dtype(dtype) in (np.float32, np.complex64) else np.float64)
+@functools.lru_cache(maxsize=2)
+def _probe_vectors(n: int, real: str) -> np.ndarray:
+    """Four fixed standard-normal vectors (n x 4, host), the same on every rank; kept for the
+    next call (generating them costs ~4 ms at n = 32768, half of a GPU rank's check)."""
+    V = np.random.default_rng(0x5EED).standard_normal((n, 4)).astype(real)
+    V.flags.writeable = False
+    return V
+
+
+@functools.lru_cache(maxsize=8)
+def _probe_rows(device: str, n: int, real: str, block: int, src: int, nprocs: int,
+                proc: int):
+    """The rows of :func:`_probe_vectors` that process ``proc`` of a block-cyclic
+    distribution holds (column-major, on ``device``; read only), kept for the next call."""
+    be = get_backend(device)
+    idx = layout.local_indices(n, block, proc, src, nprocs)
+    V = be.asarray(np.asfortranarray(_probe_vectors(n, real)[idx]))
+    if device == "cpu":
+        V.flags.writeable = False
+    return V
+
+
+def _probe_blocks(A):
+    """``(Vr, Vc)``: the probe vectors' rows at A's local rows and at its local columns."""
+    real = np.finfo(A.dtype).dtype.name
+    g = A.grid
+    return (_probe_rows(A.device, A.n, real, A.mb, A.rsrc, g.nprow, g.myrow),
+            _probe_rows(A.device, A.n, real, A.nb, A.csrc, g.npcol, g.mycol))
 
 
 def _row_abs_sums(M):
@@ -131,9 +159,7 @@ def check_symmetric(A, rtol: float | None = None, what: str = "cholesky",
     be, grid = A.backend, A.grid
     eps = np.finfo(A.dtype).eps
     rtol = float(np.sqrt(eps)) if rtol is None else float(rtol)
-    V = _probe_vectors(A.n, A.dtype)
-    Vr = be.asarray(np.asfortranarray(V[A.row_indices()]))
-    Vc = be.asarray(np.asfortranarray(V[A.col_indices()]))
+    Vr, Vc = _probe_blocks(A)
     buf = np.zeros(17, dtype=np.complex128)
     rows = np.zeros(A.local_shape[0])
     if A.local.size:

@@ -257,3 +257,60 @@ def test_io_roundtrip_on_gpu(comm, mpi_tmp_path):
         comm.Barrier()
         np.testing.assert_array_equal(np.load(out), want)
         comm.Barrier()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+def test_column_abs_stats(device, dtype, monkeypatch):
+    """Backend.column_abs_stats: per column sum and max of |a| from one pass, on strided views
+    of both layouts (several CPU slabs), NaN and inf propagated into their column only, and
+    empty parts (a rank holding no rows or no columns)."""
+    be = get_backend(device)
+    xp = be.xp
+    monkeypatch.setattr(type(be), "ABS_SLAB", 300)      # slabs of one to a few columns
+    rng = np.random.default_rng(5)
+    big = rng.standard_normal((300, 270)).astype(dtype)
+    if dtype == np.complex128:
+        big = big + 1j * rng.standard_normal((300, 270))
+    big[40, 7] = np.nan
+    big[41, 9] = -np.inf
+    tol = 1e-12 if dtype != np.float32 else 1e-5
+    for order in ("F", "C"):
+        dev = xp.asarray(np.array(big, order=order))[5:262, 3:203]
+        a = big[5:262, 3:203]
+        sums, maxes = be.column_abs_stats(dev)
+        sums, maxes = be.to_host(sums), be.to_host(maxes)
+        assert sums.shape == maxes.shape == (200,)
+        assert np.isnan(sums[4]) and np.isnan(maxes[4])
+        assert sums[6] == np.inf and maxes[6] == np.inf
+        ok = np.ones(200, bool)
+        ok[[4, 6]] = False
+        np.testing.assert_allclose(sums[ok], np.abs(a).sum(axis=0)[ok], rtol=tol)
+        np.testing.assert_array_equal(maxes[ok], np.abs(a).max(axis=0)[ok])
+    for shape in ((0, 7), (7, 0)):
+        sums, maxes = be.column_abs_stats(xp.zeros(shape, dtype, order="F"))
+        assert sums.shape == maxes.shape == (shape[1],)
+        assert not be.to_host(sums).any() and not be.to_host(maxes).any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("order", ["F", "C"])
+def test_zero_above(device, order, monkeypatch):
+    """Backend.zero_above zeroes exactly the entries whose global row is above their global
+    column, for block-cyclic index sets (blocks the band crosses, several CPU column groups)
+    on strided views; the rest is untouched."""
+    be = get_backend(device)
+    xp = be.xp
+    rng = np.random.default_rng(6)
+    from distla import layout
+    for n, nb, P, Q, pr, pc in ((1000, 7, 3, 2, 1, 1), (530, 64, 1, 1, 0, 0),
+                                (530, 16, 2, 3, 0, 2)):
+        rows = layout.local_indices(n, nb, pr, 0, P)
+        cols = layout.local_indices(n, nb, pc, 0, Q)
+        big = rng.standard_normal((rows.size + 9, cols.size + 4))
+        dev = xp.asarray(np.array(big, order=order))[4:4 + rows.size, 2:2 + cols.size]
+        be.zero_above(dev, rows, cols)
+        want = big[4:4 + rows.size, 2:2 + cols.size].copy()
+        want[rows[:, None] < cols[None, :]] = 0
+        np.testing.assert_array_equal(be.to_host(dev), want)
+    be.zero_above(xp.zeros((0, 5)), np.zeros(0, np.int64), np.arange(5))   # no rows here

@@ -61,7 +61,6 @@ def main():
             s = io.StringIO()
             pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(a.top)
             print(s.getvalue())
-            del A
 
 
 if __name__ == "__main__":

@@ -249,6 +249,47 @@ class Backend:
         take |a| in slabs beside a GEMM). Local."""
         return None
 
+    def column_abs_stats(self, a):
+        """``(sums, maxes)``: per column of the 2-D ``a`` (any layout), ``sum_i |a_ij|`` and
+        ``max_i |a_ij|`` as 1-D arrays of this device in ``a``'s real precision (NaN in a
+        column gives NaN in both), reading ``a`` once. Here: column slabs of at most
+        ``ABS_SLAB`` entries, so no temporary is the size of ``a``. Local."""
+        xp = self.xp
+        m, n = a.shape
+        real = np.finfo(a.dtype).dtype
+        sums, maxes = xp.zeros(n, real), xp.zeros(n, real)
+        if m == 0 or n == 0:
+            return sums, maxes
+        w = min(n, max(1, self.ABS_SLAB // m))
+        buf = xp.empty((w, m), real)       # one temporary, reused (fresh ones page-fault)
+        for c in range(0, n, w):
+            t = buf[:min(w, n - c)]
+            xp.abs(a[:, c:c + w].T, out=t)  # rows of t: columns of a
+            t.sum(axis=1, out=sums[c:c + w])
+            t.max(axis=1, out=maxes[c:c + w])
+        return sums, maxes
+
+    #: entries of ``a`` per temporary in :meth:`column_abs_stats`' slabs
+    ABS_SLAB = 1 << 18
+
+    def zero_above(self, a, rows, cols) -> None:
+        """In place: ``a[i, j] = 0`` wherever ``rows[i] < cols[j]`` (the strict upper triangle
+        of the global matrix that ``a`` is a local part of); ``rows``/``cols`` are the local
+        rows' and columns' global indices (host, increasing). Local."""
+        n = a.shape[1]
+        if a.size == 0:
+            return
+        first = np.searchsorted(rows, cols)     # column j: local rows [0, first[j]) are above
+        step = 256
+        for c in range(0, n, step):
+            lo, hi = int(first[c]), int(first[min(n, c + step) - 1])
+            blk = a[:, c:c + step]
+            if lo:
+                blk[:lo] = 0
+            if hi > lo:                          # the band where the diagonal crosses
+                band = blk[lo:hi]
+                band[self.xp.asarray(rows[lo:hi, None] < cols[None, c:c + step])] = 0
+
     # ---- row movement and elementwise kernels ---------------------------------------------
     def take_rows(self, a, idx, out) -> None:
         """``out[...] = a[idx]`` for column-major 2-D ``a`` and ``out`` (``idx`` an int64 index

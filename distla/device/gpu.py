@@ -317,6 +317,37 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
                 rs[:, 0] = ps.sum(axis=0)
         return y, ya, rs
 
+    def column_abs_stats(self, a):
+        # one kernel, no temporaries: the slabs of xp.abs / sum / max cost ~3 ms of launches
+        # and syncs before an n = 4096 LU whose cuSOLVER call takes 13.6 ms (one H200,
+        # benchmarks/gpu/small_n_probe.py)
+        if a.dtype not in (np.float32, np.float64) or a.ndim != 2 or \
+                not (a.size == 0 or _lapack.is_colmajor(a)):
+            return super().column_abs_stats(a)
+        xp = self.xp
+        m, n = a.shape
+        sums, maxes = xp.zeros(n, a.dtype), xp.zeros(n, a.dtype)
+        if m and n:
+            c = "d" if a.dtype == np.float64 else "f"
+            _colabs_module().get_function(f"distla_colabs_{c}")(
+                (min(n, 65535),), (256,), (a, np.int64(_lapack.ld(a)), np.int64(m),
+                                           np.int64(n), sums, maxes))
+        return sums, maxes
+
+    def zero_above(self, a, rows, cols) -> None:
+        # one kernel over the local matrix instead of a fill and a tril per block column
+        # (12 ms at n = 32768, nb 1024 on one H200; benchmarks/gpu/small_n_probe.py)
+        if a.size == 0:
+            return
+        xp = self.xp
+        r, c = xp.asarray(rows, dtype=np.int64), xp.asarray(cols, dtype=np.int64)
+        # elementwise kernels walk arrays in C order: the transpose of a column-major view
+        at = a.T if _lapack.is_colmajor(a) else a
+        if at is a:
+            _kernels()["zero_above_c"](r, c, np.int64(a.shape[1]), a)
+        else:
+            _kernels()["zero_above"](r, c, np.int64(a.shape[0]), at)
+
     def split_tf32x3(self, a, b, out=None):
         """For float32 ``a (m x k)``, ``b (k x n)`` returns column-major ``A3 = [ah, ah, al]``
         (m x 3k) and ``B3 = [bh; bl; bh]`` (3k x n), ``xh`` = x rounded to TF32 and
@@ -460,6 +491,50 @@ DISTLA_GEMV_ABS(distla_gemv_abs_f4, float, 4)
 """
 
 
+# per column j of column-major A (m x n, leading dimension ld): cs[j] = sum_i |a_ij| and
+# cm[j] = max_i |a_ij| (NaN propagates into both). Block b handles columns b, b + gridDim.x,
+# ...; its threads stride down the column (a warp reads 32 consecutive entries) and combine
+# in shared memory in a fixed order (the result does not depend on scheduling).
+_COLABS_SRC = r"""
+template <typename T>
+__device__ void colabs(const T* A, long long ld, long long m, long long n, T* cs, T* cm) {
+    __shared__ T ss[256], sm[256];
+    for (long long j = blockIdx.x; j < n; j += gridDim.x) {
+        const T* p = A + j * ld;
+        T s = 0, mx = 0;
+        for (long long i = threadIdx.x; i < m; i += blockDim.x) {
+            T v = p[i];
+            v = v < 0 ? -v : v;
+            s += v;
+            if (v > mx || v != v) mx = v;
+        }
+        ss[threadIdx.x] = s; sm[threadIdx.x] = mx;
+        __syncthreads();
+        for (int h = blockDim.x / 2; h > 0; h /= 2) {
+            if (threadIdx.x < h) {
+                T o = sm[threadIdx.x + h];
+                ss[threadIdx.x] += ss[threadIdx.x + h];
+                if (o > sm[threadIdx.x] || o != o) sm[threadIdx.x] = o;
+            }
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) { cs[j] = ss[0]; cm[j] = sm[0]; }
+        __syncthreads();
+    }
+}
+extern "C" __global__ void distla_colabs_d(const double* A, long long ld, long long m,
+        long long n, double* cs, double* cm) { colabs<double>(A, ld, m, n, cs, cm); }
+extern "C" __global__ void distla_colabs_f(const float* A, long long ld, long long m,
+        long long n, float* cs, float* cm) { colabs<float>(A, ld, m, n, cs, cm); }
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _colabs_module():  # pragma: no cover - needs a GPU
+    import cupy
+    return cupy.RawModule(code=_COLABS_SRC, options=("-std=c++14",))
+
+
 @functools.lru_cache(maxsize=None)
 def _gemv_module():  # pragma: no cover - needs a GPU
     import cupy
@@ -478,6 +553,12 @@ def _kernels():  # pragma: no cover - needs a GPU
                      pre + " out = a[k];", "distla_gather_rows"),
         "scatter": ek("T v, raw int64 idx, int64 ld, int64 nr", "raw T a",
                       pre + " a[k] = v;", "distla_scatter_rows"),
+        # a[i, j] = 0 where rows[i] < cols[j]; "zero_above" walks a's transpose (column-major
+        # a: i = column * nr + row), "zero_above_c" a C-ordered a (i = row * nc + column)
+        "zero_above": ek("raw int64 rows, raw int64 cols, int64 nr", "T a",
+                         "if (rows[i % nr] < cols[i / nr]) a = 0;", "distla_zero_above"),
+        "zero_above_c": ek("raw int64 rows, raw int64 cols, int64 nc", "T a",
+                           "if (rows[i / nc] < cols[i % nc]) a = 0;", "distla_zero_above_c"),
         # output parameters are references: reading x in the body updates it in place
         "axpby": ek("T a, T b, T p", "T x", "x = a * x + b * p", "distla_rbt_axpby"),
         "quad": ek("T ut, T ub, T vl, T vr", "T a00, T a01, T a10, T a11",

@@ -283,13 +283,7 @@ def _check_rhs(C, B, what):
 # ---------------------------------------------------------------------------------------
 def _zero_upper(L):
     """Zero the strict upper triangle of L (local, no communication)."""
-    xp = L.xp
-    for j, cs, w in L.my_block_cols():
-        rs = L.local_row_start(j * L.nb)
-        L.local[:rs, cs:cs + w] = 0
-        if L.row_owner(j * L.nb) == L.grid.myrow:
-            blk = L.local[rs:rs + w, cs:cs + w]
-            blk[...] = xp.tril(blk)
+    L.backend.zero_above(L.local, L.row_indices(), L.col_indices())
 
 
 def _potrf_lower(A: DistMatrix, lookahead: int, gemm: str = "native") -> None:
