@@ -286,7 +286,9 @@ def test_column_abs_stats(device, dtype, monkeypatch):
         ok = np.ones(200, bool)
         ok[[4, 6]] = False
         np.testing.assert_allclose(sums[ok], np.abs(a).sum(axis=0)[ok], rtol=tol)
-        np.testing.assert_array_equal(maxes[ok], np.abs(a).max(axis=0)[ok])
+        # complex |z|: the device's hypot may differ from NumPy's in the last bit
+        np.testing.assert_allclose(maxes[ok], np.abs(a).max(axis=0)[ok],
+                                   rtol=0 if dtype != np.complex128 else 1e-15)
     for shape in ((0, 7), (7, 0)):
         sums, maxes = be.column_abs_stats(xp.zeros(shape, dtype, order="F"))
         assert sums.shape == maxes.shape == (shape[1],)
