@@ -148,15 +148,9 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
 
     def _getrf(self, a, pivoting: bool = True):
         """cuSOLVER getrf; ``pivoting=False`` passes a null pivot array (its documented
-        no-pivoting mode). With pivoting, the 64-bit API's ``cusolverDnXgetrf`` where it can
-        be reached (:func:`_xgetrf_api`): on one H200 it took 2% less time than
-        ``cusolverDnDgetrf`` on n x n matrices and 5-9% less on the LU loop's tall panels
-        (65536 x 1024: 9.8 vs 10.7 ms; record 2026-11-26-h200-getrf-alg.jsonl)."""
+        no-pivoting mode)."""
         m, n = a.shape
         cs, xp = self._cusolver, self.xp
-        api = _xgetrf_api() if pivoting and m and n else None
-        if api is not None:
-            return api(self._solver(), a, xp)
         info = xp.zeros((), dtype=np.int32)
         ipiv = xp.zeros(max(1, min(m, n)), dtype=np.int32)
         if m and n:
@@ -495,50 +489,6 @@ DISTLA_GEMV_ABS(distla_gemv_abs_f2, float, 2)
 DISTLA_GEMV_ABS(distla_gemv_abs_f3, float, 3)
 DISTLA_GEMV_ABS(distla_gemv_abs_f4, float, 4)
 """
-
-
-_CUDA_R = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}   # cudaDataType
-
-
-@functools.lru_cache(maxsize=None)
-def _xgetrf_api():  # pragma: no cover - needs a GPU
-    """A function ``(handle, a, xp) -> (0-based int64 pivots, device info)`` running
-    cuSOLVER's 64-bit ``cusolverDnXgetrf`` (default algorithm) in place on the column-major
-    float32/float64 ``a``, through ctypes on the libcusolver CuPy loaded (CuPy does not bind
-    it); None where that library or symbol cannot be found (the legacy getrf is used)."""
-    import ctypes
-    try:
-        with open("/proc/self/maps") as f:
-            paths = sorted({ln.split()[-1] for ln in f if "/libcusolver.so" in ln})
-        lib = ctypes.CDLL(paths[0])
-        fn, size = lib.cusolverDnXgetrf, lib.cusolverDnXgetrf_bufferSize
-        params = ctypes.c_void_p()
-        if lib.cusolverDnCreateParams(ctypes.byref(params)) != 0:
-            return None
-    except (OSError, IndexError, AttributeError):
-        return None
-    P, I64, SZ = ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t
-    host = {}   # host workspace (cuSOLVER asks for none here; kept if it does)
-
-    def xgetrf(handle, a, xp):
-        m, n = a.shape
-        dt, lda = _CUDA_R[a.dtype], _lapack.ld(a)
-        dws, hws = SZ(), SZ()
-        if size(P(handle), params, I64(m), I64(n), dt, P(a.data.ptr), I64(lda), dt,
-                ctypes.byref(dws), ctypes.byref(hws)) != 0:
-            raise RuntimeError("cusolverDnXgetrf_bufferSize failed")
-        if host.get("buf") is None or len(host["buf"]) < hws.value:
-            host["buf"] = ctypes.create_string_buffer(max(1, hws.value))
-        work = xp.empty(max(1, dws.value), dtype=np.uint8)
-        ipiv = xp.empty(min(m, n), dtype=np.int64)
-        info = xp.zeros((), dtype=np.int32)
-        if fn(P(handle), params, I64(m), I64(n), dt, P(a.data.ptr), I64(lda),
-              P(ipiv.data.ptr), dt, P(work.data.ptr), SZ(dws.value), host["buf"],
-              SZ(hws.value), P(info.data.ptr)) != 0:
-            raise RuntimeError("cusolverDnXgetrf failed")
-        ipiv -= 1
-        return ipiv, info
-    return xgetrf
 
 
 # per column j of column-major A (m x n, leading dimension ld): cs[j] = sum_i |a_ij| and
