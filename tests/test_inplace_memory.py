@@ -149,6 +149,21 @@ def test_benchmark_memory_and_step_fields(name, inplace):
     assert rec["step_host_us"] > 0 and rec["step_lib_calls"] >= 1
     assert 0 <= rec["step_overhead_median_us"] and 0 <= rec["step_overhead_us"]
     assert rec["step_overhead_us"] < rec["step_host_us"] or rec["step_lib_calls"] == 0
+    # the largest n that fits: far beyond this n, and no more than the node's memory allows
+    from distla.device.memory import capacity_bytes
+    assert 100 < rec["largest_n"] <= (capacity_bytes(False) / (8 * (1 if inplace else 2))) ** 0.5
+
+
+def test_largest_n_extrapolation():
+    """memory.largest_n: matrices grow as n^2, the rest of the peak as n."""
+    from distla.device.memory import largest_n
+    MB = 1e6
+    assert largest_n(1000, 8 * MB, 8 * MB, 32 * MB) == 2000          # no workspace: 4x room
+    assert largest_n(1000, 8 * MB, 16 * MB, 64 * MB, copies=2) == 2000   # A and its copy
+    # workspace of 8 MB at n = 1000: 8 x^2 + 8 x = 48 at x = 2
+    assert largest_n(1000, 8 * MB, 16 * MB, 48 * MB) == 2000
+    assert largest_n(1000, 8 * MB, 4 * MB, 32 * MB) == 2000          # peak below the matrix
+    assert largest_n(1000, 0, 0, 32 * MB) == 0 and largest_n(1000, 8 * MB, 8 * MB, 0) == 0
 
 
 def test_timed_fresh_holds_one_input():
@@ -219,6 +234,9 @@ def test_gpu_benchmark_reports_device_peak(name):
             "--grid", "1x1", "--no-reference", "--inplace", "--force-loop"]
     rec = [r for r in bench.run(p.parse_args(argv)) if r["impl"] == "distla"][0]
     assert rec["device_peak_mb"] >= rec["local_mb"] and rec["device_peak_ratio"] >= 1
+    import cupy
+    total = cupy.cuda.runtime.memGetInfo()[1]
+    assert 512 < rec["largest_n"] <= (total / 8) ** 0.5
     assert passes(rec["sresid"], THRESH) and rec["steps"] == 4
 
 

@@ -111,7 +111,8 @@ def _run(args) -> list[dict]:
             rec["update_group"] = args.update_group
         if args.inplace:
             rec["inplace"] = True
-        rec.update(common.memory_fields(peak, L.local.nbytes, comm))
+        rec.update(common.memory_fields(peak, L.local.nbytes, comm, n=n,
+                                         copies=1 if args.inplace else 2))
         if args.check:
             from ..checks import factor_residual_cholesky, solve_residual
             from ..matrix import DistMatrix

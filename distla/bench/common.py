@@ -228,12 +228,20 @@ def free_device_pool(device) -> None:
         cupy.get_default_memory_pool().free_all_blocks()
 
 
-def memory_fields(peak, local_bytes: int, comm=None) -> dict:
+def memory_fields(peak, local_bytes: int, comm=None, n: int | None = None,
+                  copies: int = 1) -> dict:
     """Collective: record fields from a :class:`distla.device.memory.PeakMemory` ``peak``:
     ``host_peak_mb`` (maximum resident set), ``device_peak_mb`` (GPU: the CuPy pool's
     high-water mark), ``local_mb`` (this rank's local matrix) and ``device_peak_ratio``
-    (device peak / local matrix), each the maximum over ranks (MB = 1e6 bytes)."""
+    (device peak / local matrix), each the maximum over ranks (MB = 1e6 bytes). With ``n``
+    (the order run) also ``largest_n``: the largest order the same run (same grid, mode and
+    block size) fits on every rank, extrapolated from the measured peak
+    (:func:`distla.device.memory.largest_n`, ``copies`` matrices held at once) against the
+    memory of the device holding the matrix (GPU ranks: the GPU; CPU ranks: the node's
+    available memory shared by its ranks)."""
     from mpi4py import MPI
+
+    from ..device import memory
     comm = MPI.COMM_WORLD if comm is None else comm
     out = {"local_mb": comm.allreduce(local_bytes, op=MPI.MAX) / 1e6,
            "host_peak_mb": comm.allreduce(peak.host_bytes or 0, op=MPI.MAX) / 1e6}
@@ -243,6 +251,16 @@ def memory_fields(peak, local_bytes: int, comm=None) -> dict:
         ratios = comm.allgather(peak.device_bytes / local_bytes if local_bytes and
                                 peak.device_bytes is not None else 0.0)
         out["device_peak_ratio"] = max(ratios)
+    if n is not None:
+        gpu = peak.device_bytes is not None
+        if gpu:
+            used, cap = peak.device_bytes, memory.capacity_bytes(True)
+        else:   # the node's memory is shared by its ranks; the block's growth of the RSS
+            used = max(0, (peak.host_bytes or 0) - peak.host_start)
+            cap = memory.capacity_bytes(False) / ranks_on_node(comm) - peak.host_start
+        mine = memory.largest_n(n, local_bytes, used, cap, copies) if local_bytes else \
+            np.iinfo(np.int64).max
+        out["largest_n"] = comm.allreduce(int(mine), op=MPI.MIN)
     return out
 
 

@@ -136,7 +136,8 @@ def _run(args) -> list[dict]:
             rec["gflops"] = nfl / best / 1e9
             if args.inplace:
                 rec["inplace"] = True
-            rec.update(common.memory_fields(peak, F.lu.local.nbytes, comm))
+            rec.update(common.memory_fields(peak, F.lu.local.nbytes, comm, n=n,
+                                             copies=1 if args.inplace else 2))
             if piv == "partial":
                 best_partial = best
             elif best_partial is not None:

@@ -13,16 +13,61 @@ both ends). Free the pool's cached blocks before entering to see what the block 
 """
 from __future__ import annotations
 
+import math
+import os
 import resource
 import sys
 
-__all__ = ["PeakMemory", "host_peak_bytes"]
+__all__ = ["PeakMemory", "host_peak_bytes", "host_rss_bytes", "capacity_bytes",
+           "largest_n"]
 
 
 def host_peak_bytes() -> int:
     """This process's maximum resident set size so far, in bytes."""
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(r) if sys.platform == "darwin" else int(r) * 1024   # Linux: KiB
+
+
+def host_rss_bytes() -> int:
+    """This process's resident set size now, in bytes (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def capacity_bytes(gpu: bool) -> int:
+    """Memory this process could hold now: on GPU ranks the device's free memory plus what
+    CuPy's pool already holds; on CPU ranks the host's available memory (``MemAvailable``)
+    plus this process's resident set (shared by the ranks of a node: divide by them)."""
+    if gpu:  # pragma: no cover - needs a GPU
+        import cupy
+        free, _ = cupy.cuda.runtime.memGetInfo()
+        return int(free) + int(cupy.get_default_memory_pool().total_bytes())
+    avail = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return avail + host_rss_bytes()
+
+
+def largest_n(n: int, local_bytes: float, peak_bytes: float, capacity: float,
+              copies: int = 1) -> int:
+    """The largest order n' whose run fits in ``capacity`` bytes per rank, extrapolated from
+    one run at order ``n``: ``copies`` matrices of ``local_bytes`` each (they grow as n'^2 on
+    a fixed grid) and the rest of ``peak_bytes`` (workspace: O(n nb) per rank, grows as n').
+    Solves ``copies local x^2 + rest x = capacity`` for ``x = n'/n``. Not collective."""
+    quad = copies * float(local_bytes)
+    if quad <= 0 or capacity <= 0:
+        return 0
+    rest = max(0.0, float(peak_bytes) - quad)
+    x = (-rest + math.sqrt(rest * rest + 4.0 * quad * capacity)) / (2.0 * quad)
+    return int(n * x)
 
 
 class PeakMemory:
@@ -32,10 +77,12 @@ class PeakMemory:
         """``device``: a Backend, or 'cpu' / 'gpu'."""
         self.gpu = bool(getattr(device, "is_gpu", device == "gpu"))
         self.host_bytes = None
+        self.host_start = 0     # resident set when the block began (its baseline)
         self.device_bytes = None
         self._hook = None
 
     def __enter__(self) -> "PeakMemory":
+        self.host_start = host_rss_bytes()
         if self.gpu:
             self._hook = _pool_hook()
             self._hook.__enter__()
