@@ -26,8 +26,11 @@ from ..trace import trace
 from ._local import use_local
 
 # trailing update: up to this many adjacent block columns with their diagonal blocks here (all
-# of them on a 1 x 1 grid) in one SYRK + one GEMM, per device (1: one pair per block column)
-UPDATE_GROUP = {"cpu": 1, "gpu": 1}
+# of them on a 1 x 1 grid) in one SYRK + one GEMM, per device (1: one pair per block column).
+# GPU 8: one H200, n = 65536, nb 1024, in place, twice each: 2.112 / 2.111 s against 2.182 /
+# 2.189 s for 1 and 2.181 / 2.183 s for 16 (record 2026-11-26-h200-large-sweep.jsonl). CPU 1:
+# 8 was no better on 2 x 2 grids of the 2-core machine (n = 4096 faster, 8192 slower).
+UPDATE_GROUP = {"cpu": 1, "gpu": 8}
 # low-precision trailing update: one GEMM per run of about this many local columns, from the
 # run's first diagonal row down (fewer rows above the diagonal computed than by one GEMM over
 # all columns: (g + 1) / 2g of the square with g runs), at most LOWP_MAX_RUNS runs
