@@ -45,6 +45,13 @@ __all__ = ["refine", "gmres", "Refinement", "scaled_residual", "stalled", "MODES
 
 MODES = ("ir", "gmres", "auto")
 PATIENCE = 3             # classical IR: corrections in a row that may fail to halve rho
+# mode 'auto': classical IR hands over to GMRES-IR after a correction that shrinks rho by less
+# than this factor (GMRES-IR's own corrections must still halve it). 4 was slower wherever it
+# changed anything: one H200, n = 32768, fp16 Cholesky at cond 1e4 0.231 -> 0.306 s (18
+# classical corrections replaced by two GMRES-IR corrections of 9 iterations, each iteration a
+# float64 solve with the promoted factors), LU at cond 1e3 0.493 -> 0.589 s, n = 65536
+# Cholesky at cond 1e4 0.741 -> 0.917 s (record 2026-11-26-h200-refine-ir-switch.jsonl)
+IR_SWITCH = 2.0
 GMRES_RESTART = 30       # Krylov vectors per GMRES-IR correction
 GMRES_TOL = 1e-8         # relative reduction of the preconditioned residual per correction
 # a GMRES-IR correction stops early when, after GMRES_PROBE iterations, the reduction rate of
@@ -80,6 +87,11 @@ def stalled(hist: list, patience: int) -> bool:
     if len(hist) <= patience:
         return False
     return min(hist[-patience:]) > 0.5 * min(hist[:-patience])
+
+
+def _shrinks_less(hist: list, factor: float) -> bool:
+    """True when the last check is not ``factor`` times below the best earlier one."""
+    return len(hist) > 1 and hist[-1] * factor > min(hist[:-1])
 
 
 def scaled_residual(R: DistMatrix, X: DistMatrix, anorm: float, eps_sqrtn: float) -> float:
@@ -129,10 +141,10 @@ def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix |
         elif it >= max_iter or not math.isfinite(rho) or stalled(hist, PATIENCE) or \
                 clock.over() or clock.will_run_out(hist, it):
             return _fail(out, label, rho, max_iter, clock)
-        elif stalled(hist, 1) and mode != "ir":
-            if gmres_on:           # GMRES-IR does not contract: give up now
-                return _fail(out, label, rho, max_iter, clock)
-            gmres_on = True        # classical IR does not contract: GMRES-IR from here
+        elif gmres_on and stalled(hist, 1) and mode != "ir":
+            return _fail(out, label, rho, max_iter, clock)   # GMRES-IR does not contract
+        elif not gmres_on and mode != "ir" and _shrinks_less(hist, IR_SWITCH):
+            gmres_on = True        # classical IR contracts too slowly: GMRES-IR from here
         if gmres_on:
             with trace("refine.gmres"):   # its first preconditioner and iteration: free
                 d, m = gmres(A, R, precond or solve, GMRES_RESTART, GMRES_TOL, clock.over,
