@@ -40,12 +40,15 @@ run times (diagnosis only: it removes overlap between streams). Phases may nest;
 phase counts in its own line and inside its parent's. Phases on different streams overlap, so
 their sum can exceed the wall time.
 
-Nothing here communicates; a tracer is per process (not collective). :func:`current` returns
-the active tracer (or ``None``) for code that reports progress from it.
+Nothing here communicates; a tracer is per process (not collective) and counts the library
+calls of the thread that entered it (a background thread's, e.g.
+:meth:`distla.device.base.Backend.preload_async`, are not the traced driver's).
+:func:`current` returns the active tracer (or ``None``) for code that reports progress.
 """
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections import defaultdict
 
@@ -95,11 +98,13 @@ class Tracer:
         self._nphase = 0           # phases closed so far
         self.nested: dict[str, int] = defaultdict(int)   # phases closed inside each phase
         self._in_lib = False
+        self._owner = None         # the thread that entered the tracer
         self.overhead_clock = overhead_clock
 
     # ---- activation ----------------------------------------------------------------------
     def __enter__(self) -> "Tracer":
         global _active
+        self._owner = threading.get_ident()   # library calls of other threads do not count
         self._prev, _active = _active, self
         self._t0 = _clock()
         return self
@@ -280,7 +285,7 @@ def library(fn):
     @functools.wraps(fn)
     def call(*args, **kwargs):
         t = _active
-        if t is None or t._in_lib:
+        if t is None or t._in_lib or t._owner != threading.get_ident():
             return fn(*args, **kwargs)
         return t._library_call(fn, args, kwargs)
     return call

@@ -316,3 +316,26 @@ def test_zero_above(device, order, monkeypatch):
         want[rows[:, None] < cols[None, :]] = 0
         np.testing.assert_array_equal(be.to_host(dev), want)
     be.zero_above(xp.zeros((0, 5)), np.zeros(0, np.int64), np.arange(5))   # no rows here
+
+
+@pytest.mark.gpu
+def test_gpu_preload_then_factor(monkeypatch):
+    """GpuBackend.preload runs every kernel family once (no error, nothing left queued), in
+    the background thread too, and the solvers run right after; DISTLA_PRELOAD=0 turns the
+    thread off."""
+    be = get_backend("gpu")
+    be.preload(np.float64)
+    be.preload(np.float32)
+    t = be.preload_async(np.float64)
+    assert t is not None
+    t.join(timeout=60)
+    assert not t.is_alive()
+    g = ProcessGrid(1, 1)
+    from distla.linalg import cholesky
+    from distla.problems import spd_matrix
+    A = spd_matrix(g, 300, 64, seed=1, device="gpu")
+    L = cholesky(A)
+    r = be.to_host(L.local @ L.local.T - A.local)
+    assert np.abs(r).max() < 1e-10 * 300
+    monkeypatch.setenv("DISTLA_PRELOAD", "0")
+    assert be.preload_async() is None

@@ -143,3 +143,25 @@ def test_backend_kernels_and_drivers_are_traced():
             assert tr.overhead_us("step") is not None
     finally:
         _local.LOCAL_UP_TO.update(saved)
+
+
+def test_library_calls_of_other_threads_do_not_count():
+    """A tracer counts the library calls of the thread that entered it: a background
+    thread's (Backend.preload_async) neither add lib time nor break the phase."""
+    import threading
+
+    from distla.trace import Tracer, library, trace
+    calls = library(lambda: None)
+    with Tracer() as tr:
+        with trace("phase"):
+            t = threading.Thread(target=lambda: [calls() for _ in range(50)])
+            t.start()
+            t.join()
+            calls()
+    assert tr.lib_calls["phase"] == 1 and tr.calls["phase"] == 1
+
+
+def test_preload_async_on_cpu_ranks_is_none():
+    from distla.device import get_backend
+    assert get_backend("cpu").preload_async() is None
+    get_backend("cpu").preload()       # nothing to load

@@ -176,12 +176,19 @@ def _job(args, grid, device, nb, apath, xpath, comm) -> tuple[dict, object, obje
     """Collective: one run of the job's phases; returns ({phase: seconds}, A, x-check)."""
     from .. import io
     from ..checks import product_and_norm, solve_checks
+    from ..device import get_backend
     from ..linalg import solve
     from ..matrix import DistMatrix
     dtype = np.dtype(args.dtype)
     t = {}
-    t["read"], A = _timed(lambda: io.read_matrix(apath, grid, (nb, nb), device=device,
-                                                 dtype=dtype), device, comm)
+
+    def read():
+        preload = get_backend(device).preload_async(dtype)   # beside the read (GPU ranks)
+        A = io.read_matrix(apath, grid, (nb, nb), device=device, dtype=dtype)
+        if preload is not None:
+            preload.join()
+        return A
+    t["read"], A = _timed(read, device, comm)
     ones = DistMatrix.from_function(grid, (args.n, 1), (nb, nb), lambda I, J: 1.0,
                                     dtype=dtype, device=device)
     t["rhs"], (B, anorm) = _timed(lambda: product_and_norm(A, ones), device, comm)

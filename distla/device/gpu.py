@@ -28,6 +28,47 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
         self.xp, self._cublas, self._cusolver = cupy, cublas, cusolver
         self._scalars = {}     # float32 device scalars by value (_device_scalar)
 
+    # ---- first use ---------------------------------------------------------------------------
+    def preload(self, dtype=np.float64) -> None:
+        # every kernel family of a Cholesky or LU solve and its checks, once, on 64 x 64
+        # (what stays for the real call: CuPy's size-class variants of its own kernels)
+        xp, dt = self.xp, np.dtype(dtype)
+        n = 64
+        a = xp.asfortranarray(xp.eye(n, dtype=dt) * n + 1)
+        x = xp.ones((n, 1), dtype=dt, order="F")
+        self.gemv_abs(a, x, absolute=True, rowsums=True)
+        self.column_abs_stats(a)
+        c = self.empty((n, n), dt)
+        self.gemm("N", "N", 1.0, a, a, 0.0, c)
+        self.syrk("L", "N", 1.0, a, 0.0, c)
+        self.copy(c, a)
+        self.potrf("L", c)
+        self.trsm("L", "L", "N", "N", 1.0, c, x)
+        self.trsm("L", "L", "T", "N", 1.0, c, x)
+        self.zero_above(c, np.arange(n), np.arange(n))
+        self.copy(c, a)
+        piv, info = self.getrf(c)
+        self.laswp(x, self.to_host(piv), 0)
+        float(xp.abs(c).max()), float(c.sum())
+        self.synchronize()
+
+    def preload_async(self, dtype=np.float64):
+        import os
+        import threading
+        if os.environ.get("DISTLA_PRELOAD", "1") == "0":
+            return None
+        dev = self.xp.cuda.Device().id
+
+        def run():
+            try:
+                with self.xp.cuda.Device(dev):
+                    self.preload(dtype)
+            except Exception:  # noqa: BLE001 - the real calls raise it
+                pass
+        t = threading.Thread(target=run, name="distla-preload", daemon=True)
+        t.start()
+        return t
+
     # ---- storage and streams -----------------------------------------------------------------
     def asarray(self, a, dtype=None):
         return self.xp.asfortranarray(self.xp.asarray(a, dtype=dtype))
