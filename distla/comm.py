@@ -181,14 +181,16 @@ class NcclComm:
         self._nccl, self._cp = nccl, cupy
         self.mpi = mpi_comm
         self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
-        uid = nccl.get_unique_id() if self.rank == 0 else None
-        uid = mpi_comm.bcast(uid, root=0)
-        self.comm = nccl.NcclCommunicator(self.size, uid, self.rank)
-        # Destroying an NCCL communicator may wait for its peers. Left to the garbage
-        # collector, ranks destroy it at different moments: one rank blocks there (holding the
-        # GIL) while another waits in an MPI call -- a hang seen on 2 GPUs after a few dozen
-        # grids. So communicators live until ProcessGrid.free() (collective) or process exit.
-        _LIVE_NCCL.append(self.comm)
+        self.comm = None
+        if self.size > 1:   # one rank talks to no one: no NCCL communicator (~0.13 s each)
+            uid = nccl.get_unique_id() if self.rank == 0 else None
+            uid = mpi_comm.bcast(uid, root=0)
+            self.comm = nccl.NcclCommunicator(self.size, uid, self.rank)
+            # Destroying an NCCL communicator may wait for its peers. Left to the garbage
+            # collector, ranks destroy it at different moments: one rank blocks there (holding
+            # the GIL) while another waits in an MPI call -- a hang seen on 2 GPUs after a few
+            # dozen grids. So they live until ProcessGrid.free() (collective) or process exit.
+            _LIVE_NCCL.append(self.comm)
         # high priority: messages are on the critical path; their kernels should not wait
         # for a large GEMM's blocks to drain
         self.stream = get_backend("gpu").stream("high").s
@@ -242,6 +244,9 @@ class NcclComm:
     @library
     def allgather(self, sendbuf, recvbuf) -> None:
         _contig(sendbuf), _contig(recvbuf)
+        if self.size == 1:
+            recvbuf.reshape(-1)[...] = sendbuf.reshape(-1)
+            return
         self._enter()
         dt, count = self._dt(sendbuf)
         self.comm.allGather(sendbuf.data.ptr, recvbuf.data.ptr, count, dt, self.stream.ptr)
@@ -249,6 +254,10 @@ class NcclComm:
 
     @library
     def exchange(self, sends=(), recvs=(), tag: int = 7) -> None:
+        if self.size == 1:
+            if any(b.size for _, b in list(sends) + list(recvs)):
+                raise ValueError("exchange: a one-rank communicator has no peer")
+            return
         self._enter()
         self._nccl.groupStart()
         try:
