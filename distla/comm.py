@@ -206,6 +206,12 @@ class NcclComm:
         return {"sum": self._nccl.NCCL_SUM, "max": self._nccl.NCCL_MAX,
                 "min": self._nccl.NCCL_MIN}[op]
 
+    def _copy(self, dst, src):
+        """Copy the bytes of contiguous ``src`` into ``dst`` on the current stream."""
+        if src.nbytes:
+            dst.data.copy_from_device_async(src.data, src.nbytes,
+                                            self._cp.cuda.get_current_stream())
+
     def _enter(self):
         """Order the comm stream after the work already queued on the current stream."""
         ev = self._cp.cuda.get_current_stream().record()
@@ -245,7 +251,7 @@ class NcclComm:
     def allgather(self, sendbuf, recvbuf) -> None:
         _contig(sendbuf), _contig(recvbuf)
         if self.size == 1:
-            recvbuf.reshape(-1)[...] = sendbuf.reshape(-1)
+            self._copy(recvbuf, sendbuf)
             return
         self._enter()
         dt, count = self._dt(sendbuf)
@@ -254,9 +260,14 @@ class NcclComm:
 
     @library
     def exchange(self, sends=(), recvs=(), tag: int = 7) -> None:
-        if self.size == 1:
-            if any(b.size for _, b in list(sends) + list(recvs)):
-                raise ValueError("exchange: a one-rank communicator has no peer")
+        if self.size == 1:   # messages to myself, matched in order (as MPI and NCCL do)
+            out = [_contig(b) for _, b in sends if b.size]
+            into = [_contig(b) for _, b in recvs if b.size]
+            if len(out) != len(into) or any(a.nbytes != b.nbytes for a, b in zip(out, into)):
+                raise ValueError("exchange: the sends and receives of a one-rank "
+                                 "communicator do not match")
+            for a, b in zip(out, into):
+                self._copy(b, a)
             return
         self._enter()
         self._nccl.groupStart()
