@@ -527,7 +527,8 @@ class DistMatrix:
     def norm(self, ord="fro"):
         """Collective: 'fro', 1, inf (np.inf or 'inf') or 'max' norm, as a Python float on
         every rank (NaN anywhere gives NaN on every rank). A tuple of those (e.g.
-        ``(1, 'max')``) gives a tuple of floats from one pass over the local matrix."""
+        ``(1, 'max')``) gives a tuple of floats: 1 and 'max' from one pass over the local
+        matrix, 'fro' and inf from another."""
         if isinstance(ord, tuple):
             return self._norms(ord)
         return self._norms((ord,))[0]
@@ -538,38 +539,32 @@ class DistMatrix:
         for o in ords:
             if o not in ("fro", 1, np.inf, "max"):
                 raise ValueError(f"norm: ord must be 'fro', 1, inf or 'max', not {o!r}")
-        # column slabs: the temporaries stay a fraction of the local matrix
         mloc, nloc = self.local.shape
-        w = max(1, min(nloc, _SLAB_ELEMS[self.device] // max(1, mloc), -(-nloc // 32)))
         acc = dict.fromkeys(ords)
         parts = []
-        if set(ords) <= {1, "max"} and self.local.size:
-            sums, maxes = be.column_abs_stats(self.local)   # one pass, per local column
+        if 1 in ords or "max" in ords:   # one pass: each local column's sum and max of |a|
+            sums, maxes = be.column_abs_stats(self.local)
             parts.append(sums)
-            acc["max"] = maxes.max()
-            return tuple(self._reduce_norm(o, acc[o], parts, mloc) for o in ords)
+            if "max" in ords and maxes.size:
+                acc["max"] = maxes.max()
+        rest = [o for o in ords if o in ("fro", np.inf)]
         fused = be.gemv_abs(self.local, xp.zeros((nloc, 0), self.dtype), absolute=False,
-                            rowsums=True) if ords == (np.inf,) and self.local.size else None
+                            rowsums=True) if rest == [np.inf] and self.local.size else None
         if fused is not None:     # the row sums in one pass, no temporaries
             acc[np.inf] = fused[2][:, 0]
-        for c in range(0, nloc, w) if fused is None else ():
+        # column slabs: the temporaries stay a fraction of the local matrix
+        w = max(1, min(nloc, _SLAB_ELEMS[self.device] // max(1, mloc), -(-nloc // 32)))
+        for c in range(0, nloc, w) if rest and fused is None else ():
             # |A| of the slab's transpose: a walk in memory order (row j of absA: column j)
             absA = xp.abs(self.local[:, c:c + w].T)
-            for o in ords:
+            for o in rest:
                 if o == "fro":
                     sq = absA.real ** 2 + absA.imag ** 2 if self.dtype.kind == "c" \
                         else absA ** 2
                     v = xp.sum(sq, dtype=np.float64)
-                elif o == "max":
-                    v = absA.max() if absA.size else None
-                elif o == 1:
-                    parts.append(absA.sum(axis=1))
-                    continue
                 else:
                     v = absA.sum(axis=0)
-                if v is not None:
-                    a = acc[o]
-                    acc[o] = v if a is None else (xp.maximum(a, v) if o == "max" else a + v)
+                acc[o] = v if acc[o] is None else acc[o] + v
             del absA
         return tuple(self._reduce_norm(o, acc[o], parts, mloc) for o in ords)
 
