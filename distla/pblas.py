@@ -159,7 +159,8 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans:
         return Xt.transpose()
     if A.grid.nprow == 1 and A.grid.npcol == 1:   # one process: the local library's solve
         X = B if overwrite_b else B.copy()
-        lo, hi = _nonzero_span(X.local, lower != trans) if not A.backend.is_gpu else (0, A.n)
+        lo, hi = _nonzero_span(X.local, lower != trans) if A.backend.scan_zero_rows else \
+            (0, A.n)
         A.backend.trsm("L", "L" if lower else "U", "T" if trans else "N",
                        "U" if unit_diagonal else "N", alpha, A.local[lo:hi, lo:hi],
                        X.local[lo:hi])

@@ -38,6 +38,10 @@ class Backend:
     #: two (2 CPU ranks, n = 8192: the estimate beside a Cholesky solve 0.20 -> 0.15 s), and
     #: its estimates stay within 2x of ||A^-1||_1 on the test matrix types
     rcond_vectors = 1
+    #: whether a one-process triangular solve first looks for its right-hand sides' zero
+    #: rows, to solve only from the first nonzero one (a scan of host memory; on GPU ranks
+    #: it would be a device read per solve)
+    scan_zero_rows = True
 
     def __init__(self):
         self._identities = {}      # dtype -> identity matrix (triangular_inverse)

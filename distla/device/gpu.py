@@ -157,6 +157,7 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     #: a Cholesky solve and 92 ms to an LU solve at n = 32768 (one H100), against 62.5 / 64.7
     #: ms apart (records 2026-11-26-h100-checks-gpu.jsonl)
     fuse_few_rhs = False
+    scan_zero_rows = False
 
     def _trsm(self, side, uplo, transa, diag, alpha, a, b):
         m, n = b.shape

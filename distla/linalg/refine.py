@@ -141,7 +141,7 @@ def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix |
         elif it >= max_iter or not math.isfinite(rho) or stalled(hist, PATIENCE) or \
                 clock.over() or clock.will_run_out(hist, it):
             return _fail(out, label, rho, max_iter, clock)
-        elif gmres_on and stalled(hist, 1) and mode != "ir":
+        elif gmres_on and stalled(hist, 1):
             return _fail(out, label, rho, max_iter, clock)   # GMRES-IR does not contract
         elif not gmres_on and mode != "ir" and _shrinks_less(hist, IR_SWITCH):
             gmres_on = True        # classical IR contracts too slowly: GMRES-IR from here
