@@ -16,13 +16,7 @@ O=${OUT:-/tmp/out}; mkdir -p "$O"
 J="$O/perf.jsonl"
 B="$M -n 1 python3 -m distla bench"
 BUDGET=${PERF_BUDGET:-570}
-run() {  # run LIMIT CMD...: at most LIMIT seconds and what is left of the budget
-  local left=$((BUDGET - SECONDS)) lim=$1; shift
-  [ "$left" -lt "$lim" ] && lim=$left
-  if [ "$lim" -lt 15 ]; then echo "skipped (budget): $*"; return; fi
-  timeout "$lim" "$@" 2>&1 | grep -E "^ *(bench|matmul|cholesky|lu) |distla|cupy|Error|error" \
-      | tail -4
-}
+. benchmarks/gpu/budget.sh
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 timeout 150 python3 -m pytest -q --color=no -p no:cacheprovider -m gpu --require-gpu \
     --timeout 120 tests/test_inplace_memory.py tests/test_trace.py > "$O/tests.log" 2>&1

@@ -1,22 +1,18 @@
 #!/usr/bin/env bash
-# One GPU, repository root (carry .whl), one device call, steps cut to a 560 s budget:
-#   tests  GPU tests (whole suite) and the mpi+gpu tests on one rank
-#   base   per-step host overhead (benchmarks/gpu/step_profile.py, n=16384, nb 512 and 1024),
-#          DGEMM in the same call, Cholesky / LU vs cuSOLVER at n = 4096..32768, and
-#          Cholesky / LU at n = 65536 in place, traced (phases on the device)
+# One GPU, repository root (carry .whl), one device call, steps cut to a 560 s budget; the
+# parts named as arguments, in order:
+#   tests    GPU tests (whole suite) and the mpi+gpu tests on one rank
+#   profile  per-step host overhead (benchmarks/gpu/step_profile.py, n=16384, nb 512, 1024)
+#   small    DGEMM, then Cholesky / LU beside cuSOLVER at n = 4096..32768
+#   large    Cholesky / LU at n = 65536 in place, traced (phases on the device)
 # Records: $OUT/perf16.jsonl; logs under $OUT.
 . benchmarks/gpu/device_env.sh
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 J="$O/perf16.jsonl"
 B="$M -n 1 python3 -m distla bench"
 BUDGET=${PERF_BUDGET:-560}
-run() {  # run LIMIT CMD...: at most LIMIT seconds and what is left of the budget
-  local left=$((BUDGET - SECONDS)) lim=$1; shift
-  [ "$left" -lt "$lim" ] && lim=$left
-  if [ "$lim" -lt 15 ]; then echo "skipped (budget): $*"; return; fi
-  timeout "$lim" "$@" 2>&1 | grep -E "^ *(bench|matmul|cholesky|lu) |distla|cupy|cusolver|Error|error" \
-      | tail -12
-}
+RUN_TAIL=12
+. benchmarks/gpu/budget.sh
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 for part in "$@"; do case $part in
 tests)
@@ -41,4 +37,4 @@ large)
   run 120 $B lu --n 65536 --nb 1024 --device gpu --inplace --warmup 1 --reps 2 --trace \
       --no-ref --json "$J" ;;
 esac; done
-echo "records: $(wc -l < "$J" 2>/dev/null) in $J; ${SECONDS} s"
+echo "records: $(cat "$J" 2>/dev/null | wc -l) in $J; ${SECONDS} s"
