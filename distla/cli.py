@@ -348,13 +348,11 @@ def cmd_solve(args, comm) -> int:
     say(f"distla solve: {ainfo.path} ({n} x {n} {ainfo.format}), method {args.method}, "
         f"grid {grid.nprow}x{grid.npcol} ({size} rank{'s' * (size != 1)}), nb {nb}, "
         f"device {args.device}")
-    preload = backend.preload_async(dtype or ainfo.dtype)   # beside the read (GPU ranks)
-    with timings.phase("read matrix", backend, comm):
+    with timings.phase("read matrix", backend, comm), \
+            backend.preloading(dtype or ainfo.dtype):   # GPU ranks: libraries load beside
         with guarded(comm):
             A = io.read_matrix(ainfo.path, grid, (nb, nb), device=args.device,
                                dtype=dtype, info=ainfo)
-        if preload is not None:
-            preload.join()
     dtype = A.dtype
     xtrue = None
     anorm = None          # ||A||_inf once known: one pass over A serves every check

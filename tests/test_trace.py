@@ -165,3 +165,5 @@ def test_preload_async_on_cpu_ranks_is_none():
     from distla.device import get_backend
     assert get_backend("cpu").preload_async() is None
     get_backend("cpu").preload()       # nothing to load
+    with get_backend("cpu").preloading():
+        pass

@@ -183,11 +183,8 @@ def _job(args, grid, device, nb, apath, xpath, comm) -> tuple[dict, object, obje
     t = {}
 
     def read():
-        preload = get_backend(device).preload_async(dtype)   # beside the read (GPU ranks)
-        A = io.read_matrix(apath, grid, (nb, nb), device=device, dtype=dtype)
-        if preload is not None:
-            preload.join()
-        return A
+        with get_backend(device).preloading(dtype):   # GPU ranks: libraries load beside
+            return io.read_matrix(apath, grid, (nb, nb), device=device, dtype=dtype)
     t["read"], A = _timed(read, device, comm)
     ones = DistMatrix.from_function(grid, (args.n, 1), (nb, nb), lambda I, J: 1.0,
                                     dtype=dtype, device=device)

@@ -4,6 +4,8 @@ with its leading dimension), BLAS-style; a non-column-major output goes through 
 Nothing here communicates; nothing is collective."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..trace import library
@@ -63,6 +65,17 @@ class Backend:
         is nothing to load or ``DISTLA_PRELOAD=0``. Errors in the thread are dropped: the
         real calls raise them. Not collective."""
         return None
+
+    @contextlib.contextmanager
+    def preloading(self, dtype=np.float64):
+        """Context manager: the block (e.g. reading the matrix) runs beside
+        :meth:`preload_async`, which is joined on leaving it. Not collective."""
+        loader = self.preload_async(dtype)
+        try:
+            yield
+        finally:
+            if loader is not None:
+                loader.join()
 
     # ---- storage -------------------------------------------------------------------------
     def empty(self, shape, dtype=np.float64):
