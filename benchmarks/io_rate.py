@@ -13,7 +13,9 @@ first, 1.4 s for 512 MB on the development machine, a file-system cost the floor
 pay).
 ``--h5`` adds the HDF5 rows: ``write h5`` / ``read h5`` (``file.h5:/A`` through
 ``distla.h5io``) beside ``h5py write (rank 0)`` / ``h5py read (rank 0)`` of the same data.
-``--memmap`` adds the memory-mapped read. Every record carries the command line.
+``--memmap`` adds the memory-mapped read; ``--device gpu`` reads onto GPU ranks (the write
+side stays on CPU ranks); ``--slab-mib`` adds reads with other slab sizes. Every record
+carries the command line.
 """
 import argparse
 import json
@@ -37,6 +39,10 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--h5", action="store_true", help="also the HDF5 rows")
     ap.add_argument("--memmap", action="store_true", help="also the memory-mapped read")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "gpu"),
+                    help="where 'read mpiio' puts the matrix (gpu: through pinned slabs)")
+    ap.add_argument("--slab-mib", type=int, nargs="*", default=[],
+                    help="also 'read mpiio' with these io.READ_SLAB_BYTES (MiB)")
     a = ap.parse_args()
     command = f"mpiexec -n {MPI.COMM_WORLD.size} python benchmarks/io_rate.py " + \
         " ".join(sys.argv[1:])
@@ -50,7 +56,8 @@ def main():
 
     def rec(impl, sec):
         rows.append({"bench": "io", "impl": impl, "n": n, "nb": nb, "ranks": comm.size,
-                     "device": "cpu", "seconds": sec, "tflops": None,
+                     "device": a.device if impl.startswith("read mpiio") else "cpu",
+                     "seconds": sec, "tflops": None,
                      "gbytes_per_s": nbytes / sec / 1e9, "command": command})
 
     def unlink(p):   # untimed: each write makes a new file (renamed over an existing one,
@@ -76,7 +83,17 @@ def main():
                 f.readinto(buf)
     rec("sequential read (rank 0)", timed(seq, comm=comm, reps=a.reps))
     buf = None
-    rec("read mpiio", timed(lambda: io.read_matrix(path, g, (nb, nb)), comm=comm, reps=a.reps))
+    def read():
+        io.read_matrix(path, g, (nb, nb), device=a.device)
+        if a.device == "gpu":
+            import cupy
+            cupy.cuda.Device().synchronize()
+    rec("read mpiio", timed(read, comm=comm, reps=a.reps))
+    default = io.READ_SLAB_BYTES
+    for mib in a.slab_mib:
+        io.READ_SLAB_BYTES = mib << 20
+        rec(f"read mpiio slab {mib} MiB", timed(read, comm=comm, reps=a.reps))
+    io.READ_SLAB_BYTES = default
     if a.memmap:
         os.environ["DISTLA_IO"] = "memmap"
         rec("read memmap", timed(lambda: io.read_matrix(path, g, (nb, nb)), comm=comm, reps=a.reps))

@@ -253,14 +253,18 @@ def _hints():
     return info
 
 
-def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int = 1 << 28) -> None:
-    """Collective: fill A from the .npy described by ``info`` with collective MPI-IO reads.
+READ_SLAB_BYTES = 1 << 26     # per rank: one slab of a collective read (GPU ranks: 2 pinned)
 
-    A Fortran-ordered file is read a slab of block columns at a time (about ``slab_bytes``
-    per rank; a slab is a contiguous byte range of the file and a contiguous range of A's
-    local columns): on CPU ranks straight into A's storage, on GPU ranks through one reused
-    host buffer (no host copy of the whole local matrix). A C-ordered file is read in one call
-    into a host buffer and transposed into place."""
+
+def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
+    """Collective: fill A from the .npy described by ``info`` with collective MPI-IO reads,
+    a slab at a time along the file's slow axis (block columns of a Fortran-ordered file,
+    block rows of a C-ordered one; about ``slab_bytes`` per rank, default
+    ``READ_SLAB_BYTES``). A slab is one contiguous
+    byte range of the file and one range of A's local columns (rows); it reaches A through
+    :meth:`Backend.staging`: on CPU ranks straight into A's storage where dtype and layout
+    agree, on GPU ranks through pinned buffers whose copies to the device overlap the next
+    slab's read. No rank holds a host copy of its whole local matrix."""
     from types import SimpleNamespace
 
     from mpi4py import MPI
@@ -268,40 +272,46 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int = 1 << 28) -> None:
     from .layout import numroc
     comm, g = A.grid.comm, A.grid
     fdt = np.dtype(info.dtype)
-    gpu = A.backend.is_gpu
+    order = "F" if info.fortran_order else "C"
+    # the slow axis (global extent, block, grid dimension, my coordinate, source) and the
+    # most local entries along the other one (the same on every rank: one slab count)
     if info.fortran_order:
-        unit = A.nb * g.npcol
-        width = unit * max(1, slab_bytes // max(1, A.local_shape[0] * A.nb * fdt.itemsize))
+        ext, blk, nprocs, me, src = A.n, A.nb, g.npcol, g.mycol, A.csrc
+        other = numroc(A.m, A.mb, A.rsrc, A.rsrc, g.nprow)
     else:
-        width = max(A.n, 1)
-    direct = not gpu and fdt == A.dtype and info.fortran_order
-    host = None
+        ext, blk, nprocs, me, src = A.m, A.mb, g.nprow, g.myrow, A.rsrc
+        other = numroc(A.n, A.nb, A.csrc, A.csrc, g.npcol)
+    unit = blk * nprocs
+    slab_bytes = READ_SLAB_BYTES if slab_bytes is None else slab_bytes
+    width = unit * max(1, slab_bytes // max(1, other * blk * fdt.itemsize))
     err = None
     fh = None
     try:
         fh = MPI.File.Open(comm, info.path, MPI.MODE_RDONLY, _hints())
-        for c0 in range(0, A.n, width):
-            w = min(width, A.n - c0)
-            S = SimpleNamespace(grid=g, m=A.m, n=w, mb=A.mb, nb=A.nb, rsrc=A.rsrc, csrc=A.csrc)
-            lc0 = numroc(c0, A.nb, g.mycol, A.csrc, g.npcol)
-            lc1 = lc0 + numroc(w, A.nb, (g.mycol - A.csrc) % g.npcol, 0, g.npcol)
-            if direct:
-                buf = A.local[:, lc0:lc1]
-            else:
-                shape = (A.local_shape[0], lc1 - lc0)
-                if host is None or host.shape != shape:
-                    host = np.empty(shape, dtype=fdt, order="F" if info.fortran_order else "C")
-                buf = host
-            etype, ftype = _filetype(S, fdt, info.fortran_order)
-            try:
-                offset = info.offset + (c0 * A.m * fdt.itemsize if info.fortran_order else 0)
-                fh.Set_view(offset, etype, ftype)
-                fh.Read_all([buf, etype])
-            finally:
-                ftype.Free()
-            if not direct and buf.size:
-                piece = buf.astype(A.dtype, copy=False)
-                A.local[:, lc0:lc1] = A.backend.asarray(piece) if gpu else piece
+        with A.backend.staging() as put:
+            for k0 in range(0, ext, width):
+                w = min(width, ext - k0)
+                l0 = numroc(k0, blk, me, src, nprocs)
+                l1 = l0 + numroc(w, blk, (me - src) % nprocs, 0, nprocs)
+                if info.fortran_order:
+                    S = SimpleNamespace(grid=g, m=A.m, n=w, mb=A.mb, nb=A.nb, rsrc=A.rsrc,
+                                        csrc=A.csrc)
+                    dest = A.local[:, l0:l1]
+                    offset = info.offset + k0 * A.m * fdt.itemsize
+                else:
+                    S = SimpleNamespace(grid=g, m=w, n=A.n, mb=A.mb, nb=A.nb, rsrc=A.rsrc,
+                                        csrc=A.csrc)
+                    dest = A.local[l0:l1, :]
+                    offset = info.offset + k0 * A.n * fdt.itemsize
+
+                def fill(buf, S=S, offset=offset):
+                    etype, ftype = _filetype(S, fdt, info.fortran_order)
+                    try:
+                        fh.Set_view(offset, etype, ftype)
+                        fh.Read_all([buf, etype])
+                    finally:
+                        ftype.Free()
+                put(dest, fill, fdt, order)
     except MPI.Exception as e:
         err = MatrixFileError(f"{info.path}: cannot read ({e.Get_error_string()})")
     finally:

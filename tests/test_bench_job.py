@@ -21,7 +21,7 @@ def _check_records(recs, ranks, n):
         for key in ("bench", "impl", "n", "ranks", "device", "seconds", "tflops", "phase",
                     "command"):
             assert key in r, f"record without {key!r}: {r}"
-        assert r["bench"] == "job" and r["impl"] in ("distla", "floor")
+        assert r["bench"] == "job" and r["impl"] in ("distla", "floor", "numpy")
         assert r["n"] == n and r["ranks"] == ranks and r["device"] == "cpu"
         assert r["seconds"] > 0
         assert r["tflops"] is None or r["tflops"] > 0
@@ -46,6 +46,9 @@ def test_bench_job(tmp_path, ranks, fmt, method):
     floors = {r["phase"] for r in recs if r["impl"] == "floor"}
     assert {r["phase"] for r in mine} == PHASES | {"generate"}
     assert floors == PHASES | {"generate"}
+    # np.load beside the read floor, for .npy files only
+    assert {r["phase"] for r in recs if r["impl"] == "numpy"} == ({"read"} if fmt == "npy"
+                                                                   else set())
     assert [r["cache"] for r in mine if r["phase"] == "total"] == ["first", "warm"]
     for r in mine:
         if r["phase"] == "total":

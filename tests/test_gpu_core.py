@@ -28,6 +28,41 @@ def _tol(dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_staging_fills_views_in_any_dtype_and_order(device):
+    """Backend.staging: pieces written by fill() into host buffers land in views of device
+    storage (contiguous column slabs and strided row slabs), cast from the piece's dtype
+    and re-laid out from its order; pieces of growing and shrinking size reuse the buffers;
+    on CPU ranks a piece of the storage's own dtype and layout is filled in place."""
+    be = get_backend(device)
+    rng = np.random.default_rng(11)
+    ref = np.zeros((9, 40))
+    dest = be.zeros((9, 40), np.float64)
+    pieces = [((slice(None), slice(0, 3)), np.float64, "F"),
+              ((slice(None), slice(3, 20)), np.float32, "F"),
+              ((slice(None), slice(20, 21)), np.float64, "C"),
+              ((slice(2, 7), slice(None)), np.float32, "C"),
+              ((slice(7, 9), slice(None)), np.float64, "C"),
+              ((slice(0, 0), slice(None)), np.float64, "F")]
+    seen = []
+    with be.staging() as put:
+        for idx, dt, order in pieces:
+            view = dest[idx]
+            vals = rng.standard_normal(view.shape).astype(dt)
+            ref[idx] = vals
+
+            def fill(buf, vals=vals, dt=dt, order=order):
+                assert buf.shape == vals.shape and buf.dtype == dt
+                assert isinstance(buf, np.ndarray) or device == "cpu"
+                seen.append(buf)
+                buf[...] = vals
+            put(view, fill, dt, order)
+    np.testing.assert_array_equal(be.to_host(dest), ref)
+    if device == "cpu":
+        assert np.shares_memory(seen[0], dest)         # same dtype and layout: in place
+        assert not np.shares_memory(seen[1], dest)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_gemv_abs_one_pass(device, dtype, monkeypatch):
     """Backend.gemv_abs: A x, |A| |x| and |A| 1 (or the squares' sums) in one pass, on a

@@ -464,10 +464,14 @@ def test_random_rhs_never_repeats_a_generated_matrix():
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("slab_bytes", [1, 300])
 @pytest.mark.parametrize("fortran", [True, False])
-def test_mpiio_read_by_slabs(comm, mpi_tmp_path, fortran):
-    """Fortran files are read a few block columns at a time: slabs of one block per process
-    column here; C files in one call."""
+def test_mpiio_read_by_slabs(comm, mpi_tmp_path, fortran, slab_bytes, device):
+    """Files are read a few blocks of their slow axis at a time (block columns of a Fortran
+    file, block rows of a C file): one block per process here (slab_bytes 1) or a few (300),
+    through Backend.staging (GPU ranks: pinned buffers, copies overlapping the next read),
+    into A's dtype (float32 file, float32 and float64 A)."""
     from distla import DistMatrix, ProcessGrid
     from distla.testing import grid_shapes
     a = np.random.default_rng(5).standard_normal((31, 27)).astype(np.float32)
@@ -479,7 +483,8 @@ def test_mpiio_read_by_slabs(comm, mpi_tmp_path, fortran):
     for p, q in grid_shapes(comm.size):
         grid = ProcessGrid(p, q, comm=comm, order="col")
         for block, src, dt in (((4, 3), (p - 1, q - 1), np.float32), ((5, 5), (0, 0), np.float64)):
-            A = DistMatrix.zeros(grid, a.shape, block, dtype=dt, src=src)
-            io._read_npy_mpiio(info, A, slab_bytes=1)
-            np.testing.assert_array_equal(A.local, a[np.ix_(A.row_indices(),
-                                                            A.col_indices())].astype(dt))
+            A = DistMatrix.zeros(grid, a.shape, block, dtype=dt, src=src, device=device)
+            io._read_npy_mpiio(info, A, slab_bytes=slab_bytes)
+            np.testing.assert_array_equal(A.backend.to_host(A.local),
+                                          a[np.ix_(A.row_indices(), A.col_indices())]
+                                          .astype(dt))

@@ -107,6 +107,28 @@ class Backend:
         """Many infos (a list of host ints or device scalars) in one device read."""
         return np.array([int(i) for i in infos], dtype=np.int64)
 
+    # ---- host data into device storage, a piece at a time --------------------------------
+    @contextlib.contextmanager
+    def staging(self):
+        """Context manager for filling this backend's storage from host data piece by piece
+        (a file read slab by slab). Yields ``put(dest, fill, dtype, order)``: ``fill(buf)``
+        writes a host array shaped like ``dest``, of ``dtype`` and layout ``order`` ('C' or
+        'F'), whose values then land in ``dest`` (a view of this backend's storage), cast to
+        its dtype. Here (CPU ranks) ``fill`` writes into ``dest`` itself when dtype and
+        layout agree, else into one reused buffer. Every piece is in place on leaving. Not
+        collective."""
+        host = HostBuffer()
+
+        def put(dest, fill, dtype, order):
+            dtype = np.dtype(dtype)
+            if dest.dtype == dtype and _contiguous(dest, order):
+                fill(dest)
+                return
+            buf = host.view(dest.shape, dtype, order)
+            fill(buf)
+            dest[...] = buf
+        yield put
+
     # ---- streams (in-order queues; host queues on the CPU) --------------------------------
     def stream(self, priority: str = "default"):
         """A new stream: 'high' priority lets its kernels (panels, messages) start before a
@@ -371,6 +393,30 @@ class Backend:
 
     def _colmajor(self, a):
         return a if _lapack.is_colmajor(a) else self.xp.asfortranarray(a)
+
+
+def _contiguous(a, order: str) -> bool:
+    """Whether ``a`` is one contiguous run of memory in ``order`` ('C' or 'F')."""
+    return bool(a.flags.c_contiguous if order == "C" else a.flags.f_contiguous)
+
+
+class HostBuffer:
+    """One host allocation reused for pieces of any shape and dtype (grown when a piece is
+    larger): a fresh array per piece would page-fault its whole size every time."""
+
+    def __init__(self, alloc=None):
+        self._alloc = alloc or (lambda nbytes: np.empty(nbytes, np.uint8))
+        self._mem, self._capacity = None, 0
+
+    def view(self, shape, dtype, order: str) -> np.ndarray:
+        """A ``shape`` array of ``dtype`` in layout ``order`` over the (reused) buffer."""
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape))
+        nbytes = count * dtype.itemsize
+        if self._mem is None or self._capacity < nbytes:
+            self._mem, self._capacity = None, 0          # free the old one first
+            self._mem, self._capacity = self._alloc(max(nbytes, 1)), max(nbytes, 1)
+        return np.frombuffer(self._mem, dtype, count).reshape(shape, order=order)
 
 
 _mark_library(Backend)

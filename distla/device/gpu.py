@@ -2,12 +2,13 @@
 kernels (row gathers, butterflies, the TF32 split). Not collective."""
 from __future__ import annotations  # pragma: no cover - needs a GPU
 
+import contextlib
 import functools
 
 import numpy as np
 
 from . import _lapack
-from .base import Backend
+from .base import Backend, HostBuffer, _contiguous
 from .streams import GpuStream
 
 _CUBLAS_TF32_TENSOR_OP_MATH = 3   # cublasMath_t: single precision through TF32 tensor cores
@@ -78,6 +79,39 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
 
     def synchronize(self) -> None:
         self.xp.cuda.get_current_stream().synchronize()
+
+    @contextlib.contextmanager
+    def staging(self):
+        # two pinned host buffers taken in turn: fill(buf) of one piece overlaps the
+        # asynchronous copy of the previous one (on a stream of its own) to the device
+        cp = self.xp
+        stream = cp.cuda.Stream(non_blocking=True)
+        stream.wait_event(cp.cuda.get_current_stream().record())   # e.g. dest's allocation
+        slots = [_Slot(cp), _Slot(cp)]
+        turn = [0]
+
+        def put(dest, fill, dtype, order):
+            dtype = np.dtype(dtype)
+            slot = slots[turn[0] % 2]
+            turn[0] += 1
+            if slot.done is not None:
+                slot.done.synchronize()          # its previous copy has left the buffer
+            host = slot.host.view(dest.shape, dtype, order)
+            fill(host)
+            if host.size == 0:
+                return
+            with stream:
+                if dest.dtype == dtype and _contiguous(dest, order):
+                    dest.data.copy_from_host_async(host.ctypes.data, host.nbytes, stream)
+                else:                            # via the device: then cast / re-layout
+                    tmp = slot.device(dest.shape, dtype, order)
+                    tmp.data.copy_from_host_async(host.ctypes.data, host.nbytes, stream)
+                    dest[...] = tmp
+                slot.done = stream.record()
+        try:
+            yield put
+        finally:
+            stream.synchronize()
 
     def info_value(self, info) -> int:
         return int(info) if isinstance(info, (int, np.integer)) else int(info.get())
@@ -624,3 +658,21 @@ def _kernels():  # pragma: no cover - needs a GPU
                    "const float h = __uint_as_float((__float_as_uint(x) + 0x1000u) & "
                    "0xffffe000u); hi = h; hi2 = h; lo = x - h;", "distla_split_tf32"),
     }
+
+
+class _Slot:  # pragma: no cover - needs a GPU
+    """One stage of :meth:`GpuBackend.staging`: a pinned host buffer, a device buffer for
+    pieces that need a cast or another layout, and the event of its last copy."""
+
+    def __init__(self, cp):
+        self.cp = cp
+        self.host = HostBuffer(cp.cuda.alloc_pinned_memory)
+        self.done = None
+        self._dev = None
+
+    def device(self, shape, dtype, order):
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        if self._dev is None or self._dev.size < nbytes:
+            self._dev = None
+            self._dev = self.cp.empty(max(nbytes, 1), self.cp.uint8)
+        return self._dev[:nbytes].view(dtype).reshape(shape, order=order)
