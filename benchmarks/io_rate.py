@@ -43,6 +43,8 @@ def main():
                     help="where 'read mpiio' puts the matrix (gpu: through pinned slabs)")
     ap.add_argument("--slab-mib", type=int, nargs="*", default=[],
                     help="also 'read mpiio' with these io.READ_SLAB_BYTES (MiB)")
+    ap.add_argument("--no-write", action="store_true",
+                    help="write the file once, untimed (no write rows)")
     a = ap.parse_args()
     command = f"mpiexec -n {MPI.COMM_WORLD.size} python benchmarks/io_rate.py " + \
         " ".join(sys.argv[1:])
@@ -64,10 +66,13 @@ def main():
         if comm.rank == 0 and os.path.exists(p):   # ext4 first flushes it to disk: 1.4 s
             os.unlink(p)                            # for 512 MB here, a file system cost)
 
-    rec("write mpiio", timed_result(lambda _: io.write_npy(path, A), comm=comm, reps=a.reps,
-                                    setup=lambda: unlink(path))[0])
-    full = A.to_global(root=0)
-    if comm.rank == 0:   # like io.write_npy: a new file, renamed into place; best of reps
+    if a.no_write:
+        io.write_npy(path, A)
+    else:
+        rec("write mpiio", timed_result(lambda _: io.write_npy(path, A), comm=comm,
+                                        reps=a.reps, setup=lambda: unlink(path))[0])
+    full = A.to_global(root=0) if not a.no_write else None
+    if comm.rank == 0 and not a.no_write:   # like io.write_npy: a new file, renamed
         def save(_):
             np.save(path + ".ref.partial.npy", full)
             os.replace(path + ".ref.partial.npy", path + ".ref.npy")

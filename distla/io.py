@@ -1,9 +1,10 @@
 """Reading and writing matrix files: NumPy ``.npy``, Matrix Market ``.mtx``, HDF5
 (``file.h5:/dataset``, through :mod:`distla.h5io`; h5py is the optional extra ``hdf5``).
 
-* ``.npy`` is read and written with MPI-IO: every rank does one collective call through a file
-  view (``MPI_Type_create_darray``) that selects exactly its blocks of the 2D block-cyclic
-  layout, so the matrix is never formed on one rank. C- and Fortran-ordered files are read;
+* ``.npy`` is read and written with MPI-IO through a file view (``MPI_Type_create_darray``)
+  that selects exactly a rank's blocks of the 2D block-cyclic layout, so the matrix is never
+  formed on one rank: reads are independent calls a slab at a time (collective with
+  ``DISTLA_IO_COLLECTIVE_READ=1``), writes collective. C- and Fortran-ordered files are read;
   files are written Fortran-ordered (the local storage's order: no transposition); rank 0
   writes the header. The file must be visible to every rank (a shared or parallel file system
   on a cluster). ROMIO's collective buffering and data sieving are off by default (faster on
@@ -195,7 +196,7 @@ def read_matrix(path, grid, block=(64, 64), *, device="cpu", dtype=None, src=(0,
 
 
 # ---------------------------------------------------------------------------------------
-# MPI-IO: one collective call per rank, file view = the block-cyclic distribution
+# MPI-IO: file view = the block-cyclic distribution
 # ---------------------------------------------------------------------------------------
 _INT_MAX = 2 ** 31 - 1
 
@@ -253,18 +254,26 @@ def _hints():
     return info
 
 
-READ_SLAB_BYTES = 1 << 26     # per rank: one slab of a collective read (GPU ranks: 2 pinned)
+READ_SLAB_BYTES = 1 << 26     # per rank: one slab of a read (GPU ranks: two pinned)
+
+
+def _collective_reads() -> bool:
+    """Whether reads are collective (MPI_File_read_all): only when DISTLA_IO_COLLECTIVE_READ=1.
+    Independent reads through the same file views were 6-9x faster with Open MPI's OMPIO
+    and no slower with ROMIO on the GPU machine's local file system (docs/job.md); a
+    parallel file system may prefer collective buffering."""
+    return os.environ.get("DISTLA_IO_COLLECTIVE_READ", "0") == "1"
 
 
 def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
-    """Collective: fill A from the .npy described by ``info`` with collective MPI-IO reads,
-    a slab at a time along the file's slow axis (block columns of a Fortran-ordered file,
-    block rows of a C-ordered one; about ``slab_bytes`` per rank, default
-    ``READ_SLAB_BYTES``). A slab is one contiguous
-    byte range of the file and one range of A's local columns (rows); it reaches A through
-    :meth:`Backend.staging`: on CPU ranks straight into A's storage where dtype and layout
-    agree, on GPU ranks through pinned buffers whose copies to the device overlap the next
-    slab's read. No rank holds a host copy of its whole local matrix."""
+    """Collective: fill A from the .npy described by ``info`` with MPI-IO reads through the
+    block-cyclic file view (independent calls unless :func:`_collective_reads`), a slab at a
+    time along the file's slow axis (block columns of a Fortran-ordered file, block rows of
+    a C-ordered one; about ``slab_bytes`` per rank, default ``READ_SLAB_BYTES``). A slab is
+    one contiguous byte range of the file and one range of A's local columns (rows); it
+    reaches A through :meth:`Backend.staging`: on CPU ranks straight into A's storage where
+    dtype and layout agree, on GPU ranks through pinned buffers whose copies to the device
+    overlap the next slab's read. No rank holds a host copy of its whole local matrix."""
     from types import SimpleNamespace
 
     from mpi4py import MPI
@@ -273,6 +282,8 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
     comm, g = A.grid.comm, A.grid
     fdt = np.dtype(info.dtype)
     order = "F" if info.fortran_order else "C"
+    slab_bytes = READ_SLAB_BYTES if slab_bytes is None else slab_bytes
+    collective = _collective_reads()
     # the slow axis (global extent, block, grid dimension, my coordinate, source) and the
     # most local entries along the other one (the same on every rank: one slab count)
     if info.fortran_order:
@@ -282,8 +293,7 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
         ext, blk, nprocs, me, src = A.m, A.mb, g.nprow, g.myrow, A.rsrc
         other = numroc(A.n, A.nb, A.csrc, A.csrc, g.npcol)
     unit = blk * nprocs
-    slab_bytes = READ_SLAB_BYTES if slab_bytes is None else slab_bytes
-    width = unit * max(1, slab_bytes // max(1, other * blk * fdt.itemsize))
+    width = unit * max(1, min(ext, slab_bytes // max(1, other * blk * fdt.itemsize)))
     err = None
     fh = None
     try:
@@ -308,7 +318,7 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
                     etype, ftype = _filetype(S, fdt, info.fortran_order)
                     try:
                         fh.Set_view(offset, etype, ftype)
-                        fh.Read_all([buf, etype])
+                        (fh.Read_all if collective else fh.Read)([buf, etype])
                     finally:
                         ftype.Free()
                 put(dest, fill, fdt, order)

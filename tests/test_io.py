@@ -465,13 +465,17 @@ def test_random_rhs_never_repeats_a_generated_matrix():
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
-@pytest.mark.parametrize("slab_bytes", [1, 300])
+@pytest.mark.parametrize("slab_bytes, collective", [(1, "0"), (300, "0"), (300, "1")])
 @pytest.mark.parametrize("fortran", [True, False])
-def test_mpiio_read_by_slabs(comm, mpi_tmp_path, fortran, slab_bytes, device):
+def test_mpiio_read_by_slabs(comm, mpi_tmp_path, monkeypatch, fortran, slab_bytes, collective,
+                             device):
     """Files are read a few blocks of their slow axis at a time (block columns of a Fortran
     file, block rows of a C file): one block per process here (slab_bytes 1) or a few (300),
     through Backend.staging (GPU ranks: pinned buffers, copies overlapping the next read),
-    into A's dtype (float32 file, float32 and float64 A)."""
+    into A's dtype (float32 file, float32 and float64 A); independent reads by default,
+    collective ones with DISTLA_IO_COLLECTIVE_READ=1 (ranks with nothing to read take
+    part in both)."""
+    monkeypatch.setenv("DISTLA_IO_COLLECTIVE_READ", collective)
     from distla import DistMatrix, ProcessGrid
     from distla.testing import grid_shapes
     a = np.random.default_rng(5).standard_normal((31, 27)).astype(np.float32)

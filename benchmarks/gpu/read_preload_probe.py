@@ -17,8 +17,6 @@ import json
 import sys
 import time
 
-import numpy as np
-
 from distla import DistMatrix, ProcessGrid, io
 from distla.bench import common
 from distla.checks import product_and_norm

@@ -111,23 +111,14 @@ class Backend:
     @contextlib.contextmanager
     def staging(self):
         """Context manager for filling this backend's storage from host data piece by piece
-        (a file read slab by slab). Yields ``put(dest, fill, dtype, order)``: ``fill(buf)``
-        writes a host array shaped like ``dest``, of ``dtype`` and layout ``order`` ('C' or
-        'F'), whose values then land in ``dest`` (a view of this backend's storage), cast to
-        its dtype. Here (CPU ranks) ``fill`` writes into ``dest`` itself when dtype and
-        layout agree, else into one reused buffer. Every piece is in place on leaving. Not
-        collective."""
-        host = HostBuffer()
-
-        def put(dest, fill, dtype, order):
-            dtype = np.dtype(dtype)
-            if dest.dtype == dtype and _contiguous(dest, order):
-                fill(dest)
-                return
-            buf = host.view(dest.shape, dtype, order)
-            fill(buf)
-            dest[...] = buf
-        yield put
+        (a file read slab by slab). Yields ``put``: ``put(dest, fill, dtype, order)`` calls
+        ``fill(buf)`` to write a host array shaped like ``dest``, of ``dtype`` and layout
+        ``order`` ('C' or 'F', e.g. the file's), whose values then land in ``dest`` (a view
+        of this backend's storage), cast to its dtype; ``put.flush()`` returns once every
+        piece so far is in place (as does leaving the block). Here (CPU ranks) ``fill``
+        writes into ``dest`` itself when dtype and layout agree, else into one reused
+        buffer. Not collective."""
+        yield HostStaging()
 
     # ---- streams (in-order queues; host queues on the CPU) --------------------------------
     def stream(self, priority: str = "default"):
@@ -393,6 +384,26 @@ class Backend:
 
     def _colmajor(self, a):
         return a if _lapack.is_colmajor(a) else self.xp.asfortranarray(a)
+
+
+class HostStaging:
+    """:meth:`Backend.staging` on CPU ranks: ``fill`` writes into ``dest`` itself when dtype
+    and layout agree, else into one reused host buffer, then copied (cast) into ``dest``."""
+
+    def __init__(self):
+        self.host = HostBuffer()
+
+    def __call__(self, dest, fill, dtype, order: str) -> None:
+        dtype = np.dtype(dtype)
+        if dest.dtype == dtype and _contiguous(dest, order):
+            fill(dest)
+            return
+        buf = self.host.view(dest.shape, dtype, order)
+        fill(buf)
+        dest[...] = buf
+
+    def flush(self) -> None:
+        """Every piece is in place already."""
 
 
 def _contiguous(a, order: str) -> bool:

@@ -82,36 +82,11 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
 
     @contextlib.contextmanager
     def staging(self):
-        # two pinned host buffers taken in turn: fill(buf) of one piece overlaps the
-        # asynchronous copy of the previous one (on a stream of its own) to the device
-        cp = self.xp
-        stream = cp.cuda.Stream(non_blocking=True)
-        stream.wait_event(cp.cuda.get_current_stream().record())   # e.g. dest's allocation
-        slots = [_Slot(cp), _Slot(cp)]
-        turn = [0]
-
-        def put(dest, fill, dtype, order):
-            dtype = np.dtype(dtype)
-            slot = slots[turn[0] % 2]
-            turn[0] += 1
-            if slot.done is not None:
-                slot.done.synchronize()          # its previous copy has left the buffer
-            host = slot.host.view(dest.shape, dtype, order)
-            fill(host)
-            if host.size == 0:
-                return
-            with stream:
-                if dest.dtype == dtype and _contiguous(dest, order):
-                    dest.data.copy_from_host_async(host.ctypes.data, host.nbytes, stream)
-                else:                            # via the device: then cast / re-layout
-                    tmp = slot.device(dest.shape, dtype, order)
-                    tmp.data.copy_from_host_async(host.ctypes.data, host.nbytes, stream)
-                    dest[...] = tmp
-                slot.done = stream.record()
+        stager = _PinnedStaging(self.xp)
         try:
-            yield put
+            yield stager
         finally:
-            stream.synchronize()
+            stager.flush()
 
     def info_value(self, info) -> int:
         return int(info) if isinstance(info, (int, np.integer)) else int(info.get())
@@ -658,6 +633,43 @@ def _kernels():  # pragma: no cover - needs a GPU
                    "const float h = __uint_as_float((__float_as_uint(x) + 0x1000u) & "
                    "0xffffe000u); hi = h; hi2 = h; lo = x - h;", "distla_split_tf32"),
     }
+
+
+class _PinnedStaging:  # pragma: no cover - needs a GPU
+    """:meth:`Backend.staging` on GPU ranks: two pinned host buffers taken in turn, so that
+    ``fill`` of one piece overlaps the asynchronous copy of the previous one to the device
+    (on a stream of its own; pieces that need a cast or another layout land in a device
+    buffer first, then a copy kernel on that stream puts them in place)."""
+
+    def __init__(self, cp):
+        self.cp = cp
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.stream.wait_event(cp.cuda.get_current_stream().record())   # dest's allocation
+        self.slots = [_Slot(cp), _Slot(cp)]
+        self.turn = 0
+
+    def __call__(self, dest, fill, dtype, order: str) -> None:
+        dtype = np.dtype(dtype)
+        slot = self.slots[self.turn % 2]
+        self.turn += 1
+        if slot.done is not None:
+            slot.done.synchronize()              # its previous copy has left the buffer
+        host = slot.host.view(dest.shape, dtype, order)
+        fill(host)
+        if host.size == 0:
+            return
+        s = self.stream
+        with s:
+            if dest.dtype == dtype and _contiguous(dest, order):
+                dest.data.copy_from_host_async(host.ctypes.data, host.nbytes, s)
+            else:
+                tmp = slot.device(dest.shape, dtype, order)
+                tmp.data.copy_from_host_async(host.ctypes.data, host.nbytes, s)
+                dest[...] = tmp
+            slot.done = s.record()
+
+    def flush(self) -> None:
+        self.stream.synchronize()
 
 
 class _Slot:  # pragma: no cover - needs a GPU
