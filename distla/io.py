@@ -361,18 +361,24 @@ def _write_npy_mpiio(path: str, A, shape) -> None:
     if A.grid.nprow == 1 or A.m == 0 or A.n == 0:
         parts = [(0, A)]
     else:
+        from .matrix import DistMatrix
+        from .redistribute import remap
         flat = A.grid.flat()
         per = max(1, WRITE_SLAB_BYTES // max(1, A.m * A.nb * item))   # block columns/rank
         step = per * comm.Get_size()
 
         def regrouped():
+            F, work = None, {}          # reused slab by slab: fresh ones page-fault each time
             for j0 in range(0, A.nt, step):
                 S = A.sub(0, A.mt, j0, min(A.nt, j0 + step))
                 # block column j goes to flat rank (S.csrc + j) mod PQ: on a row-ordered
                 # grid a rank of the process column that holds it, so only the P ranks of
                 # each process column exchange data
-                yield j0 * A.nb, S.redistribute(grid=flat, block=(A.mb, A.nb),
-                                                src=(0, S.csrc))
+                if F is None or F.shape != S.shape:
+                    F = DistMatrix(flat, S.shape, A.block, dtype=A.dtype, device=A.device,
+                                   src=(0, S.csrc))
+                remap(S, F, work=work)
+                yield j0 * A.nb, F
         parts = regrouped()
     err = None
     fh = None

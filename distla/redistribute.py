@@ -58,6 +58,34 @@ def _gather(xp, a, ri, ci, flat, device):
         out[piece] = a[local]
 
 
+def _paired_runs(x, y):
+    """``[(x0, x1, y0)]``: runs where both sorted index arrays ``x`` and ``y`` (same length)
+    are consecutive."""
+    x, y = np.asarray(x), np.asarray(y)
+    if not x.size:
+        return []
+    cut = np.flatnonzero((np.diff(x) != 1) | (np.diff(y) != 1)) + 1
+    starts = np.r_[0, cut]
+    stops = np.r_[cut, x.size]
+    return [(int(x[a]), int(x[b - 1]) + 1, int(y[a])) for a, b in zip(starts, stops)]
+
+
+def _copy_piece(xp, a, src, b, dst, device):
+    """``b[dst rows][:, dst cols] = a[src rows][:, src cols]``: a piece that stays on this
+    rank, copied once (slices where both sides have runs, else a fancy index)."""
+    (ra, ca), (rb, cb) = src, dst
+    if not len(ra) or not len(ca):
+        return
+    rr, cr = _paired_runs(ra, rb), _paired_runs(ca, cb)
+    if len(rr) * len(cr) > MAX_SLICES[device]:
+        b[xp.asarray(rb)[:, None], xp.asarray(cb)[None, :]] = \
+            a[xp.asarray(ra)[:, None], xp.asarray(ca)[None, :]]
+        return
+    for r0, r1, s0 in rr:
+        for c0, c1, t0 in cr:
+            b[s0:s0 + r1 - r0, t0:t0 + c1 - c0] = a[r0:r1, c0:c1]
+
+
 def _scatter(xp, b, ri, ci, buf, device):
     """``b[ri][:, ci] = buf`` (a flat column-major buffer of that shape)."""
     blk = buf.reshape((len(ri), len(ci)), order="F")
@@ -69,11 +97,12 @@ def _scatter(xp, b, ri, ci, buf, device):
         b[local] = blk[piece]
 
 
-def remap(A, B, transpose: bool = False, conjugate: bool = False) -> None:
+def remap(A, B, transpose: bool = False, conjugate: bool = False, work=None) -> None:
     """Collective over A's grid (B's grid must be over the same communicator, same size):
     B[i, j] = A[i, j], or A[j, i] (conjugated if asked) when ``transpose``. The pieces are
     packed into one send buffer and received into one (slices of each: no further copies
-    around the all-to-all)."""
+    around the all-to-all). ``work``: a dict kept by a caller that remaps repeatedly (slab
+    by slab), holding those two buffers between calls (fresh ones page-fault every time)."""
     ga, gb = A.grid, B.grid
     xp = A.xp
     arows, acols = A.row_indices(), A.col_indices()
@@ -89,7 +118,11 @@ def remap(A, B, transpose: bool = False, conjugate: bool = False) -> None:
             _, ri, _ = np.intersect1d(arows, brows, assume_unique=True, return_indices=True)
             _, ci, _ = np.intersect1d(acols, bcols, assume_unique=True, return_indices=True)
         pieces.append((ri, ci))
-    sends = _slices(xp, A.dtype, [len(ri) * len(ci) for ri, ci in pieces])
+    me = ga.comm.Get_rank()              # also my rank on B's grid (same communicator)
+    own = pieces[me]
+    if not transpose:                    # what stays here is copied once, not sent to myself
+        pieces[me] = (own[0][:0], own[1][:0])
+    sends = _slices(xp, A.dtype, [len(ri) * len(ci) for ri, ci in pieces], work, "send")
     for buf, (ri, ci) in zip(sends, pieces):
         if not buf.size:
             continue
@@ -112,7 +145,10 @@ def remap(A, B, transpose: bool = False, conjugate: bool = False) -> None:
             _, ri, _ = np.intersect1d(brows, srows, assume_unique=True, return_indices=True)
             _, ci, _ = np.intersect1d(bcols, scols, assume_unique=True, return_indices=True)
         places.append((ri, ci))
-    recvs = _slices(xp, A.dtype, [len(ri) * len(ci) for ri, ci in places])
+    if not transpose:
+        _copy_piece(xp, A.local, own, B.local, places[me], B.device)
+        places[me] = (places[me][0][:0], places[me][1][:0])
+    recvs = _slices(xp, A.dtype, [len(ri) * len(ci) for ri, ci in places], work, "recv")
     comm = ga.comms(A.device).all
     comm.alltoallv(sends, recvs)
     for buf, (ri, ci) in zip(recvs, places):
@@ -120,9 +156,18 @@ def remap(A, B, transpose: bool = False, conjugate: bool = False) -> None:
             _scatter(xp, B.local, ri, ci, buf, B.device)
 
 
-def _slices(xp, dtype, sizes):
-    """Consecutive 1-D slices of one new array, of the given sizes."""
-    flat = xp.empty(int(sum(sizes)), dtype=dtype)
+def _slices(xp, dtype, sizes, work=None, key=None):
+    """Consecutive 1-D slices of one array, of the given sizes: a new array, or the start of
+    ``work[key]`` (replaced when too small or of another dtype)."""
+    total = int(sum(sizes))
+    if work is None:
+        flat = xp.empty(total, dtype=dtype)
+    else:
+        buf = work.get(key)
+        if buf is None or buf.size < total or buf.dtype != dtype:
+            work[key] = None
+            buf = work[key] = xp.empty(total, dtype=dtype)
+        flat = buf[:total]
     out, at = [], 0
     for k in sizes:
         out.append(flat[at:at + k])
