@@ -266,16 +266,18 @@ def _collective_reads() -> bool:
 
 
 def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
-    """Collective: fill A from the .npy described by ``info`` with MPI-IO reads through the
-    block-cyclic file view (independent calls unless :func:`_collective_reads`), a slab at a
-    time along the file's slow axis (block columns of a Fortran-ordered file, block rows of
-    a C-ordered one; about ``slab_bytes`` per rank, default ``READ_SLAB_BYTES``). A slab is
-    one contiguous byte range of the file and one range of A's local columns (rows); it
-    reaches A through :meth:`Backend.staging`: on CPU ranks straight into A's storage where
-    dtype and layout agree, on GPU ranks through pinned buffers whose copies to the device
-    overlap the next slab's read. No rank holds a host copy of its whole local matrix."""
-    from types import SimpleNamespace
+    """Collective: fill A from the .npy described by ``info`` with MPI-IO.
 
+    One file view (the block-cyclic darray of A, set collectively once) whose data are A's
+    local array in the file's order, so a slab of local columns (Fortran file) or rows (C
+    file) is one range of the view, read with an independent ``MPI_File_read_at`` (collective
+    ``read_at_all`` with DISTLA_IO_COLLECTIVE_READ=1) about ``slab_bytes`` per rank at a time
+    (default ``READ_SLAB_BYTES``). Each slab reaches A through :meth:`Backend.staging`: on
+    CPU ranks straight into A's storage where dtype and layout agree, on GPU ranks through
+    pinned buffers whose copies to the device overlap the next slab's read. No rank holds a
+    host copy of its whole local matrix. Nothing collective runs between the view and the
+    final agreement on errors (but the collective reads, which a failed rank keeps joining
+    with nothing to read), so a rank that fails part-way never leaves the others waiting."""
     from mpi4py import MPI
 
     from .layout import numroc
@@ -284,49 +286,49 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
     order = "F" if info.fortran_order else "C"
     slab_bytes = READ_SLAB_BYTES if slab_bytes is None else slab_bytes
     collective = _collective_reads()
-    # the slow axis (global extent, block, grid dimension, my coordinate, source) and the
-    # most local entries along the other one (the same on every rank: one slab count)
+    mloc, nloc = A.local_shape
+    # the slow axis (global extent, block, grid dimension, my coordinate, source), my length
+    # across it, and the most any rank holds across it (the same slab count on every rank)
     if info.fortran_order:
-        ext, blk, nprocs, me, src = A.n, A.nb, g.npcol, g.mycol, A.csrc
-        other = numroc(A.m, A.mb, A.rsrc, A.rsrc, g.nprow)
+        ext, blk, nprocs, me, src, across = A.n, A.nb, g.npcol, g.mycol, A.csrc, mloc
+        most = numroc(A.m, A.mb, A.rsrc, A.rsrc, g.nprow)
     else:
-        ext, blk, nprocs, me, src = A.m, A.mb, g.nprow, g.myrow, A.rsrc
-        other = numroc(A.n, A.nb, A.csrc, A.csrc, g.npcol)
-    unit = blk * nprocs
-    width = unit * max(1, min(ext, slab_bytes // max(1, other * blk * fdt.itemsize)))
-    err = None
-    fh = None
+        ext, blk, nprocs, me, src, across = A.m, A.mb, g.nprow, g.myrow, A.rsrc, nloc
+        most = numroc(A.n, A.nb, A.csrc, A.csrc, g.npcol)
+    width = blk * nprocs * max(1, min(ext, slab_bytes // max(1, most * blk * fdt.itemsize)))
+    err, fh, ftype = None, None, None
     try:
         fh = MPI.File.Open(comm, info.path, MPI.MODE_RDONLY, _hints())
-        with A.backend.staging() as put:
-            for k0 in range(0, ext, width):
-                w = min(width, ext - k0)
-                l0 = numroc(k0, blk, me, src, nprocs)
-                l1 = l0 + numroc(w, blk, (me - src) % nprocs, 0, nprocs)
-                if info.fortran_order:
-                    S = SimpleNamespace(grid=g, m=A.m, n=w, mb=A.mb, nb=A.nb, rsrc=A.rsrc,
-                                        csrc=A.csrc)
-                    dest = A.local[:, l0:l1]
-                    offset = info.offset + k0 * A.m * fdt.itemsize
-                else:
-                    S = SimpleNamespace(grid=g, m=w, n=A.n, mb=A.mb, nb=A.nb, rsrc=A.rsrc,
-                                        csrc=A.csrc)
-                    dest = A.local[l0:l1, :]
-                    offset = info.offset + k0 * A.n * fdt.itemsize
-
-                def fill(buf, S=S, offset=offset):
-                    etype, ftype = _filetype(S, fdt, info.fortran_order)
-                    try:
-                        fh.Set_view(offset, etype, ftype)
-                        (fh.Read_all if collective else fh.Read)([buf, etype])
-                    finally:
-                        ftype.Free()
-                put(dest, fill, fdt, order)
+        etype, ftype = _filetype(A, fdt, info.fortran_order)
+        fh.Set_view(info.offset, etype, ftype)
     except MPI.Exception as e:
         err = MatrixFileError(f"{info.path}: cannot read ({e.Get_error_string()})")
-    finally:
-        if fh is not None:
-            fh.Close()
+    if comm.allreduce(err is None, op=MPI.LAND):
+        read = fh.Read_at_all if collective else fh.Read_at
+        with A.backend.staging() as put:
+            for k0 in range(0, ext, width):
+                l0 = numroc(k0, blk, me, src, nprocs)
+                l1 = l0 + numroc(min(width, ext - k0), blk, (me - src) % nprocs, 0, nprocs)
+                joined = [False]
+
+                def fill(buf, at=l0 * across):
+                    joined[0] = True
+                    read(at, [buf, etype])
+                try:
+                    if err is None:
+                        put(A.local[:, l0:l1] if info.fortran_order else A.local[l0:l1, :],
+                            fill, fdt, order)
+                except MPI.Exception as e:
+                    err = MatrixFileError(f"{info.path}: cannot read "
+                                          f"({e.Get_error_string()})")
+                except Exception as e:  # noqa: BLE001 - agreed on below
+                    err = e
+                if collective and not joined[0]:
+                    fh.Read_at_all(0, [np.empty(0, fdt), etype])
+    if ftype is not None:
+        ftype.Free()
+    if fh is not None:
+        fh.Close()
     agree(comm, err)
 
 

@@ -248,6 +248,46 @@ def test_read_errors_on_every_rank(comm, mpi_tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("collective", ["0", "1"])
+def test_read_failing_on_one_rank_raises_everywhere(comm, mpi_tmp_path, monkeypatch,
+                                                    collective):
+    """A read that fails on one rank part-way (an MPI error in its second slab) raises the
+    same MatrixFileError on every rank; no rank is left waiting, with independent or
+    collective reads (the failed rank keeps joining the collective ones)."""
+    import contextlib
+
+    from mpi4py import MPI
+
+    from distla import DistMatrix, ProcessGrid
+    monkeypatch.setenv("DISTLA_IO_COLLECTIVE_READ", collective)
+    a = np.arange(40 * 30, dtype=np.float64).reshape(40, 30)
+    path = mpi_tmp_path / f"fail{collective}.npy"
+    if comm.rank == 0:
+        np.save(path, np.asfortranarray(a))
+    comm.Barrier()
+    A = DistMatrix.zeros(ProcessGrid(comm=comm), a.shape, (4, 3))
+    be, real = A.backend, A.backend.staging
+
+    @contextlib.contextmanager
+    def flaky():
+        with real() as put:
+            calls = [0]
+
+            def failing_put(*args):
+                calls[0] += 1
+                if comm.rank == comm.size - 1 and calls[0] == 2:
+                    raise MPI.Exception(MPI.ERR_IO)
+                put(*args)
+            yield failing_put
+    monkeypatch.setattr(be, "staging", flaky)
+    with pytest.raises(io.MatrixFileError, match="cannot read"):
+        io._read_npy_mpiio(io.inspect(path), A, slab_bytes=1)
+    monkeypatch.undo()
+    io._read_npy_mpiio(io.inspect(path), A, slab_bytes=1)     # the file itself is fine
+    np.testing.assert_array_equal(A.local, a[np.ix_(A.row_indices(), A.col_indices())])
+
+
+@pytest.mark.mpi
 def test_write_roundtrip_every_grid(comm, mpi_tmp_path):
     from distla import DistMatrix, ProcessGrid
     from distla.testing import grid_shapes
