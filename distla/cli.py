@@ -117,7 +117,8 @@ def build_parser() -> ArgumentParser:
                    help="block size (default 128 on cpu, 512 on gpu, at most n/max(P,Q))")
     s.add_argument("--device", "-d", choices=("cpu", "gpu"), default="cpu")
     s.add_argument("--dtype", choices=("float64", "float32"),
-                   help="compute precision (default: the file's)")
+                   help="compute precision (default: the file's; a complex matrix stays "
+                        "complex, in that precision)")
     s.add_argument("--out", "-o", metavar="FILE",
                    help="write X here (.npy, or .mtx) from rank 0")
     s.add_argument("--option", "-O", action="append", default=[], metavar="KEY=VALUE",
@@ -341,6 +342,8 @@ def cmd_solve(args, comm) -> int:
             raise CommandError(f"--json: {e}") from None
     solver = _solver(args.method)
     dtype = np.dtype(args.dtype) if args.dtype else None
+    if dtype is not None and np.dtype(ainfo.dtype).kind == "c":   # a precision: complex stays
+        dtype = np.dtype(np.complex64 if dtype == np.float32 else np.complex128)
     nb = args.nb or default_nb(n, args.device, grid)
     timings = Timings()
     size = comm.Get_size()

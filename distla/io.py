@@ -150,6 +150,9 @@ def read_matrix(path, grid, block=(64, 64), *, device="cpu", dtype=None, src=(0,
     if info is None:
         info = on_root(comm, lambda: inspect(path))
     dt = _result_dtype(info.dtype, dtype)
+    if np.dtype(info.dtype).kind == "c" and dt.kind != "c":
+        raise TypeError(f"{info.path} holds {np.dtype(info.dtype)} values: reading them as "
+                        f"{dt} would drop their imaginary parts (ask for a complex dtype)")
     if info.format == "mtx":
         a, err = None, None
         if comm.Get_rank() == 0:

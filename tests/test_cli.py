@@ -133,6 +133,21 @@ def test_solve_rhs_file_mtx_and_lu(files, tmp_path):
     np.testing.assert_allclose(X, np.ones((96, 1)) * [1.0, 2.0], rtol=1e-12)
 
 
+def test_solve_complex_matrix_with_dtype_stays_complex(tmp_path):
+    """--dtype names a precision: a complex matrix solved with --dtype float32 is solved in
+    complex64 (its imaginary parts kept), not truncated to a real matrix."""
+    rng = np.random.default_rng(4)
+    n = 40
+    a = rng.standard_normal((n, n)) + 1j * rng.standard_normal((n, n)) + n * np.eye(n)
+    np.save(tmp_path / "Ac.npy", a)
+    p = run(["solve", "--matrix", tmp_path / "Ac.npy", "--method", "gepp", "--dtype",
+             "float32", "--nb", 8, "--out", tmp_path / "x.npy"], n=2)
+    assert p.returncode == 0, p.stdout + p.stderr
+    x = np.load(tmp_path / "x.npy")
+    assert x.dtype == np.complex64
+    np.testing.assert_allclose(x.reshape(-1), np.ones(n), atol=1e-4)
+
+
 def test_quiet_prints_nothing(files):
     p = run(["solve", "--matrix", files / "A.npy", "--quiet", "--nb", 32], n=2)
     assert p.returncode == 0, p.stderr

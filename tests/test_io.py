@@ -235,6 +235,28 @@ def test_read_vector_int_and_mtx(comm, mpi_tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("name", ["c.npy", "c.mtx"])
+def test_complex_file_is_never_read_as_real(comm, mpi_tmp_path, name):
+    """A complex file asked for as a real dtype raises TypeError on every rank before
+    reading (its imaginary parts would be dropped); as a complex dtype it reads whole."""
+    import scipy.io
+
+    from distla import ProcessGrid
+    a = np.arange(12.0).reshape(3, 4) + 1j * np.arange(12.0, 0, -1).reshape(3, 4)
+    path = mpi_tmp_path / name
+    if comm.rank == 0:
+        np.save(path, a) if name.endswith(".npy") else scipy.io.mmwrite(path, a)
+    comm.Barrier()
+    grid = ProcessGrid(comm=comm)
+    for real in (np.float64, np.float32):
+        with pytest.raises(TypeError, match="imaginary"):
+            io.read_matrix(path, grid, (2, 2), dtype=real)
+    C = io.read_matrix(path, grid, (2, 2), dtype=np.complex64)
+    assert C.dtype == np.complex64
+    np.testing.assert_array_equal(C.to_global(root=None), a.astype(np.complex64))
+
+
+@pytest.mark.mpi
 def test_read_errors_on_every_rank(comm, mpi_tmp_path):
     from distla import ProcessGrid
     grid = ProcessGrid(comm=comm)
