@@ -114,10 +114,9 @@ class Backend:
         (a file read slab by slab). Yields ``put``: ``put(dest, fill, dtype, order)`` calls
         ``fill(buf)`` to write a host array shaped like ``dest``, of ``dtype`` and layout
         ``order`` ('C' or 'F', e.g. the file's), whose values then land in ``dest`` (a view
-        of this backend's storage), cast to its dtype; ``put.flush()`` returns once every
-        piece so far is in place (as does leaving the block). Here (CPU ranks) ``fill``
-        writes into ``dest`` itself when dtype and layout agree, else into one reused
-        buffer. Not collective."""
+        of this backend's storage), cast to its dtype; every piece is in place on leaving the
+        block. Here (CPU ranks) ``fill`` writes into ``dest`` itself when dtype and layout
+        agree, else into one reused buffer. Not collective."""
         yield HostStaging()
 
     # ---- streams (in-order queues; host queues on the CPU) --------------------------------
@@ -401,9 +400,6 @@ class HostStaging:
         buf = self.host.view(dest.shape, dtype, order)
         fill(buf)
         dest[...] = buf
-
-    def flush(self) -> None:
-        """Every piece is in place already."""
 
 
 def _contiguous(a, order: str) -> bool:

@@ -86,7 +86,7 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
         try:
             yield stager
         finally:
-            stager.flush()
+            stager.stream.synchronize()
 
     def info_value(self, info) -> int:
         return int(info) if isinstance(info, (int, np.integer)) else int(info.get())
@@ -668,8 +668,6 @@ class _PinnedStaging:  # pragma: no cover - needs a GPU
                 dest[...] = tmp
             slot.done = s.record()
 
-    def flush(self) -> None:
-        self.stream.synchronize()
 
 
 class _Slot:  # pragma: no cover - needs a GPU
