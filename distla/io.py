@@ -306,28 +306,40 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
         fh.Set_view(info.offset, etype, ftype)
     except MPI.Exception as e:
         err = MatrixFileError(f"{info.path}: cannot read ({e.Get_error_string()})")
+    def failed(e):
+        if isinstance(e, MPI.Exception):
+            return MatrixFileError(f"{info.path}: cannot read ({e.Get_error_string()})")
+        return e
+
     if comm.allreduce(err is None, op=MPI.LAND):
         read = fh.Read_at_all if collective else fh.Read_at
-        with A.backend.staging() as put:
-            for k0 in range(0, ext, width):
-                l0 = numroc(k0, blk, me, src, nprocs)
-                l1 = l0 + numroc(min(width, ext - k0), blk, (me - src) % nprocs, 0, nprocs)
-                joined = [False]
+        slabs = range(0, ext, width)
+        joins = 0                # collective reads this rank took part in (one per slab)
+        try:
+            with A.backend.staging() as put:
+                for k0 in slabs:
+                    l0 = numroc(k0, blk, me, src, nprocs)
+                    l1 = l0 + numroc(min(width, ext - k0), blk, (me - src) % nprocs, 0,
+                                     nprocs)
 
-                def fill(buf, at=l0 * across):
-                    joined[0] = True
-                    read(at, [buf, etype])
-                try:
-                    if err is None:
-                        put(A.local[:, l0:l1] if info.fortran_order else A.local[l0:l1, :],
-                            fill, fdt, order)
-                except MPI.Exception as e:
-                    err = MatrixFileError(f"{info.path}: cannot read "
-                                          f"({e.Get_error_string()})")
-                except Exception as e:  # noqa: BLE001 - agreed on below
-                    err = e
-                if collective and not joined[0]:
-                    fh.Read_at_all(0, [np.empty(0, fdt), etype])
+                    def fill(buf, at=l0 * across):
+                        nonlocal joins
+                        joins += 1
+                        read(at, [buf, etype])
+                    n0 = joins
+                    try:
+                        if err is None:
+                            put(A.local[:, l0:l1] if info.fortran_order else
+                                A.local[l0:l1, :], fill, fdt, order)
+                    except Exception as e:  # noqa: BLE001 - agreed on below
+                        err = failed(e)
+                    if collective and joins == n0:       # join the others' read anyway
+                        joins += 1
+                        read(0, [np.empty(0, fdt), etype])
+        except Exception as e:  # noqa: BLE001 - the staging itself (agreed on below)
+            err = err or failed(e)
+        for _ in range(len(slabs) - joins if collective else 0):
+            read(0, [np.empty(0, fdt), etype])
     if ftype is not None:
         ftype.Free()
     if fh is not None:

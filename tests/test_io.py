@@ -270,12 +270,14 @@ def test_read_errors_on_every_rank(comm, mpi_tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("where", ["slab", "staging"])
 @pytest.mark.parametrize("collective", ["0", "1"])
 def test_read_failing_on_one_rank_raises_everywhere(comm, mpi_tmp_path, monkeypatch,
-                                                    collective):
-    """A read that fails on one rank part-way (an MPI error in its second slab) raises the
-    same MatrixFileError on every rank; no rank is left waiting, with independent or
-    collective reads (the failed rank keeps joining the collective ones)."""
+                                                    collective, where):
+    """A read that fails on one rank part-way (an MPI error in its second slab) or before
+    its first slab (its staging buffers cannot be made) raises on every rank; no rank is
+    left waiting, with independent or collective reads (the failed rank keeps joining the
+    collective ones)."""
     import contextlib
 
     from mpi4py import MPI
@@ -292,6 +294,8 @@ def test_read_failing_on_one_rank_raises_everywhere(comm, mpi_tmp_path, monkeypa
 
     @contextlib.contextmanager
     def flaky():
+        if where == "staging" and comm.rank == comm.size - 1:
+            raise MemoryError("no pinned memory")
         with real() as put:
             calls = [0]
 
@@ -302,7 +306,8 @@ def test_read_failing_on_one_rank_raises_everywhere(comm, mpi_tmp_path, monkeypa
                 put(*args)
             yield failing_put
     monkeypatch.setattr(be, "staging", flaky)
-    with pytest.raises(io.MatrixFileError, match="cannot read"):
+    with pytest.raises(io.MatrixFileError if where == "slab" else MemoryError,
+                       match="cannot read" if where == "slab" else "pinned"):
         io._read_npy_mpiio(io.inspect(path), A, slab_bytes=1)
     monkeypatch.undo()
     io._read_npy_mpiio(io.inspect(path), A, slab_bytes=1)     # the file itself is fine
