@@ -669,7 +669,6 @@ class _PinnedStaging:  # pragma: no cover - needs a GPU
             slot.done = s.record()
 
 
-
 class _Slot:  # pragma: no cover - needs a GPU
     """One stage of :meth:`GpuBackend.staging`: a pinned host buffer, a device buffer for
     pieces that need a cast or another layout, and the event of its last copy."""
