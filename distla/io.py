@@ -314,7 +314,7 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
     if comm.allreduce(err is None, op=MPI.LAND):
         read = fh.Read_at_all if collective else fh.Read_at
         slabs = range(0, ext, width)
-        joins = 0                # collective reads this rank took part in (one per slab)
+        joins = 0                # collective reads this rank took part in
         try:
             with A.backend.staging() as put:
                 for k0 in slabs:
@@ -326,18 +326,15 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
                         nonlocal joins
                         joins += 1
                         read(at, [buf, etype])
-                    n0 = joins
                     try:
                         if err is None:
                             put(A.local[:, l0:l1] if info.fortran_order else
                                 A.local[l0:l1, :], fill, fdt, order)
                     except Exception as e:  # noqa: BLE001 - agreed on below
                         err = failed(e)
-                    if collective and joins == n0:       # join the others' read anyway
-                        joins += 1
-                        read(0, [np.empty(0, fdt), etype])
         except Exception as e:  # noqa: BLE001 - the staging itself (agreed on below)
             err = err or failed(e)
+        # a rank that failed joins the collective reads it missed, with nothing to read
         for _ in range(len(slabs) - joins if collective else 0):
             read(0, [np.empty(0, fdt), etype])
     if ftype is not None:
