@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Two GPUs, repository root, carry .whl and .base (a worktree of the commit before):
 #  1. GPU tests: the serial gpu suite, and the mpi+gpu suite on 2 ranks;
-#  2. .npy write/read rates on 8 and 16 CPU ranks (benchmarks/io_rate.py, n = 16384, nb 256)
-#     of both trees, alternating;
+#  2. .npy write/read rates on 8 and 16 CPU ranks of both trees, alternating
+#     (benchmarks/gpu/io_ranks_before_after.sh);
 #  3. the whole job on 2 GPU ranks (distla bench job, n = 32768, nb 1024, --repeat 2).
 # JSON lines: $OUT/io-rate-{before,after}.jsonl, $OUT/job-2gpu.jsonl.
 . benchmarks/gpu/device_env.sh
@@ -13,15 +13,7 @@ timeout 150 python3 -m pytest -q --color=no -p no:cacheprovider -m gpu --require
 timeout 200 $M -n 2 python3 -m pytest --with-mpi -q --color=no -p no:cacheprovider \
     -m "mpi and gpu" --require-gpu --timeout 150 tests/ > "$O/tests-mpi.log" 2>&1
 echo "mpi gpu tests (2 ranks) rc=$?"; tail -n 1 "$O/tests-mpi.log"
-for r in 8 16; do
-  for tree in .base .; do
-    name=$([ $tree = . ] && echo after || echo before)
-    echo "== $name, $r ranks"
-    (cd $tree && PYTHONPATH=$PWD:/tmp/site timeout 100 $M -n $r --oversubscribe \
-        -x OPENBLAS_NUM_THREADS=1 python3 benchmarks/io_rate.py --n 16384 --nb 256 --reps 3 \
-        --dir /tmp --json "$O/io-rate-$name.jsonl")
-  done
-done
+bash benchmarks/gpu/io_ranks_before_after.sh
 D=/tmp/distla-job; mkdir -p $D
 timeout 150 $M -n 2 python3 -m distla bench job --device gpu --n 32768 --nb 1024 --dir $D \
     --repeat 2 --json "$O/job-2gpu.jsonl" > "$O/job.log" 2>&1; echo "job rc=$?"
