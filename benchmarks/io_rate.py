@@ -15,7 +15,8 @@ pay).
 ``distla.h5io``) beside ``h5py write (rank 0)`` / ``h5py read (rank 0)`` of the same data.
 ``--memmap`` adds the memory-mapped read; ``--device gpu`` reads onto GPU ranks (the write
 side stays on CPU ranks); ``--slab-mib`` adds reads with other slab sizes. Every record
-carries the command line.
+carries the command line, and ``--variant`` (a label, e.g. the DISTLA_IO_WRITE tried) with
+``write_slab_bytes`` (``--write-slab-mib``); ``--no-read`` keeps the write rows only.
 """
 import argparse
 import json
@@ -45,6 +46,11 @@ def main():
                     help="also 'read mpiio' with these io.READ_SLAB_BYTES (MiB)")
     ap.add_argument("--no-write", action="store_true",
                     help="write the file once, untimed (no write rows)")
+    ap.add_argument("--no-read", action="store_true",
+                    help="only the write rows (write mpiio, np.save)")
+    ap.add_argument("--write-slab-mib", type=int,
+                    help="io.WRITE_SLAB_BYTES for 'write mpiio' (MiB)")
+    ap.add_argument("--variant", help="recorded in every row (e.g. DISTLA_IO_WRITE's value)")
     a = ap.parse_args()
     command = f"mpiexec -n {MPI.COMM_WORLD.size} python benchmarks/io_rate.py " + \
         " ".join(sys.argv[1:])
@@ -60,12 +66,15 @@ def main():
         rows.append({"bench": "io", "impl": impl, "n": n, "nb": nb, "ranks": comm.size,
                      "device": a.device if impl.startswith("read mpiio") else "cpu",
                      "seconds": sec, "tflops": None,
-                     "gbytes_per_s": nbytes / sec / 1e9, "command": command})
+                     "gbytes_per_s": nbytes / sec / 1e9, "command": command,
+                     "variant": a.variant, "write_slab_bytes": io.WRITE_SLAB_BYTES})
 
     def unlink(p):   # untimed: each write makes a new file (renamed over an existing one,
         if comm.rank == 0 and os.path.exists(p):   # ext4 first flushes it to disk: 1.4 s
             os.unlink(p)                            # for 512 MB here, a file system cost)
 
+    if a.write_slab_mib:
+        io.WRITE_SLAB_BYTES = a.write_slab_mib << 20
     if a.no_write:
         io.write_npy(path, A)
     else:
@@ -80,20 +89,26 @@ def main():
                                            setup=lambda: unlink(path + ".ref.npy")))
         os.unlink(path + ".ref.npy")
     del full
-    buf = np.empty(os.path.getsize(path), dtype=np.uint8) if comm.rank == 0 else None
+    if a.no_read:
+        a.slab_mib, a.memmap, a.h5 = [], False, False
+    buf = np.empty(os.path.getsize(path), dtype=np.uint8) \
+        if comm.rank == 0 and not a.no_read else None
 
     def seq():
         if comm.rank == 0:
             with open(path, "rb", buffering=0) as f:
                 f.readinto(buf)
-    rec("sequential read (rank 0)", timed(seq, comm=comm, reps=a.reps))
+    if not a.no_read:
+        rec("sequential read (rank 0)", timed(seq, comm=comm, reps=a.reps))
     buf = None
+
     def read():
         io.read_matrix(path, g, (nb, nb), device=a.device)
         if a.device == "gpu":
             import cupy
             cupy.cuda.Device().synchronize()
-    rec("read mpiio", timed(read, comm=comm, reps=a.reps))
+    if not a.no_read:
+        rec("read mpiio", timed(read, comm=comm, reps=a.reps))
     default = io.READ_SLAB_BYTES
     for mib in a.slab_mib:
         io.READ_SLAB_BYTES = mib << 20

@@ -1,10 +1,13 @@
 """Reading and writing matrix files: NumPy ``.npy``, Matrix Market ``.mtx``, HDF5
 (``file.h5:/dataset``, through :mod:`distla.h5io`; h5py is the optional extra ``hdf5``).
 
-* ``.npy`` is read and written with MPI-IO through a file view (``MPI_Type_create_darray``)
-  that selects exactly a rank's blocks of the 2D block-cyclic layout, so the matrix is never
-  formed on one rank: reads are independent calls a slab at a time (collective with
-  ``DISTLA_IO_COLLECTIVE_READ=1``), writes collective. C- and Fortran-ordered files are read;
+* ``.npy`` is read and written with MPI-IO, so the matrix is never formed on one rank: reads
+  go through a file view (``MPI_Type_create_darray``) that selects exactly a rank's blocks of
+  the 2D block-cyclic layout, independent calls a slab at a time (collective with
+  ``DISTLA_IO_COLLECTIVE_READ=1``); writes are independent writes of whole columns, a slab of
+  block columns at a time, regrouped first where a grid has several process rows and written
+  on a writer thread while the next slab is regrouped (``DISTLA_IO_WRITE=sync``: in the
+  caller's thread). C- and Fortran-ordered files are read;
   files are written Fortran-ordered (the local storage's order: no transposition); rank 0
   writes the header. The file must be visible to every rank (a shared or parallel file system
   on a cluster). ROMIO's collective buffering and data sieving are off by default (faster on
@@ -356,66 +359,162 @@ def _npy_header(shape, dtype: np.dtype, fortran: bool) -> bytes:
 WRITE_SLAB_BYTES = 1 << 26    # per rank: the slabs of a write regrouped into whole columns
 
 
-def _write_npy_mpiio(path: str, A, shape) -> None:
-    """Collective: write A as a Fortran-ordered .npy (no transposition) with collective
-    MPI_File_write_all calls; rank 0 writes the header.
-
-    On a grid with one process row each rank's part of the file is runs of whole block
-    columns (``m nb`` contiguous elements): one write per rank through the darray view. With
-    more process rows, a rank's part of a column is ``mb``-element pieces between the other
-    process rows' (1 KB at mb = 128: on 4 ranks of the 2-core machine 0.41 GB/s against
-    np.save's 2.15), so A goes in slabs of block columns (``WRITE_SLAB_BYTES`` per rank),
-    each regrouped onto a 1 x (P Q) grid by an all-to-all (:meth:`DistMatrix.redistribute`)
-    and written as whole columns (benchmarks/io_rate.py, docs/job.md)."""
+def _write_mode() -> str:
+    """How a slab's writes overlap the next slab's regrouping: 'thread' (the default: blocking
+    ``MPI_File_write_at`` calls on one writer thread; needs MPI_THREAD_MULTIPLE, which mpi4py
+    asks for, else 'sync') or 'sync' (DISTLA_IO_WRITE=sync: in the caller's thread, no
+    overlap). Nonblocking ``MPI_File_iwrite_at`` was measured too and lost on 16 ranks (one
+    H200 machine, 16 cores, n = 16384: 1.27 s against 0.75 s; docs/job.md)."""
     from mpi4py import MPI
-    comm = A.grid.comm
-    header = _npy_header(shape, A.dtype, True) if comm.Get_rank() == 0 else None
-    header = comm.bcast(header, root=0)
-    item = A.dtype.itemsize
-    if A.grid.nprow == 1 or A.m == 0 or A.n == 0:
-        parts = [(0, A)]
-    else:
-        from .matrix import DistMatrix
-        from .redistribute import remap
-        flat = A.grid.flat()
-        per = max(1, WRITE_SLAB_BYTES // max(1, A.m * A.nb * item))   # block columns/rank
-        step = per * comm.Get_size()
+    mode = os.environ.get("DISTLA_IO_WRITE", "thread")
+    if mode not in ("thread", "sync"):
+        raise ValueError(f"DISTLA_IO_WRITE={mode!r}: expected 'thread' or 'sync'")
+    if mode == "thread" and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        return "sync"
+    return mode
 
-        def regrouped():
-            F, work = None, {}          # reused slab by slab: fresh ones page-fault each time
-            for j0 in range(0, A.nt, step):
-                S = A.sub(0, A.mt, j0, min(A.nt, j0 + step))
-                # block column j goes to flat rank (S.csrc + j) mod PQ: on a row-ordered
-                # grid a rank of the process column that holds it, so only the P ranks of
-                # each process column exchange data
-                if F is None or F.shape != S.shape:
-                    F = DistMatrix(flat, S.shape, A.block, dtype=A.dtype, device=A.device,
-                                   src=(0, S.csrc))
-                remap(S, F, work=work)
-                yield j0 * A.nb, F
-        parts = regrouped()
-    err = None
-    fh = None
+
+def _column_slabs(A):
+    """``[(first global column, S), ...]``: A in slabs of block columns (about
+    ``WRITE_SLAB_BYTES`` per rank), each S holding whole columns on its ranks. With one
+    process row S is a view of A; otherwise each slab is regrouped onto the 1 x (P Q) grid
+    by an all-to-all (:func:`distla.redistribute.remap`) into one of two reused matrices
+    taken in turn, so that a slab can still be in writing while the next one is regrouped.
+    A generator: collective over A's grid at each step."""
+    from .matrix import DistMatrix
+    from .redistribute import remap
+    comm, item = A.grid.comm, A.dtype.itemsize
+    per = max(1, WRITE_SLAB_BYTES // max(1, A.m * A.nb * item))   # block columns per rank
+    step = per * comm.Get_size()
+    if A.grid.nprow == 1:
+        for j0 in range(0, A.nt, step):
+            yield j0 * A.nb, A.sub(0, A.mt, j0, min(A.nt, j0 + step))
+        return
+    flat, bufs, work = A.grid.flat(), [None, None], {}    # fresh ones page-fault each time
+    for i, j0 in enumerate(range(0, A.nt, step)):
+        S = A.sub(0, A.mt, j0, min(A.nt, j0 + step))
+        F = bufs[i % 2]
+        # block column j goes to flat rank (S.csrc + j) mod PQ: on a row-ordered grid a rank
+        # of the process column that holds it, so only the P ranks of each column exchange
+        if F is None or F.shape != S.shape:
+            F = bufs[i % 2] = DistMatrix(flat, S.shape, A.block, dtype=A.dtype,
+                                         device=A.device, src=(0, S.csrc))
+        remap(S, F, work=work)
+        yield j0 * A.nb, F
+
+
+def _column_runs(S):
+    """``[(global column, local column, width), ...]`` of S's local columns (whole columns:
+    one process row), adjacent ones merged when they are adjacent in the file too. Local."""
+    runs = []
+    for j, cs, w in S.my_block_cols():
+        c = j * S.nb
+        if runs and runs[-1][0] + runs[-1][2] == c and runs[-1][1] + runs[-1][2] == cs:
+            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + w)
+        else:
+            runs.append((c, cs, w))
+    return runs
+
+
+class _SlabWriter:
+    """Independent writes of one slab at a time, on a writer thread while the caller regroups
+    the next (``mode``: :func:`_write_mode`). ``start(chunks)`` issues ``[(offset, array)]``;
+    ``wait()`` completes them and returns this rank's first error (``None`` if none). Not
+    collective; every array must stay untouched until ``wait`` returns."""
+
+    def __init__(self, fh, mode):
+        self.fh, self.pending, self.err, self.pool = fh, None, None, None
+        if mode == "thread":
+            from concurrent.futures import ThreadPoolExecutor
+            self.pool = ThreadPoolExecutor(1, thread_name_prefix="distla-write")
+
+    def _write(self, chunks):
+        for off, a in chunks:
+            self.fh.Write_at(off, a)
+
+    def start(self, chunks):
+        try:
+            if self.pool is not None:
+                self.pending = self.pool.submit(self._write, chunks)
+            else:
+                self._write(chunks)
+        except Exception as e:  # noqa: BLE001 - returned by wait, agreed on by the caller
+            self.err = e
+
+    def wait(self):
+        pending, self.pending = self.pending, None
+        try:
+            if pending is not None:
+                pending.result()
+        except Exception as e:  # noqa: BLE001
+            self.err = self.err or e
+        return self.err
+
+    def close(self):
+        err = self.wait()
+        if self.pool is not None:
+            self.pool.shutdown()
+        return err
+
+
+def _write_columns(fh, at, column_bytes, slabs, comm):
+    """Collective over ``comm``: write each ``(first global column, S)`` of ``slabs`` (S holds
+    whole columns: one process row) into the open file ``fh``, global column c at byte
+    ``at + c * column_bytes``, one independent write per run of S's local block columns, a
+    slab's writes overlapping the next slab's making (:class:`_SlabWriter`). The ranks agree
+    after each slab, so a failure on one stops all at the same slab; returns this rank's
+    error (``None`` if none)."""
+    from mpi4py import MPI
+    writer, err = _SlabWriter(fh, _write_mode()), None
+    try:
+        for c0, S in slabs:
+            err = writer.wait()                 # the previous slab (its buffer is reused)
+            if not comm.allreduce(err is None, op=MPI.LAND):   # all stop together
+                break
+            if S.local.size:
+                host = np.asfortranarray(S.backend.to_host(S.local))
+                writer.start([(at + (c0 + c) * column_bytes, host[:, cs:cs + w])
+                              for c, cs, w in _column_runs(S)])
+    finally:
+        err = writer.close() or err
+    return err
+
+
+def _write_npy_mpiio(path: str, A, shape) -> None:
+    """Collective: write A as a Fortran-ordered .npy (no transposition) with MPI-IO.
+
+    Each rank's part of the file is written as whole columns (:func:`_write_columns`), a
+    slab of block columns (``WRITE_SLAB_BYTES`` per rank) at a time. With one process row a
+    rank's columns are already whole. With more, a rank's part of a column is ``mb``-element
+    pieces between the other process rows' (1 KB at mb = 128: on 4 ranks of the 2-core
+    machine 0.41 GB/s against np.save's 2.15), so each slab is first regrouped onto a
+    1 x (P Q) grid (:func:`_column_slabs`) while the previous one is being written
+    (benchmarks/io_rate.py, docs/job.md)."""
+    _write_npy_columns(path, A.grid.comm, shape, A.dtype,
+                       _column_slabs(A) if A.m and A.n else ())
+
+
+def _write_npy_columns(path: str, comm, shape, dtype, slabs) -> None:
+    """Collective: create the Fortran-ordered .npy ``path`` of ``shape`` and ``dtype`` (rank 0
+    writes the header) and write ``slabs`` into it (:func:`_write_columns`); an error on any
+    rank is raised on every rank."""
+    from mpi4py import MPI
+    header = comm.bcast(_npy_header(shape, dtype, True) if comm.Get_rank() == 0 else None,
+                        root=0)
+    err, fh = None, None
     try:
         fh = MPI.File.Open(comm, path, MPI.MODE_WRONLY | MPI.MODE_CREATE, _hints())
-        fh.Set_size(len(header) + A.m * A.n * item)
+        fh.Set_size(len(header) + int(np.prod(shape)) * dtype.itemsize)
         if comm.Get_rank() == 0:
             fh.Write_at(0, header)
     except MPI.Exception as e:
-        err = OSError(f"{path}: cannot write ({e.Get_error_string()})")
-    for c0, S in parts if comm.allreduce(err is None, op=MPI.LAND) else ():
-        etype, ftype = _filetype(S, A.dtype, True)
-        try:
-            fh.Set_view(len(header) + c0 * A.m * item, etype, ftype)
-            fh.Write_all([np.asfortranarray(S.backend.to_host(S.local)), etype])
-        except MPI.Exception as e:
-            err = OSError(f"{path}: cannot write ({e.Get_error_string()})")
-        finally:
-            ftype.Free()
-        if not comm.allreduce(err is None, op=MPI.LAND):    # every rank stops together
-            break
+        err = e
+    if comm.allreduce(err is None, op=MPI.LAND):
+        err = _write_columns(fh, len(header), shape[0] * dtype.itemsize, slabs, comm)
     if fh is not None:
         fh.Close()
+    if isinstance(err, MPI.Exception):
+        err = OSError(f"{path}: cannot write ({err.Get_error_string()})")
     agree(comm, err)
 
 
@@ -424,9 +523,10 @@ def write_npy_generated(path, grid, shape, block, fn, *, dtype=np.float64,
     """Collective: write the ``m x n`` matrix with entries ``fn(I, J)`` (global index arrays,
     as for :meth:`DistMatrix.from_function`) to the .npy ``path`` without ever holding it:
     a slab of block columns at a time (about ``slab_bytes`` per rank), each generated by its
-    owners and written with one collective MPI-IO call at its place in the Fortran-ordered
-    file. ``progress(columns_done)`` is called after each slab (on every rank). With
-    ``row_sums`` returns ``A @ ones`` as an ``m x 1`` DistMatrix (block ``block``)."""
+    owners and written as whole columns at its place in the Fortran-ordered file (MPI-IO,
+    :func:`_write_columns`: a slab is written while the next one is generated).
+    ``progress(columns_done)`` is called after each slab (on every rank). With ``row_sums``
+    returns ``A @ ones`` as an ``m x 1`` DistMatrix (block ``block``)."""
     from mpi4py import MPI
 
     from .matrix import DistMatrix
@@ -455,27 +555,15 @@ def write_npy_generated(path, grid, shape, block, fn, *, dtype=np.float64,
             if progress is not None:
                 progress(c0 + w)
 
-    def write(tmp):
-        header = comm.bcast(_npy_header((m, n), dtype, True) if comm.Get_rank() == 0
-                            else None, root=0)
-        fh = MPI.File.Open(comm, tmp, MPI.MODE_WRONLY | MPI.MODE_CREATE, _hints())
-        try:
-            fh.Set_size(len(header) + m * n * dtype.itemsize)
-            if comm.Get_rank() == 0:
-                fh.Write_at(0, header)
-            for c0, S in slabs():
-                etype, ftype = _filetype(S, dtype, True)
-                try:
-                    fh.Set_view(len(header) + c0 * m * dtype.itemsize, etype, ftype)
-                    fh.Write_all([np.asfortranarray(S.local), etype])
-                finally:
-                    ftype.Free()
-        finally:
-            fh.Close()
+    def whole_columns():     # each generated slab as whole columns per rank
+        for c0, S in slabs():
+            for c1, T in _column_slabs(S):
+                yield c0 + c1, T
     if h5io.is_h5(path):
         h5io.write_slabs(path, grid, (m, n), dtype, slabs)
     else:
-        atomic_output(path, comm, write)
+        atomic_output(path, comm, lambda tmp: _write_npy_columns(
+            tmp, comm, (m, n), dtype, whole_columns()))
     if sums is None:
         return None
     grid.row_comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
@@ -510,10 +598,10 @@ def check_writable(path, comm=None) -> None:
 
 def write_npy(path, A, *, vector: bool = False) -> None:
     """Collective: write the DistMatrix ``A`` to the ``.npy`` file ``path`` without gathering
-    it: MPI-IO, one collective write per rank through a file view that matches the
-    block-cyclic layout, into a Fortran-ordered .npy (``np.load`` reads it as usual); rank 0
-    writes the header. The file appears under ``path`` only once every rank succeeded
-    (:func:`atomic_output`). ``vector=True`` writes an n x 1 matrix as a 1-D array."""
+    it: MPI-IO, each rank writing whole columns a slab at a time (:func:`_write_npy_mpiio`),
+    into a Fortran-ordered .npy (``np.load`` reads it as usual); rank 0 writes the header.
+    The file appears under ``path`` only once every rank succeeded (:func:`atomic_output`).
+    ``vector=True`` writes an n x 1 matrix as a 1-D array."""
     comm = A.grid.comm
     path = os.fspath(path)
     shape = (A.m,) if vector and A.n == 1 else A.shape

@@ -342,15 +342,19 @@ def test_write_roundtrip_every_grid(comm, mpi_tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("mode", ["thread", "sync"])
 @pytest.mark.parametrize("slab_bytes", [1, 300, 1 << 26])
-def test_write_in_regrouped_slabs_every_grid(comm, mpi_tmp_path, monkeypatch, slab_bytes):
-    """Grids with several process rows write in slabs of block columns regrouped onto a
-    1 x P Q grid (io.WRITE_SLAB_BYTES per rank: one block column, a few, all at once):
+def test_write_in_regrouped_slabs_every_grid(comm, mpi_tmp_path, monkeypatch, slab_bytes,
+                                             mode):
+    """Writes go in slabs of block columns (io.WRITE_SLAB_BYTES per rank: one block column,
+    a few, all at once), regrouped onto a 1 x P Q grid where there are several process rows,
+    each slab written while the next is regrouped (DISTLA_IO_WRITE=thread) or not (sync):
     the file is exact for sizes the blocks do not divide, any source process, both orders,
     complex data and a 1-column matrix."""
     from distla import DistMatrix, ProcessGrid
     from distla.testing import grid_shapes
     monkeypatch.setattr(io, "WRITE_SLAB_BYTES", slab_bytes)
+    monkeypatch.setenv("DISTLA_IO_WRITE", mode)
     for p, q in grid_shapes(comm.size):
         for order in ("row", "col"):
             grid = ProcessGrid(p, q, comm=comm, order=order)
@@ -459,6 +463,45 @@ def test_failed_write_leaves_no_file(comm, mpi_tmp_path):
     assert not [p for p in os.listdir(mpi_tmp_path) if p.startswith(".never")]
     io.write_npy(target, A)
     np.testing.assert_array_equal(np.load(target), A.to_global(root=None))
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("mode", ["thread", "sync"])
+def test_write_failing_on_one_rank_mid_file(comm, mpi_tmp_path, monkeypatch, mode):
+    """A write that fails on the last rank in its second slab stops every rank at that slab
+    (no hang), raises the same OSError everywhere and leaves no file; the next write works."""
+    from distla import DistMatrix, ProcessGrid
+    from distla.testing import grid_shapes
+    monkeypatch.setenv("DISTLA_IO_WRITE", mode)
+    monkeypatch.setattr(io, "WRITE_SLAB_BYTES", 1)       # one block column per rank and slab
+    real = io._SlabWriter._write
+    for p, q in grid_shapes(comm.size):
+        grid = ProcessGrid(p, q, comm=comm)
+        A = DistMatrix.random(grid, (23, 40), (3, 4), seed=2)
+        calls = []
+
+        def write(self, chunks):
+            calls.append(len(chunks))
+            if comm.rank == comm.size - 1 and len(calls) == 2:
+                raise OSError("disk full (simulated)")
+            real(self, chunks)
+        monkeypatch.setattr(io._SlabWriter, "_write", write)
+        target = mpi_tmp_path / f"fail{p}{q}{mode}.npy"
+        with pytest.raises(OSError, match="disk full"):
+            io.write_npy(target, A)
+        comm.Barrier()
+        assert not target.exists()
+        assert not [f for f in os.listdir(mpi_tmp_path) if f.startswith(f".fail{p}{q}")]
+        monkeypatch.setattr(io._SlabWriter, "_write", real)
+        io.write_npy(target, A)
+        np.testing.assert_array_equal(np.load(target), A.to_global(root=None))
+        comm.Barrier()
+
+
+def test_write_mode_must_be_known(monkeypatch):
+    monkeypatch.setenv("DISTLA_IO_WRITE", "async")
+    with pytest.raises(ValueError, match="DISTLA_IO_WRITE='async'"):
+        io._write_mode()
 
 
 def test_interrupted_write_leaves_no_file(tmp_path):

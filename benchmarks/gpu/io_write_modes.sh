@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The GPU machine's CPU cores (16), repository root, carry .whl and .base (a worktree of the
+# commit before): .npy write rates (benchmarks/io_rate.py --no-read, n = 16384, nb 256) on 8
+# and 16 CPU ranks, the tree before (its library, this tree's script) and this tree with each
+# DISTLA_IO_WRITE mode and two slab sizes, alternating twice. JSON lines: $OUT/io-write.jsonl.
+. benchmarks/gpu/device_env.sh
+O=${OUT:-/tmp/out}; mkdir -p "$O"
+one() {   # variant, library tree, extra io_rate arguments...
+  local v=$1 tree=$2; shift 2
+  mode=${v%%-*}; [ "$mode" = before ] && mode=iwrite
+  PYTHONPATH=$PWD/$tree:/tmp/site DISTLA_IO_WRITE=$mode timeout 120 $M -n $r --oversubscribe \
+      -x OPENBLAS_NUM_THREADS=1 -x DISTLA_IO_WRITE python3 benchmarks/io_rate.py --n 16384 \
+      --nb 256 --reps 3 --no-read --dir /tmp --variant "$v" --json "$O/io-write.jsonl" "$@" \
+      | sed "s/^/$v $r: /"
+}
+for pass in 1 2; do
+  for r in 8 16; do
+    one before .base
+    one iwrite .
+    one thread .
+    one sync .
+    one iwrite-16MiB . --write-slab-mib 16
+    one thread-16MiB . --write-slab-mib 16
+  done
+done
+echo "${SECONDS} s"
