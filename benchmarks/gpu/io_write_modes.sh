@@ -3,7 +3,8 @@
 # commit before): .npy write rates (benchmarks/io_rate.py --no-read, n = 16384, nb 256) on 8
 # and 16 CPU ranks, the tree before (its library, this tree's script) and this tree with each
 # DISTLA_IO_WRITE mode and two slab sizes. JSON lines: $OUT/io-write.jsonl. Each io_rate run
-# takes ~23 s there (making the matrix and gathering it for np.save): PASSES=1 fits one call.
+# takes ~23 s there (making the matrix and gathering it for np.save): PASSES=1 fits one call;
+# VARIANTS picks among 'before thread sync thread-16MiB' (all by default).
 # Record 2026-11-27-h200machine-io-write-modes.jsonl came from this script when it also
 # tried nonblocking MPI_File_iwrite_at (variants iwrite*, since dropped from distla.io).
 . benchmarks/gpu/device_env.sh
@@ -18,10 +19,13 @@ one() {   # variant, library tree, extra io_rate arguments...
 }
 for pass in $(seq ${PASSES:-1}); do
   for r in 8 16; do
-    one before .base
-    one thread .
-    one sync .
-    one thread-16MiB . --write-slab-mib 16
+    for v in ${VARIANTS:-before thread sync thread-16MiB}; do
+      case $v in
+        before) one before .base ;;
+        *-16MiB) one $v . --write-slab-mib 16 ;;
+        *) one $v . ;;
+      esac
+    done
   done
 done
 echo "${SECONDS} s"
