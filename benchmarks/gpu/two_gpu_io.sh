@@ -7,12 +7,7 @@
 # JSON lines: $OUT/io-rate-{before,after}.jsonl, $OUT/job-2gpu.jsonl.
 . benchmarks/gpu/device_env.sh
 O=${OUT:-/tmp/out}; mkdir -p "$O"
-nvidia-smi --query-gpu=name --format=csv,noheader
-timeout 150 python3 -m pytest -q --color=no -p no:cacheprovider -m gpu --require-gpu \
-    --timeout 100 tests/ > "$O/tests.log" 2>&1; echo "gpu tests rc=$?"; tail -n 1 "$O/tests.log"
-timeout 200 $M -n 2 python3 -m pytest --with-mpi -q --color=no -p no:cacheprovider \
-    -m "mpi and gpu" --require-gpu --timeout 150 tests/ > "$O/tests-mpi.log" 2>&1
-echo "mpi gpu tests (2 ranks) rc=$?"; tail -n 1 "$O/tests-mpi.log"
+bash benchmarks/gpu/gpu_tests.sh 2
 bash benchmarks/gpu/io_ranks_before_after.sh
 D=/tmp/distla-job; mkdir -p $D
 timeout 150 $M -n 2 python3 -m distla bench job --device gpu --n 32768 --nb 1024 --dir $D \

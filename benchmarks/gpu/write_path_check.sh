@@ -9,12 +9,7 @@
 # Records: $OUT/generate.jsonl, $OUT/io-write.jsonl.
 . benchmarks/gpu/device_env.sh
 O=${OUT:-/tmp/out}; mkdir -p "$O"
-nvidia-smi --query-gpu=name --format=csv,noheader
-timeout 150 python3 -m pytest -q --color=no -p no:cacheprovider -m gpu --require-gpu \
-    --timeout 100 tests/ > "$O/tests.log" 2>&1; echo "gpu tests rc=$?"; tail -n 1 "$O/tests.log"
-timeout 200 $M -n 1 python3 -m pytest --with-mpi -q --color=no -p no:cacheprovider \
-    -m "mpi and gpu" --require-gpu --timeout 150 tests/ > "$O/tests-mpi.log" 2>&1
-echo "mpi gpu tests (1 rank) rc=$?"; tail -n 1 "$O/tests-mpi.log"
+bash benchmarks/gpu/gpu_tests.sh 1
 timeout 200 $M -n 4 --oversubscribe -x OPENBLAS_NUM_THREADS=1 python3 -m pytest --with-mpi \
     -q --color=no -p no:cacheprovider -m mpi --timeout 150 tests/test_io.py tests/test_h5io.py \
     > "$O/tests-io-4.log" 2>&1
