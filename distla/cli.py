@@ -255,6 +255,44 @@ def _inspect(path, comm, what):
 
 
 
+# -O options that distla solve sets itself (the residual check needs A and B unchanged and
+# solves A X = B), and those only the solve entry points take (not the factorizations)
+_CLI_OWNED = {"overwrite_a": "A must stay unchanged for the residual check",
+              "overwrite_b": "B must stay unchanged for the residual check",
+              "trans": "the command solves A X = B (the residual check assumes it)",
+              "return_info": "the command asks for it itself",
+              "pivoting": "the method chooses the pivoting; use --method gepp (partial), "
+                          "calu (tournament) or genp (none)"}
+_SOLVE_ONLY = {"precision", "factor_dtype", "max_iter", "fallback"}
+
+
+def _check_solver_options(method: str, kw: dict) -> None:
+    """CommandError (before any work) for a -O option the command owns or that no function
+    of ``method`` takes, naming the ones it does take."""
+    import inspect
+
+    from . import linalg
+    for k in kw:
+        if k in _CLI_OWNED:
+            raise CommandError(f"-O {k}: not settable in distla solve ({_CLI_OWNED[k]})")
+    if method in LU_PIVOTING:
+        fns = (linalg.lu_factor, linalg.solve_lu)
+    elif method == "cholesky":
+        fns = (linalg.cho_factor, linalg.solve_cholesky)
+    elif method == "rbt":
+        from .linalg.rbt import rbt_solve
+        fns = (rbt_solve,)
+    else:
+        from .tlr import solve as tlr_solve
+        fns = (tlr_solve,)
+    takes = {p for f in fns for p in inspect.signature(f).parameters} - \
+        {"A", "B", "kw", "pivoting"} - set(_CLI_OWNED)
+    bad = sorted(set(kw) - takes)
+    if bad:
+        raise CommandError(f"-O {bad[0]}: not an option of --method {method} (its options: "
+                           f"{', '.join(sorted(takes))})")
+
+
 def _solver(method: str):
     """The function ``f(A, B, **kw) -> (X, rcond or None)`` for ``method`` (the solvers are
     imported lazily so that the rest of the command line works whatever is installed). A is
@@ -270,22 +308,20 @@ def _solver(method: str):
         raise CommandError(f"--method {method}: the solvers cannot be imported ({e})") from None
 
     def run(A, B, anorm=None, **kw):
-        if "pivoting" in kw:
-            raise CommandError("-O pivoting=...: the method chooses the pivoting; use "
-                               "--method gepp (partial), calu (tournament) or genp (none)")
+        _check_solver_options(method, kw)
+        if _SOLVE_ONLY & kw.keys() or method in ("rbt", "tlr"):
+            X, info = linalg.solve(A, B, method=method, return_info=True, **kw)
+            # these estimate rcond (and warn) themselves; mixed-precision LU and Cholesky
+            # solves do too, without returning it
+            return X, (info.get("rcond") if isinstance(info, dict) else
+                       getattr(info, "rcond", None))
         if method in LU_PIVOTING:
             F = linalg.lu_factor(A, pivoting=LU_PIVOTING[method], **kw)
             X, rc = linalg.lu_solve_rcond(F, B)     # the estimate shares the solve's sweeps
-        elif method == "cholesky":
+        else:
             anorm = norm(A, 1) if anorm is None else anorm   # Hermitian: ||A||_1 = ||A||_inf
             c = linalg.cho_factor(A, **kw)
             X, rc = linalg.cho_solve_rcond(c, B, anorm)
-        elif method in ("rbt", "tlr"):     # these warn themselves; their info has rcond
-            kw.pop("return_info", None)
-            X, info = linalg.solve(A, B, method=method, return_info=True, **kw)
-            return X, (info.get("rcond") if isinstance(info, dict) else info.rcond)
-        else:
-            return linalg.solve(A, B, method=method, **kw), None
         warn_if_ill_conditioned(rc, A.dtype, f"--method {method}")
         return X, rc
     return run
@@ -307,6 +343,7 @@ def cmd_solve(args, comm) -> int:
         warnings.simplefilter("ignore")
     warnings.formatwarning = lambda msg, cat, *a, **k: f"distla: warning: {msg}\n"
     kw = _parse_options(args.option)
+    _check_solver_options(args.method, kw)
     if args.nb is not None and args.nb < 1:
         raise CommandError(f"--nb must be positive, not {args.nb}")
     if args.nrhs < 1:

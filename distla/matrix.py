@@ -412,8 +412,9 @@ class DistMatrix:
         it when ``root`` is None."""
         from mpi4py import MPI
         grid, comm = self.grid, self.grid.comm
-        if root is not None and not (0 <= root < grid.size):
-            raise ValueError(f"root {root} is not a rank of the {grid.size}-rank grid")
+        with collective(comm, signature("to_global", self, root=root)):
+            if root is not None and not (0 <= root < grid.size):
+                raise ValueError(f"root {root} is not a rank of the {grid.size}-rank grid")
         mine = np.asarray(self.backend.to_host(self.local), order="F").ravel(order="F")
         shapes = [(layout.numroc(self.m, self.mb, pr, self.rsrc, grid.nprow),
                    layout.numroc(self.n, self.nb, pc, self.csrc, grid.npcol))
@@ -529,6 +530,8 @@ class DistMatrix:
         every rank (NaN anywhere gives NaN on every rank). A tuple of those (e.g.
         ``(1, 'max')``) gives a tuple of floats: 1 and 'max' from one pass over the local
         matrix, 'fro' and inf from another."""
+        with collective(self.grid.comm, signature("norm", self, ord=ord)):
+            pass                  # ranks asking for different norms would not meet
         if isinstance(ord, tuple):
             return self._norms(ord)
         return self._norms((ord,))[0]

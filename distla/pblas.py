@@ -18,7 +18,7 @@ from . import layout
 from .errors import collective, signature
 from .matrix import DistMatrix, check_compatible
 
-__all__ = ["matmul", "triangular_solve", "norm"]
+__all__ = ["matmul", "triangular_solve", "norm", "normalize_trans"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -130,17 +130,31 @@ def _summa(A, B, C, alpha):
 # ---------------------------------------------------------------------------------------
 # triangular_solve (pdtrsm)
 # ---------------------------------------------------------------------------------------
-def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans: bool = False,
+def normalize_trans(trans) -> str:
+    """'N', 'T' or 'C' from the accepted spellings (SciPy's 0 / 1 / 2, booleans, letters);
+    ValueError for anything else. Local."""
+    t = {0: "N", 1: "T", 2: "C"}.get(int(trans)) \
+        if isinstance(trans, (bool, int, np.integer)) else \
+        (trans.upper() if isinstance(trans, str) and trans.upper() in ("N", "T", "C") else None)
+    if t is None:
+        raise ValueError(f"trans must be False/True, 0/1/2 or 'N'/'T'/'C', not {trans!r}")
+    return t
+
+
+def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=False,
                      unit_diagonal: bool = False, side: str = "left", alpha=1.0,
                      overwrite_b: bool = False) -> DistMatrix:
     """Collective: solve ``op(A) X = alpha B`` (side 'left') or ``X op(A) = alpha B`` (side
-    'right') for X, with A triangular (``lower`` or upper; only that triangle is read) and
-    ``op(A) = A^T`` when ``trans``. A must be square with square blocks. Returns X in B's
-    layout (B itself when ``overwrite_b`` and no redistribution was needed).
+    'right') for X, with A triangular (``lower`` or upper; only that triangle is read).
+    ``trans`` as ``scipy.linalg.solve_triangular``: ``False``/``0``/``'N'`` (``op(A) = A``),
+    ``True``/``1``/``'T'`` (``A^T``), ``2``/``'C'`` (``A^H``; ``A^T`` for real A). A must be
+    square with square blocks. Returns X in B's layout (B itself when ``overwrite_b`` and no
+    redistribution was needed).
     """
     with collective(A.grid.comm, signature(
             "triangular_solve", A, B, lower=lower, trans=trans, unit_diagonal=unit_diagonal,
             side=side, alpha=alpha, overwrite_b=overwrite_b)):
+        t = normalize_trans(trans)
         check_compatible(A, B, "triangular_solve")
         if A.m != A.n:
             raise ValueError(f"triangular_solve: A must be square, got {A.shape}")
@@ -152,6 +166,14 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans:
         if need != A.n:
             raise ValueError(f"triangular_solve: A is {A.shape} but B is {B.shape} "
                              f"(side={side!r})")
+    if t == "C" and A.dtype.kind == "c":   # A^H X = a B <=> A^T conj(X) = conj(a) conj(B)
+        X = B if overwrite_b else B.copy()  # (and X A^H = a B <=> conj(X) A^T = ..., right)
+        X.local[...] = X.xp.conj(X.local)
+        X = triangular_solve(A, X, lower=lower, trans=True, unit_diagonal=unit_diagonal,
+                             side=side, alpha=np.conj(alpha), overwrite_b=True)
+        X.local[...] = X.xp.conj(X.local)
+        return X
+    trans = t != "N"
     if side == "right":  # X op(A) = B  <=>  op(A)^T X^T = B^T
         Xt = triangular_solve(A, B.transpose(), lower=lower, trans=not trans,
                               unit_diagonal=unit_diagonal, side="left", alpha=alpha,

@@ -171,12 +171,14 @@ def check_symmetric(A, rtol: float | None = None, what: str = "cholesky",
             rows = np.asarray(be.to_host(_row_abs_sums(A) if fused is None else
                                          fused[2][:, 0]), dtype=np.float64)
     grid.row_comm.Allreduce(MPI.IN_PLACE, rows, op=MPI.SUM)       # whole rows' sums
+    anorm = grid.allreduce(float(rows.max()) if rows.size else 0.0, "max")
+    # ||r||_2 as anorm ||r / anorm||_2: squares of the sums themselves under- or overflow
+    # for a matrix scaled by 1e-300 or 1e+300
+    unit = anorm if 0 < anorm < np.inf else 1.0
     with np.errstate(over="ignore", invalid="ignore"):
-        buf[16] = float(np.dot(rows, rows)) if grid.mycol == 0 else 0.0
-        top = float(rows.max()) if rows.size else 0.0
+        buf[16] = float(np.dot(rows / unit, rows / unit)) if grid.mycol == 0 else 0.0
     grid.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-    anorm = grid.allreduce(top, "max")
-    M, scale = buf[:16].reshape(4, 4), float(np.sqrt(buf[16].real / max(A.n, 1)))
+    M, scale = buf[:16].reshape(4, 4), unit * float(np.sqrt(buf[16].real / max(A.n, 1)))
     with np.errstate(over="ignore", invalid="ignore"):     # NaN/Inf in A: judged below
         gap = float(np.max(np.abs(M - M.conj().T)))
     if finite and not (np.isfinite(buf).all() and np.isfinite(anorm)):

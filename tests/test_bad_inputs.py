@@ -40,6 +40,12 @@ def _near_singular():
     return _G @ np.diag(np.r_[np.ones(N - 1), 1e-20]) @ _G.T
 
 
+def _cond_spd(cond):
+    """SPD with 2-norm condition number ``cond`` (orthogonal eigenvectors)."""
+    q, _ = np.linalg.qr(_G)
+    return (q * np.logspace(0, -np.log10(cond), N)) @ q.T
+
+
 ONES = np.ones((N, 1))
 # (name, A, B, method, kwargs, expected exception or warning class, message regex)
 CASES = [
@@ -70,6 +76,21 @@ CASES = [
     ("pivoting keyword", _G, ONES, "gepp", {"pivoting": "none"}, ValueError,
      "chooses the pivoting"),
     ("unknown method", _G, ONES, "qr", {}, ValueError, "unknown method"),
+    ("tlr of a nonsymmetric matrix", _with(_spd(), 1, 20, 5.0), ONES, "tlr", {}, ValueError,
+     "not symmetric"),
+    ("nan in A, tlr", _with(_spd(), 5, 2, np.nan), ONES, "tlr", {}, ValueError,
+     r"A contains a non-finite value \(nan\) at global index \(5, 2\)"),
+    ("inf in B, tlr", _spd(), _with(ONES, 7, 0, np.inf), "tlr", {}, ValueError,
+     r"B contains a non-finite value \(inf\) at global index \(7, 0\)"),
+    ("tlr beyond what its tolerance resolves", _cond_spd(1e11), ONES, "tlr", {"tol": 1e-8},
+     LinAlgWarning, r"rcond=.* < tol=1e-08"),
+    ("tlr with mixed precision", _spd(), ONES, "tlr", {"precision": "mixed"}, ValueError,
+     "no mixed precision"),
+    ("tlr with a tol that is not a number", _spd(), ONES, "tlr", {"tol": "abc"}, ValueError,
+     "tol must be a number"),
+    ("pivot_threshold with partial pivoting", _G, ONES, "gepp", {"pivot_threshold": 1e-3},
+     ValueError, "applies to LU without pivoting"),
+    ("method given as a non-string", _G, ONES, 3, {}, ValueError, "method must be a string"),
     ("wrong B rows", _G, np.ones((N - 1, 1)), "gepp", {}, ValueError, "rows"),
 ]
 
@@ -94,6 +115,27 @@ def test_bad_input(comm, case):
                 solve(A, B, method=method, **kw)
             texts = comm.allgather(str(ei.value))
             assert len(set(texts)) == 1, texts
+
+
+@pytest.mark.mpi
+def test_method_none_is_the_default_partial_pivoting(comm):
+    """method=None means 'gepp' (it once meant the alias 'none': LU without pivoting, whose
+    forward error on this matrix is 1e-6); a tiny leading pivot costs no accuracy."""
+    a = _with(_G, 0, 0, 1e-9)
+    g = ProcessGrid(comm=comm)
+    A = DistMatrix.from_global(g, a, block=5)
+    B = DistMatrix.from_global(g, a @ np.ones((N, 1)), block=5)
+    X = solve(A, B, method=None).to_global(None)
+    np.testing.assert_array_equal(X, solve(A, B, method="gepp").to_global(None))
+    assert np.abs(X - 1).max() < 1e-12
+
+
+@pytest.mark.mpi
+def test_rcond_of_singular_matrices_is_zero(comm):
+    from distla.linalg import rcond
+    g = ProcessGrid(comm=comm)
+    assert rcond(DistMatrix.zeros(g, (N, N), (5, 5))) == 0.0
+    assert rcond(DistMatrix.from_global(g, _with(_G, slice(None), 3, 0.0), block=5)) == 0.0
 
 
 @pytest.mark.mpi
@@ -177,6 +219,12 @@ def _complex_solution(d, p):
     np.testing.assert_allclose((_G + N * np.eye(N)) @ x, b, atol=1e-10)
 
 
+def _solves(path, a):
+    """The solution file holds x with a x = a @ ones (the command's default rhs)."""
+    x = np.load(path).ravel()
+    np.testing.assert_allclose(a @ x, a @ np.ones(N), rtol=1e-12, atol=1e-12)
+
+
 def _no_solve_ran(d, p):
     assert "scaled residual" not in p.stdout and "solve:" not in p.stdout, p.stdout
 
@@ -226,6 +274,25 @@ CLI_CASES = [
      _S + ["--matrix", "singular.npy", "--method", "gepp"], EXIT_NUMERIC, "singular", None),
     ("cholesky of an indefinite matrix", 2, _S + ["--matrix", "indefinite.npy"], EXIT_NUMERIC,
      "not positive definite", None),
+    ("-O overwrite_a is refused before reading", 1,
+     _S + ["--matrix", "spd.npy", "-O", "overwrite_a=true"], EXIT_USAGE,
+     r"^distla: error: -O overwrite_a: not settable in distla solve \(A must stay",
+     _no_solve_ran),
+    ("-O trans is refused", 1, _S + ["--matrix", "nonsym.npy", "--method", "gepp", "-O",
+                                     "trans=1"], EXIT_USAGE, r"-O trans: not settable",
+     _no_solve_ran),
+    ("-O with an unknown option names the method's options", 1,
+     _S + ["--matrix", "spd.npy", "-O", "bogus=1"], EXIT_USAGE,
+     r"-O bogus: not an option of --method cholesky \(its options: .*check_finite", _no_solve_ran),
+    ("-O precision=mixed with gepp", 2,
+     _S + ["--matrix", "nonsym.npy", "--method", "gepp", "-O", "precision=mixed", "--out",
+           "xm.npy"], 0, "", lambda d, p: _solves(d / "xm.npy", _G + N * np.eye(N))),
+    ("-O precision=mixed with cholesky", 2,
+     _S + ["--matrix", "spd.npy", "-O", "precision=mixed", "--out", "xs.npy"], 0, "",
+     lambda d, p: _solves(d / "xs.npy", _spd())),
+    ("tlr of a nonsymmetric matrix", 2,
+     ["solve", "--nb", 6, "--matrix", "nonsym.npy", "--method", "tlr"], EXIT_USAGE,
+     "not symmetric", None),
     ("gepp of a numerically singular matrix warns", 2,
      _S + ["--matrix", "near_singular.npy", "--method", "gepp"], 0,
      r"distla: warning: .*ill-conditioned matrix \(rcond=", None),

@@ -61,6 +61,19 @@ def test_inspect_rejects_truncated_and_bad_types(tmp_path):
         io.inspect(tmp_path)
 
 
+def test_read_mtx_without_rows(tmp_path):
+    """A Matrix Market file with no rows reads as an empty matrix (SciPy's mmread of one
+    killed the process with SIGFPE, so distla does not call it for empty files)."""
+    import scipy.io
+    for shape in ((0, 3), (4, 0)):
+        f = tmp_path / f"empty{shape[0]}{shape[1]}.mtx"
+        with open(f, "w") as out:
+            out.write(f"%%MatrixMarket matrix array real general\n{shape[0]} {shape[1]}\n")
+        assert scipy.io.mminfo(str(f))[:2] == shape
+        a = io._read_mtx(str(f))
+        assert a.shape == shape and a.dtype == np.float64
+
+
 def test_inspect_mtx(tmp_path):
     import scipy.io
     a = np.arange(6.0).reshape(2, 3)

@@ -318,6 +318,42 @@ def test_triangular_solve_dtypes(grids, dtype):
                       reference_solve(a, b, lower, trans, False, "left", 1.0), dtype)
 
 
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_triangular_solve_every_trans_spelling(grids, side, dtype):
+    """``trans`` as scipy.linalg.solve_triangular: 0 / False / 'N', 1 / True / 'T' (plain
+    transpose, also for complex A), 2 / 'C' (conjugate transpose; 'T' for real A) and
+    lowercase letters, few and many right-hand sides, both sides, complex alpha."""
+    n = 13
+    alpha = 1.5 - 0.5j if np.dtype(dtype).kind == "c" else 1.5
+    for lower in (True, False):
+        a = triangle(n, lower, seed=21, dtype=dtype)
+        for nrhs in (2, 17):
+            b = rand((n, nrhs) if side == "left" else (nrhs, n), dtype, 22)
+            for spelling, t in ((0, 0), (False, 0), ("N", 0), ("n", 0), (1, 1), (True, 1),
+                                ("T", 1), ("t", 1), (2, 2), ("C", 2), ("c", 2)):
+                tri = np.tril(a) if lower else np.triu(a)
+                op = tri if t == 0 else tri.T if t == 1 else tri.conj().T
+                want = np.linalg.solve(op, alpha * b) if side == "left" else \
+                    np.linalg.solve(op.T, alpha * b.T).T
+                for g in grids:
+                    A = DistMatrix.from_global(g, a, block=3, src=corner(g))
+                    B = DistMatrix.from_global(g, b, block=(3, 4))
+                    X = triangular_solve(A, B, lower=lower, trans=spelling, side=side,
+                                         alpha=alpha)
+                    close(X.to_global(None), want, dtype)
+                    np.testing.assert_array_equal(B.to_global(None), b)    # B kept
+
+
+def test_triangular_solve_refuses_unknown_trans(comm, grids):
+    A = DistMatrix.random(grids[0], (6, 6), 2)
+    B = DistMatrix.random(grids[0], (6, 2), 2)
+    for bad in ("X", 3, -1, "transpose", None, 1.0):
+        with pytest.raises(ValueError, match="trans must be"):
+            triangular_solve(A, B, trans=bad)
+    comm.Barrier()
+
+
 def test_triangular_solve_overwrite_b(grids):
     n = 9
     a, b = triangle(n, True, 12), rand((n, 4), seed=13)

@@ -124,6 +124,25 @@ def test_symmetry_probe_gives_the_norm_and_the_finite_check(grids, dtype):
                 check_symmetric(C)
 
 
+def test_symmetry_probe_at_extreme_scales(grids):
+    """The probe's norm does not under- or overflow: a symmetric matrix scaled by 1e-300 or
+    1e+300 passes, a nonsymmetric one at those scales is refused."""
+    from distla.validate import check_symmetric
+    n = 14
+    r = np.random.default_rng(3)
+    g0 = r.standard_normal((n, n))
+    s = g0 + g0.T
+    for scale in (1e-300, 1e300):
+        for g in grids:
+            A = DistMatrix.from_global(g, s * scale, block=3)
+            assert check_symmetric(A, finite=True) == pytest.approx(
+                np.abs(s * scale).sum(axis=1).max(), rel=1e-12)
+            bad = s.copy()
+            bad[2, 9] += 1.0
+            with pytest.raises(ValueError, match="not symmetric"):
+                check_symmetric(DistMatrix.from_global(g, bad * scale, block=3))
+
+
 # ---- arguments that differ between ranks -------------------------------------------------
 @pytest.mark.mpi(min_size=2)
 def test_ranks_calling_differently_raise_instead_of_hanging(comm):
@@ -145,6 +164,19 @@ def test_ranks_calling_differently_raise_instead_of_hanging(comm):
     with pytest.raises(ValueError, match="different arguments"):
         A.redistribute(block=(4, 4) if comm.rank == 0 else (3, 3))
     assert np.allclose(matmul(A, B).to_global(root=None), A.to_global(root=None) @ np.ones((n, 1)))
+    # options that decide which collectives run: each once differing between ranks
+    from distla.linalg import cho_factor, cho_solve, cholesky, lu_solve
+    odd = comm.rank % 2 == 1
+    for call in (lambda: cholesky(A, lower=not odd), lambda: cho_factor(A, lower=odd),
+                 lambda: cholesky(A, check_symmetric=odd),
+                 lambda: lu_factor(A, check_finite=odd),
+                 lambda: lu_solve(lu_factor(A), B, check_finite=odd),
+                 lambda: cho_solve(cho_factor(A), B, check_finite=odd),
+                 lambda: A.to_global(root=None if odd else 0),
+                 lambda: A.norm("fro" if odd else 1),
+                 lambda: triangular_solve(A, B, trans="T" if odd else "C")):
+        with pytest.raises(ValueError, match="different arguments"):
+            call()
 
 
 # ---- condition estimates -----------------------------------------------------------------

@@ -80,7 +80,8 @@ def cholesky(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
     Raises :class:`~distla.errors.NotPositiveDefiniteError` on every rank, with ``.index`` the
     0-based global column of the first non-positive leading minor.
     """
-    _check_factor_input(A, lookahead, gemm)
+    _check_factor_input(A, lookahead, gemm, lower=lower, overwrite_a=overwrite_a,
+                        check_finite=check_finite, check_symmetric=check_symmetric)
     _check_values(A, check_finite, check_symmetric, "cholesky")
     if not lower:  # U = (chol of A's upper triangle, read as the lower one of A^T)^T
         L = A.transpose()
@@ -124,7 +125,8 @@ def cho_solve(c_and_lower, B: DistMatrix, overwrite_b: bool = False,
         C, lower = c_and_lower, True
     if not isinstance(C, DistMatrix):
         raise TypeError(f"cho_solve: the factor must be a DistMatrix, not {type(C).__name__}")
-    with collective(C.grid.comm, signature("cho_solve", C, B, lower=lower)):
+    with collective(C.grid.comm, signature("cho_solve", C, B, lower=lower,
+                                           overwrite_b=overwrite_b, check_finite=check_finite)):
         _check_rhs(C, B, "cho_solve")
     if check_finite:
         check_finite_(("B", B), what="cho_solve")
@@ -153,7 +155,11 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
     ``max_iter``, ``fallback``). ``return_info=True`` returns ``(X, SolveInfo)``."""
     with collective(A.grid.comm if isinstance(A, DistMatrix) else None,
                     signature("solve_cholesky", A, B, lookahead=lookahead,
-                              precision=precision, factor_dtype=factor_dtype)):
+                              precision=precision, factor_dtype=factor_dtype,
+                              overwrite_a=overwrite_a, overwrite_b=overwrite_b,
+                              check_finite=check_finite, check_symmetric=check_symmetric,
+                              check_rcond=check_rcond, max_iter=max_iter, fallback=fallback,
+                              return_info=return_info)):
         _validate_factor_input(A, lookahead)
         _check_rhs(A, B, "solve_cholesky")
         fd = check_mixed(A, precision, factor_dtype, "solve_cholesky")
@@ -203,7 +209,8 @@ def cho_solve_rcond(c_and_lower, B: DistMatrix, anorm: float, check_finite: bool
     C = c_and_lower[0] if isinstance(c_and_lower, tuple) else c_and_lower
     if not isinstance(C, DistMatrix):
         raise TypeError(f"cho_solve: the factor must be a DistMatrix, not {type(C).__name__}")
-    with collective(C.grid.comm, signature("cho_solve_rcond", C, B)):
+    with collective(C.grid.comm, signature("cho_solve_rcond", C, B,
+                                           check_finite=check_finite)):
         _check_rhs(C, B, "cho_solve")
     if check_finite:
         check_finite_(("B", B), what="cho_solve")
@@ -250,10 +257,13 @@ def _validate_factor_input(A, lookahead):
         raise ValueError(f"lookahead must be a non-negative int, not {lookahead!r}")
 
 
-def _check_factor_input(A, lookahead, gemm="native"):
+def _check_factor_input(A, lookahead, gemm="native", **options):
+    """Collective: A and the options are valid and the same on every rank (``options``: the
+    caller's other arguments, in the signature only)."""
     if not isinstance(A, DistMatrix):
         raise TypeError(f"cholesky needs a DistMatrix, not {type(A).__name__}")
-    with collective(A.grid.comm, signature("cholesky", A, lookahead=lookahead, gemm=gemm)):
+    with collective(A.grid.comm, signature("cholesky", A, lookahead=lookahead, gemm=gemm,
+                                           **options)):
         _validate_factor_input(A, lookahead)
         check_gemm_mode(gemm, A)
 

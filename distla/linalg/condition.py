@@ -170,10 +170,19 @@ def rcond_estimate(anorm: float, template: DistMatrix, apply_inv, apply_inv_h) -
         template.n, anorm, lambda: inverse_norm1_estimate(template, apply_inv, apply_inv_h))
 
 
-def warn_if_ill_conditioned(rc: float, dtype, what: str = "solve") -> None:
+def warn_if_ill_conditioned(rc: float, dtype, what: str = "solve",
+                            accuracy: float | None = None) -> None:
     """Warn with :class:`distla.LinAlgWarning` (every rank) when ``rc`` < eps, like
-    ``scipy.linalg.solve``."""
+    ``scipy.linalg.solve``; for an approximate factorization of relative accuracy
+    ``accuracy`` (a TLR compression's ``tol``), when ``rc`` < ``accuracy``: its forward error
+    is then up to ``accuracy / rc`` >= 1."""
     eps = np.finfo(dtype).eps
+    if accuracy is not None and accuracy > eps:
+        if not rc >= accuracy:
+            warnings.warn(f"{what}: ill-conditioned matrix for the approximation's accuracy "
+                          f"(rcond={rc:.3g} < tol={accuracy:.3g}): the result may have no "
+                          f"correct digits; use a smaller tol", LinAlgWarning, stacklevel=3)
+        return
     if not rc >= eps:
         warnings.warn(f"{what}: ill-conditioned matrix (rcond={rc:.3g}): the result may not "
                       f"be accurate", LinAlgWarning, stacklevel=3)

@@ -45,7 +45,7 @@ import numpy as np
 
 from ..errors import SingularMatrixError, agree, collective
 from ..matrix import DistMatrix, check_compatible
-from ..pblas import triangular_solve
+from ..pblas import normalize_trans, triangular_solve
 from ..trace import trace
 from ..validate import check_finite as check_finite_
 from ..validate import check_finite_result, signature
@@ -145,7 +145,7 @@ def _check_matrix(A, name="A"):
 
 def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = False,
               tree: str = "binary", lookahead: int = 1, gemm: str = "native",
-              check_finite: bool = True, pivot_threshold: float = DEFAULT_PIVOT_THRESHOLD
+              check_finite: bool = True, pivot_threshold: float | None = None
               ) -> LUFactor:
     """LU factorization ``P A = L U`` of the ``m x n`` DistMatrix A (square blocks). Collective
     over A's grid.
@@ -164,7 +164,8 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     ``pivot_threshold`` (GENP only): a pivot smaller than ``pivot_threshold`` times the
     largest entry of its column at that step (the one partial pivoting would choose, so a
     multiplier ``|l_ij| > 1 / pivot_threshold``) raises :class:`distla.SingularMatrixError`
-    saying that the matrix needs pivoting; the default 1e-10 flags element growth beyond
+    saying that the matrix needs pivoting (ValueError with another pivoting, which has no
+    use for it); the default (None: 1e-10) flags element growth beyond
     1e10 (at most about 6 correct digits left in float64, none in float32); 0 turns the check
     off. It costs one pass over the factors and two small reductions.
 
@@ -178,7 +179,8 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     with collective(A.grid.comm if isinstance(A, DistMatrix) else None,
                     signature("lu_factor", A, pivoting=pivoting, tree=tree,
                               lookahead=lookahead, gemm=gemm,
-                              pivot_threshold=pivot_threshold)):
+                              pivot_threshold=pivot_threshold, overwrite_a=overwrite_a,
+                              check_finite=check_finite)):
         _check_matrix(A)
         pivoting = pivoting_name(pivoting)
         if tree not in ("binary", "flat"):
@@ -186,6 +188,11 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
         if not isinstance(lookahead, numbers.Integral) or lookahead < 0:
             raise ValueError(f"lookahead must be a non-negative int, not {lookahead!r}")
         check_gemm_mode(gemm, A)
+        if pivot_threshold is not None and pivoting != "none":
+            raise ValueError(f"pivot_threshold applies to LU without pivoting (pivoting="
+                             f"'none', method 'genp') only, not to pivoting={pivoting!r}")
+        pivot_threshold = DEFAULT_PIVOT_THRESHOLD if pivot_threshold is None else \
+            pivot_threshold
         if not (isinstance(pivot_threshold, numbers.Real) and 0 <= pivot_threshold < 1):
             raise ValueError(f"pivot_threshold must be a number in [0, 1), not "
                              f"{pivot_threshold!r}")
@@ -246,16 +253,6 @@ def _permute(B, dest, src):
                  segs=[slice(0, B.local.shape[1])], backend=B.backend)
 
 
-def _norm_trans(trans) -> str:
-    """'N', 'T' or 'C' from the accepted spellings (SciPy's 0 / 1 / 2, booleans, letters)."""
-    t = {0: "N", 1: "T", 2: "C"}.get(int(trans)) \
-        if isinstance(trans, (bool, int, np.integer)) else \
-        (trans.upper() if isinstance(trans, str) and trans.upper() in ("N", "T", "C") else None)
-    if t is None:
-        raise ValueError(f"trans must be False/True, 0/1/2 or 'N'/'T'/'C', not {trans!r}")
-    return t
-
-
 def lu_solve(F: LUFactor, B: DistMatrix, trans=False, overwrite_b: bool = False,
              check_finite: bool = True) -> DistMatrix:
     """Solve ``A X = B``, ``A^T X = B`` or ``A^H X = B`` from ``F = lu_factor(A)``.
@@ -267,8 +264,9 @@ def lu_solve(F: LUFactor, B: DistMatrix, trans=False, overwrite_b: bool = False,
     columns, then the unit-lower and upper triangular solves (:func:`distla.pblas.
     triangular_solve`)."""
     with collective(B.grid.comm if isinstance(B, DistMatrix) else None,
-                    signature("lu_solve", getattr(F, "lu", F), B, trans=trans)):
-        t = _norm_trans(trans)
+                    signature("lu_solve", getattr(F, "lu", F), B, trans=trans,
+                              overwrite_b=overwrite_b, check_finite=check_finite)):
+        t = normalize_trans(trans)
         _check_rhs(F, B)
     if check_finite:
         check_finite_(("B", B), what="lu_solve")
@@ -304,7 +302,8 @@ def lu_solve_rcond(F: LUFactor, B: DistMatrix, check_finite: bool = True):
     triangular sweeps as B, so the estimate adds two solves instead of three
     (:func:`distla.linalg.condition.solve_and_rcond`). The estimate is cached in F."""
     with collective(B.grid.comm if isinstance(B, DistMatrix) else None,
-                    signature("lu_solve_rcond", getattr(F, "lu", F), B)):
+                    signature("lu_solve_rcond", getattr(F, "lu", F), B,
+                              check_finite=check_finite)):
         _check_rhs(F, B)
         if F.anorm is None:
             raise ValueError("this LUFactor has no ||A||_1; use distla.linalg.rcond(A, F)")
@@ -345,7 +344,7 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
             raise ValueError(f"B has {B.m} rows, A is {A.n} x {A.n}")
         check_compatible(A, B, "solve_lu")     # the same classes as every other solver
         fd = check_mixed(A, precision, factor_dtype, "solve_lu")
-        if fd is not None and _norm_trans(trans) != "N":
+        if fd is not None and normalize_trans(trans) != "N":
             raise ValueError("solve_lu: precision='mixed' solves A X = B only (trans=False)")
     method = _METHOD[pivoting_name(pivoting)]
     if fd is not None:
@@ -357,7 +356,7 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
         check_finite_(("B", B), what="solve_lu")
     F = lu_factor(A, pivoting=pivoting, overwrite_a=overwrite_a, check_finite=check_finite,
                   **kw)
-    if check_rcond and _norm_trans(trans) == "N":   # the estimate's first solve rides along
+    if check_rcond and normalize_trans(trans) == "N":   # the estimate's first solve rides along
         X, _ = lu_solve_rcond(F, B, check_finite=False)
     else:
         X = lu_solve(F, B, trans=trans, overwrite_b=overwrite_b, check_finite=False)

@@ -27,9 +27,12 @@ _PIVOTING_ALIASES = {"gepp": "partial", "calu": "tournament", "tslu": "tournamen
 
 
 def method_name(method) -> str:
-    """The canonical name of ``method`` (case-insensitive, aliases accepted); ValueError
-    naming the choices otherwise."""
-    m = str(method).lower()
+    """The canonical name of ``method`` (a string: case-insensitive, aliases accepted);
+    ValueError naming the choices otherwise (None too: its str is the alias 'none')."""
+    if not isinstance(method, str):
+        raise ValueError(f"method must be a string, one of {', '.join(METHODS)}; "
+                         f"got {method!r}")
+    m = method.lower()
     m = _METHOD_ALIASES.get(m, m)
     if m not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")

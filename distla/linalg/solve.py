@@ -9,7 +9,7 @@ family but TLR: docs/mixed.md). Collective over A's grid.
 """
 from __future__ import annotations
 
-from ..errors import collective
+from ..errors import SingularMatrixError, collective
 from ..matrix import DistMatrix
 from ..pblas import norm
 from ..validate import signature
@@ -23,13 +23,15 @@ __all__ = ["solve", "rcond", "METHODS"]
 
 def solve(A, B, method: str = "gepp", **kw):
     """Collective: solve ``A X = B`` with the chosen method; returns X in B's layout.
+    ``method=None`` is the default, 'gepp' (as scipy.linalg.solve's ``assume_a=None`` means a
+    general matrix).
 
     ``return_info=True`` returns ``(X, info)``: a :class:`distla.linalg.mixed.SolveInfo`
     (``RBTInfo`` for ``method='rbt'``).
     """
     with collective(getattr(getattr(A, "grid", None), "comm", None),
                     signature("solve", A, B, method=method, **kw)):
-        m = method_name(method)
+        m = method_name("gepp" if method is None else method)
         if "pivoting" in kw:
             raise ValueError(f"solve: the method chooses the pivoting; pass method='gepp' "
                              f"(partial), 'calu' (tournament) or 'genp' (none) instead of "
@@ -39,6 +41,12 @@ def solve(A, B, method: str = "gepp", **kw):
                 raise TypeError(f"solve: {name} must be a DistMatrix, not {type(X).__name__}")
         if A.m == 0 or A.n == 0:
             raise ValueError(f"solve: A is empty ({A.m} x {A.n})")
+        if m == "tlr" and kw.get("precision", "double") != "double":
+            raise ValueError("solve: method='tlr' has no mixed precision (its accuracy is "
+                             "tol=...); precision='mixed' is for cholesky, gepp, calu, "
+                             "genp and rbt")
+    if m == "tlr":
+        kw.pop("precision", None)
     if m == "cholesky":
         return solve_cholesky(A, B, **kw)
     if m in ("gepp", "calu", "genp"):
@@ -94,8 +102,13 @@ def rcond(A, factor=None) -> float:
     if A.n == 0:
         return float("inf")
     anorm = norm(A, 1)
+    if anorm == 0:
+        return 0.0
     if factor is None:
-        factor = lu_factor(A)
+        try:
+            factor = lu_factor(A)
+        except SingularMatrixError:     # an exactly zero pivot (raised on every rank)
+            return 0.0
     if isinstance(factor, LUFactor):
         factor.anorm = anorm
         factor._rcond = None

@@ -4,12 +4,16 @@ and :func:`solve` (factor, then solve). The triangular solves live with the fact
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from ..errors import collective
 from ..linalg.condition import norm1_estimate as _norm1_estimate
 from ..linalg.condition import warn_if_ill_conditioned
 from ..matrix import DistMatrix
+from ..validate import check_finite as _check_finite
+from ..validate import check_symmetric as _check_symmetric
 from .build import compress
 from .cholesky import cholesky
 from .factor import TLRCholesky
@@ -34,14 +38,19 @@ def cho_solve(L: TLRCholesky, B):
 
 
 def solve(A, B, *, tol=1e-8, max_rank=None, method="svd", overwrite=False,
-          check_rcond: bool = True, return_info: bool = False):
+          check_rcond: bool = True, check_finite: bool = True, check_symmetric: bool = True,
+          return_info: bool = False):
     """Collective: ``A^-1 B`` for a TLR matrix ``A`` (or a dense symmetric DistMatrix, which is
     first compressed with ``tol``, ``max_rank``, ``method``); ``B`` as in :func:`cho_solve`.
     ``overwrite`` lets the factorization reuse ``A``'s TLR storage.
 
-    ``check_rcond``: estimate the reciprocal condition number from the factor
-    (:meth:`TLRCholesky.rcond`; ``||A||_1`` exact for a dense A, estimated for a TLR one) and
-    warn with :class:`distla.LinAlgWarning` when it is below eps, like the dense solvers.
+    A dense A is checked first, as by the dense Cholesky, in one pass: ``check_symmetric``
+    (``A == A^T`` within sqrt(eps); the compression reads one triangle, so a nonsymmetric A
+    would be solved as another matrix) and ``check_finite`` (NaN/Inf in A, or in a
+    DistMatrix B, raise ValueError). ``check_rcond``: estimate the reciprocal condition number
+    from the factor (:meth:`TLRCholesky.rcond`; ``||A||_1`` exact for a dense A, estimated
+    for a TLR one) and warn with :class:`distla.LinAlgWarning` when it is below the
+    compression's accuracy (``tol``; eps without one): the forward error can then reach 1.
     ``return_info``: return ``(X, info)``, the factor's ``info`` dict (times, memory, and
     ``rcond`` when estimated)."""
     anorm, scale = None, 1.0
@@ -49,6 +58,13 @@ def solve(A, B, *, tol=1e-8, max_rank=None, method="svd", overwrite=False,
         with collective(A.grid.comm):
             if A.m != A.n:
                 raise ValueError(f"solve needs a square matrix, got {A.shape}")
+            if tol is not None and not (isinstance(tol, numbers.Real) and 0 < tol < 1):
+                raise ValueError(f"tlr.solve: tol must be a number in (0, 1) or None, not "
+                                 f"{tol!r}")
+        if check_symmetric and A.n:
+            _check_symmetric(A, what="tlr.solve", finite=check_finite)
+        elif check_finite:
+            _check_finite(("A", A), what="tlr.solve")
         # compress and factor 2^-e A, max |2^-e A| in [0.5, 1) (exact): the compression
         # squares entries and singular values, which overflow near 1e+154 and underflow
         # near 1e-154 (a matrix scaled by 1e+300 gave a forward error of 1.6, silently)
@@ -65,12 +81,15 @@ def solve(A, B, *, tol=1e-8, max_rank=None, method="svd", overwrite=False,
             raise TypeError(f"solve needs a TLRMatrix or a DistMatrix, got {type(A).__name__}")
     elif check_rcond:
         anorm = norm1_estimate(A)
+    if check_finite and isinstance(B, DistMatrix):
+        _check_finite(("B", B), what="tlr.solve")
+    accuracy = A.tol
     L = cholesky(A, overwrite=overwrite)
     X = cho_solve(L, B)
     if scale != 1.0:            # (2^-e A)^-1 B = 2^e A^-1 B
         X = X * scale
     if check_rcond:
-        warn_if_ill_conditioned(L.rcond(anorm), L.dtype, "tlr.solve")
+        warn_if_ill_conditioned(L.rcond(anorm), L.dtype, "tlr.solve", accuracy=accuracy)
     return (X, L.info) if return_info else X
 
 
