@@ -91,6 +91,12 @@ def check_compatible(A, B, what: str) -> None:
 _SLAB_ELEMS = {"cpu": 1 << 18, "gpu": 1 << 25}
 
 
+def _operand_error(op: str, other) -> TypeError:
+    return TypeError(f"DistMatrix {op} {type(other).__name__}: both operands must be "
+                     f"DistMatrix objects of the same layout (DistMatrix.from_global makes one "
+                     f"from an array; scalars multiply: alpha * A)")
+
+
 class DistMatrix:
     """A 2D block-cyclic distributed matrix.
 
@@ -489,13 +495,19 @@ class DistMatrix:
         if isinstance(other, DistMatrix):
             self._check_same(other, "+")
             return self._like(local=self.local + other.local)
-        return NotImplemented
+        raise _operand_error("+", other)
 
     def __sub__(self, other):
         if isinstance(other, DistMatrix):
             self._check_same(other, "-")
             return self._like(local=self.local - other.local)
-        return NotImplemented
+        raise _operand_error("-", other)
+
+    def __radd__(self, other):
+        raise _operand_error("+", other)
+
+    def __rsub__(self, other):
+        raise _operand_error("-", other)
 
     def __mul__(self, alpha):
         if isinstance(alpha, numbers.Number):

@@ -285,6 +285,18 @@ def test_arithmetic_matches_numpy(grids, dtype):
         np.testing.assert_array_equal(A.to_global(None), a)
 
 
+def test_arithmetic_with_arrays_and_scalars_names_the_operand(grids):
+    """``A + ndarray``, ``ndarray + A``, ``A - 1.0``: a TypeError naming the other operand's
+    type and what to do (not NumPy's or Python's generic message about another type)."""
+    A = DistMatrix.random(grids[0], (5, 5), (2, 2), seed=1)
+    for f, name in ((lambda: A + np.ones((5, 5)), "ndarray"), (lambda: np.ones((5, 5)) + A,
+                    "ndarray"), (lambda: A - 1.0, "float"), (lambda: 2 + A, "int")):
+        with pytest.raises(TypeError, match=rf"DistMatrix [+-] {name}: both operands must be "
+                                            r"DistMatrix"):
+            f()
+    np.testing.assert_allclose((np.float64(2.0) * A).to_global(None), 2 * A.to_global(None))
+
+
 def test_arithmetic_layout_mismatch_raises(comm, grids):
     for g in grids:
         A = DistMatrix.random(g, (6, 6), (2, 2))
