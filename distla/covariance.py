@@ -133,9 +133,10 @@ class Kernel:
     nugget: float = 0.0
 
     def __post_init__(self):
-        if not (self.sigma > 0 and self.beta > 0 and self.nugget >= 0):
-            raise ValueError(f"kernel parameters need sigma > 0, beta > 0, nugget >= 0; got "
-                             f"sigma={self.sigma}, beta={self.beta}, nugget={self.nugget}")
+        if not (0 < self.sigma < math.inf and 0 < self.beta < math.inf and
+                0 <= self.nugget < math.inf):
+            raise ValueError(f"kernel parameters need finite sigma > 0, beta > 0, nugget >= 0;"
+                             f" got sigma={self.sigma}, beta={self.beta}, nugget={self.nugget}")
 
     def from_sqdist(self, r2):
         """Kernel values (no nugget) for squared distances ``r2`` (NumPy or CuPy array)."""
@@ -210,8 +211,8 @@ class Matern(Kernel):
 
     def __post_init__(self):
         super().__post_init__()
-        if not self.nu > 0:
-            raise ValueError(f"Matern needs nu > 0, got {self.nu}")
+        if not 0 < self.nu < math.inf:
+            raise ValueError(f"Matern needs a finite nu > 0, got {self.nu}")
 
     def from_sqdist(self, r2):
         xp = _xp_of(r2)
@@ -247,15 +248,20 @@ class Matern(Kernel):
         return super().apply_(r2, tmp)
 
     def _general(self, x, xp):
-        from scipy.special import gammaln, kv
+        """In log space, ``log K_nu(x) = log kve(nu, x) - x``: the product of ``x^nu`` and
+        ``K_nu(x)`` underflows times overflows (NaN) at small x for large nu (nu = 50: below
+        x ~ 2e-5), where the correlation is 1 to ~1e-12; kve overflows exactly there (then 1)
+        and underflows to 0 only where the correlation is 0."""
+        from scipy.special import gammaln, kve
         xh = x.get() if xp is not np else x
         pos = xh > 0
         xs = np.where(pos, xh, 1.0)
         with np.errstate(all="ignore"):
             logc = (1.0 - self.nu) * math.log(2.0) - gammaln(self.nu)
-            v = np.exp(logc + self.nu * np.log(xs)) * kv(self.nu, xs)
-        v = np.where(pos, np.nan_to_num(v, nan=0.0, posinf=1.0), 1.0) * self.sigma ** 2
-        return xp.asarray(v)
+            k = kve(self.nu, xs)
+            v = np.exp(logc + self.nu * np.log(xs) + np.log(k) - xs)
+        v = np.where(~pos | np.isposinf(k), 1.0, np.minimum(np.nan_to_num(v, nan=0.0), 1.0))
+        return xp.asarray(v * self.sigma ** 2)
 
 
 def _exp_of_distance(r2, beta, scale):

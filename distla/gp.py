@@ -85,6 +85,11 @@ class _Likelihood:
             if pts.ndim != 2 or y.shape != (pts.shape[0],):
                 raise ValueError(f"need points n x d and y of n entries, got {pts.shape} and "
                                  f"{y.shape}")
+            for name, v in (("points", pts), ("y", y)):
+                bad = np.argwhere(~np.isfinite(v))
+                if bad.size:
+                    raise ValueError(f"the {name} hold a non-finite value ({v[tuple(bad[0])]})"
+                                     f" at index {tuple(int(i) for i in bad[0])}")
             if not isinstance(kernel, cov.Kernel):
                 raise TypeError(f"kernel must be a distla.covariance.Kernel, not "
                                 f"{type(kernel).__name__}")

@@ -72,7 +72,7 @@ def _h5py():
 
 def _datasets(f, h5py) -> list[str]:
     names = []
-    f.visititems(lambda name, obj: names.append("/" + name)
+    f.visititems(lambda name, obj: names.append(obj.name)     # absolute, also in a group
                  if isinstance(obj, h5py.Dataset) else None)
     return names
 

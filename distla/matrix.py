@@ -214,8 +214,8 @@ class DistMatrix:
         if not (0 <= i0 <= i1 <= self.mt and 0 <= j0 <= j1 <= self.nt):
             raise IndexError(f"sub({i0}, {i1}, {j0}, {j1}) is outside the {self.mt} x "
                              f"{self.nt} blocks of this matrix")
-        r0, r1 = i0 * self.mb, min(i1 * self.mb, self.m)
-        c0, c1 = j0 * self.nb, min(j1 * self.nb, self.n)
+        r0, r1 = min(i0 * self.mb, self.m), min(i1 * self.mb, self.m)   # i0 == mt: empty
+        c0, c1 = min(j0 * self.nb, self.n), min(j1 * self.nb, self.n)
         g = self.grid
         local = self.local[self.local_row_start(r0):self.local_row_start(r1),
                            self.local_col_start(c0):self.local_col_start(c1)]
@@ -573,12 +573,18 @@ class DistMatrix:
             # |A| of the slab's transpose: a walk in memory order (row j of absA: column j)
             absA = xp.abs(self.local[:, c:c + w].T)
             for o in rest:
-                if o == "fro":
-                    sq = absA.real ** 2 + absA.imag ** 2 if self.dtype.kind == "c" \
-                        else absA ** 2
-                    v = xp.sum(sq, dtype=np.float64)
-                else:
-                    v = absA.sum(axis=0)
+                if o == "fro":   # (scale, sum of (|a| / scale)^2), as LAPACK's dlassq: the
+                    # squares themselves overflow from 1e154 (float32: 1e19) and underflow
+                    a = absA.astype(np.float64, copy=False)
+                    if not a.size:
+                        continue
+                    scale, ssq = acc[o] if acc[o] is not None else (xp.zeros(()), xp.zeros(()))
+                    new = xp.maximum(scale, a.max())        # NaN in A: NaN
+                    unit = xp.where((new > 0) & (new < np.inf), new, 1.0)
+                    with np.errstate(invalid="ignore", over="ignore"):
+                        acc[o] = (new, ssq * (scale / unit) ** 2 + xp.sum((a / unit) ** 2))
+                    continue
+                v = absA.sum(axis=0)
                 acc[o] = v if acc[o] is None else acc[o] + v
             del absA
         return tuple(self._reduce_norm(o, acc[o], parts, mloc) for o in ords)
@@ -586,9 +592,12 @@ class DistMatrix:
     def _reduce_norm(self, ord, acc, parts, mloc):
         """Collective: one norm from this rank's partial results (:meth:`_norms`)."""
         grid, xp, be = self.grid, self.xp, self.backend
-        if ord == "fro":
-            loc = float(be.to_host(acc)) if acc is not None else 0.0
-            return float(np.sqrt(grid.allreduce(loc, "sum")))
+        if ord == "fro":   # acc: (scale, ssq) with ||local||_F = scale sqrt(ssq)
+            scale, ssq = (float(be.to_host(v)) for v in acc) if acc is not None else (0.0, 0.0)
+            top = grid.allreduce(scale, "max")     # NaN when A holds one (on any rank)
+            if not 0 < top < np.inf:       # zero, an infinite entry, or NaN
+                return float(top)
+            return float(top * np.sqrt(grid.allreduce(ssq * (scale / top) ** 2, "sum")))
         if ord == "max":
             return grid.allreduce(float(be.to_host(acc)) if acc is not None else 0.0, "max")
         from mpi4py import MPI

@@ -45,6 +45,13 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
             check_compatible(A, C, "matmul")
             if C.shape != (m, n):
                 raise ValueError(f"matmul: C has shape {C.shape}, expected {(m, n)}")
+        for name, v in (("alpha", alpha), ("beta", beta)):
+            if isinstance(v, complex) and v.imag and A.dtype.kind != "c":
+                raise TypeError(f"matmul: {name}={v!r} is complex but the matrices are "
+                                f"{A.dtype} (convert them with astype(complex) first)")
+    if C is not None:   # C is overwritten while A and B are read: copy what overlaps it
+        a_in_c, b_in_c = _overlaps(C, A, B)
+        A, B = (A.copy() if a_in_c else A), (B.copy() if b_in_c else B)
     if transa:
         A = A.transpose()
     if transb:
@@ -67,6 +74,16 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
     else:
         _summa(A, B, C, alpha)
     return C
+
+
+def _overlaps(C, *others) -> list:
+    """Collective: for each of ``others``, whether it may share storage with C on some rank
+    (the same answer on every rank, so that every rank copies alike)."""
+    from mpi4py import MPI
+    mine = np.array([X is C or bool(C.xp.may_share_memory(C.local, X.local)) for X in others],
+                    dtype=bool)
+    C.grid.comm.Allreduce(MPI.IN_PLACE, mine, op=MPI.LOR)
+    return mine.tolist()
 
 
 def _matmul_few(A, B, C, alpha):

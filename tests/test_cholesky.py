@@ -15,7 +15,7 @@ import scipy.linalg
 
 from distla import DistMatrix, NotPositiveDefiniteError, ProcessGrid
 from distla.checks import factor_residual_cholesky, passes, solve_residual
-from distla.linalg import cho_factor, cho_solve, cholesky, logdet, solve_cholesky
+from distla.linalg import cho_factor, cho_solve, cholesky, logdet, lu_factor, solve_cholesky
 from distla.testing import grid_shapes
 from distla.trace import Tracer
 
@@ -384,3 +384,28 @@ def test_gpu_matches_cpu(grid1):
     with pytest.raises(NotPositiveDefiniteError) as ei:
         cholesky(DistMatrix.from_global(grid1, bad, block=64, device="gpu"))
     assert ei.value.index == lapack_info(bad)
+
+
+@pytest.mark.mpi
+def test_upper_factor_alone_is_refused_not_read_as_lower(comm):
+    """cholesky(lower=False) returns U; cho_solve(U, B) and rcond(A, U) once took it for L
+    (errors of 0.04 and a wrong rcond): now they ask for (U, False), which works."""
+    from distla.linalg import rcond
+    g = ProcessGrid(comm=comm)
+    m = np.random.default_rng(4).standard_normal((12, 12))
+    a = m @ m.T + 12 * np.eye(12)
+    A = DistMatrix.from_global(g, a, block=3)
+    B = DistMatrix.from_global(g, np.ones((12, 1)), block=3)
+    U = cholesky(A, lower=False)
+    with pytest.raises(ValueError, match=r"upper factor .*pass \(U, False\)"):
+        cho_solve(U, B)
+    with pytest.raises(ValueError, match=r"pass \(U, False\)"):
+        rcond(A, U)
+    x = cho_solve((U, False), B).to_global(None)
+    np.testing.assert_allclose(a @ x, np.ones((12, 1)), atol=1e-12)
+    with pytest.raises(TypeError, match="'lower' flag must be True or False"):
+        cho_solve((U, "yes"), B)
+    A5 = DistMatrix.from_global(g, a[:5, :5].copy(), block=3)
+    for f in (cho_factor(A5), cholesky(A5), lu_factor(A5)):
+        with pytest.raises(ValueError, match=r"factor is 5 x 5, A 12 x 12"):
+            rcond(A, f)

@@ -110,6 +110,33 @@ def test_matern_general_nu_formula_and_zero_limit():
     assert np.all(np.diff(v) < 0)
 
 
+def test_matern_large_nu_near_zero_distance_is_one():
+    """For large nu, x^nu K_nu(x) at small x is 0 * inf in floating point: the kernel must
+    still give its limit sigma^2 there (it gave 0), agree with kv where kv is finite, and
+    decrease monotonically."""
+    for nu in (20.0, 50.0, 120.0):
+        k = cov.Matern(sigma=1.5, beta=0.1, nu=nu)
+        r = np.array([0.0, 1e-9, 1e-7, 1e-4, 1e-2, 0.1, 1.0, 30.0])
+        v = k(r)
+        assert v[0] == 1.5 ** 2 and np.all(v[1:4] == pytest.approx(1.5 ** 2, rel=1e-6))
+        assert np.all(np.diff(v) <= 1e-12) and v[-1] < 1e-50     # (rounding near 1)
+        x = r[4:7] / 0.1
+        with np.errstate(all="ignore"):
+            ref = 1.5 ** 2 * 2 ** (1 - nu) / gamma(nu) * x ** nu * kv(nu, x)
+        ok = np.isfinite(ref)                   # (0 * inf where the naive formula fails)
+        assert ok.sum() >= 2
+        np.testing.assert_allclose(v[4:7][ok], ref[ok], rtol=1e-10)
+
+
+def test_kernel_parameters_must_be_finite():
+    for kw in ({"beta": math.inf}, {"sigma": math.inf}, {"nugget": math.inf},
+               {"sigma": math.nan}):
+        with pytest.raises(ValueError, match="finite"):
+            cov.SquaredExponential(**kw)
+    with pytest.raises(ValueError, match="finite nu"):
+        cov.Matern(nu=math.inf)
+
+
 def test_kernel_validation():
     with pytest.raises(ValueError):
         cov.SquaredExponential(beta=0)

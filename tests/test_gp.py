@@ -49,6 +49,18 @@ def test_cross_covariance_is_the_off_diagonal_block(kernel, device):
                                atol=1e-15)   # no nugget, even on coinciding points
 
 
+@pytest.mark.mpi
+def test_likelihood_rejects_non_finite_points(comm):
+    from distla import ProcessGrid, gp
+    g = ProcessGrid(comm=comm)
+    pts = np.random.default_rng(1).random((20, 2))
+    pts[7, 1] = np.nan
+    for cls, kw in ((gp.DenseLikelihood, {}), (gp.TLRLikelihood, {})):
+        with pytest.raises(ValueError, match=r"points hold a non-finite value \(nan\) at "
+                                             r"index \(7, 1\)"):
+            cls(g, pts, np.ones(20), cov.SquaredExponential(), 8, **kw)
+
+
 def test_cross_covariance_rejects_bad_input():
     k = cov.SquaredExponential()
     with pytest.raises(ValueError, match="m x d and n x d"):

@@ -52,6 +52,10 @@ def test_inspect_errors(tmp_path):
         h["s"] = np.array([b"ab", b"cd"])
         h["c"] = np.zeros(3, dtype=[("a", "f8"), ("b", "i4")])
         h.create_group("grp")
+    with h5py.File(f, "a") as h:
+        h["grp/sub/A"] = np.ones((2, 2))
+    with pytest.raises(io.MatrixFileError, match="its datasets: /grp/sub/A"):
+        io.inspect(f"{f}:/grp")                     # absolute paths, usable as given
     for ds, needle in [("/nope", "no dataset '/nope'"), ("/grp", "is a group"),
                        ("/cube", "3-D"), ("/s", "numeric"), ("/c", "numeric")]:
         with pytest.raises(io.MatrixFileError, match=needle):

@@ -297,6 +297,31 @@ def test_arithmetic_with_arrays_and_scalars_names_the_operand(grids):
     np.testing.assert_allclose((np.float64(2.0) * A).to_global(None), 2 * A.to_global(None))
 
 
+def test_frobenius_norm_does_not_overflow_or_underflow(grids):
+    """'fro' accumulates scaled squares (LAPACK's dlassq): float32 entries of 1e20 and float64
+    ones of 1e200 / 1e-200 give the right norm (the squares overflowed to inf); an infinite
+    entry gives inf, a NaN anywhere NaN, an empty matrix 0."""
+    for g in grids:
+        for dt, v in ((np.float32, 1e20), (np.float64, 1e200), (np.float64, 1e-200),
+                      (np.complex128, 1e200)):
+            a = np.full((5, 4), v, dtype=dt)
+            want = float(np.sqrt(20.0)) * abs(complex(a[0, 0]))
+            assert DistMatrix.from_global(g, a, block=2).norm("fro") == pytest.approx(
+                want, rel=1e-6 if dt == np.float32 else 1e-13)
+        a = np.random.default_rng(2).standard_normal((7, 5))
+        a[2, 3] = np.inf
+        assert DistMatrix.from_global(g, a, block=2).norm("fro") == np.inf
+        a[5, 0] = np.nan
+        assert np.isnan(DistMatrix.from_global(g, a, block=2).norm("fro"))
+        assert DistMatrix.zeros(g, (0, 3), (2, 2)).norm("fro") == 0.0
+
+
+def test_sub_at_the_end_is_empty(grids):
+    A = DistMatrix.random(grids[0], (7, 5), (2, 2), seed=1)
+    assert A.sub(A.mt, A.mt, 0, 3).shape == (0, 5)
+    assert A.sub(0, 2, A.nt, A.nt).shape == (4, 0)
+
+
 def test_arithmetic_layout_mismatch_raises(comm, grids):
     for g in grids:
         A = DistMatrix.random(g, (6, 6), (2, 2))

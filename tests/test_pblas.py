@@ -354,6 +354,34 @@ def test_triangular_solve_refuses_unknown_trans(comm, grids):
     comm.Barrier()
 
 
+def test_matmul_with_c_overlapping_a_or_b(grids):
+    """C may be A or B itself (C = A B, C = A C, C = C C, beta 0 and 1; few and many
+    columns): the result is the product of the inputs as they were, not of C zeroed or half
+    overwritten."""
+    r = np.random.default_rng(31)
+    s = r.standard_normal((10, 10))
+    for g in grids:
+        for ncol in (3, 10):
+            for beta in (0.0, 1.0):
+                S = DistMatrix.from_global(g, s, block=(2, 2))
+                X = DistMatrix.from_global(g, s[:, :ncol].copy(), block=(2, 2))
+                R = matmul(S, X, C=X, beta=beta)
+                assert R is X
+                close(R.to_global(None), s @ s[:, :ncol] + beta * s[:, :ncol], np.float64)
+            S = DistMatrix.from_global(g, s, block=(2, 2))
+            R = matmul(S, S, C=S, beta=1.0, alpha=2.0)
+            close(R.to_global(None), 2 * s @ s + s, np.float64)
+
+
+def test_matmul_refuses_complex_scalars_on_real_matrices(comm, grids):
+    A = DistMatrix.random(grids[0], (4, 4), 2)
+    for kw in ({"alpha": 1j}, {"beta": 0.5j, "C": DistMatrix.random(grids[0], (4, 4), 2)}):
+        with pytest.raises(TypeError, match=r"matmul: (alpha|beta)=.* is complex but the "
+                                            r"matrices are float64"):
+            matmul(A, A, **kw)
+    comm.Barrier()
+
+
 def test_triangular_solve_overwrite_b(grids):
     n = 9
     a, b = triangle(n, True, 12), rand((n, 4), seed=13)

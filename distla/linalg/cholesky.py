@@ -87,7 +87,9 @@ def cholesky(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
         L = A.transpose()
         _potrf_lower(L, int(lookahead), gemm)
         _zero_upper(L)
-        return L.transpose()
+        U = L.transpose()
+        U.cholesky_upper = True     # cho_solve / rcond refuse it alone (it needs (U, False))
+        return U
     L = A if overwrite_a else A.copy()
     _potrf_lower(L, int(lookahead), gemm)
     _zero_upper(L)
@@ -125,6 +127,12 @@ def cho_solve(c_and_lower, B: DistMatrix, overwrite_b: bool = False,
         C, lower = c_and_lower, True
     if not isinstance(C, DistMatrix):
         raise TypeError(f"cho_solve: the factor must be a DistMatrix, not {type(C).__name__}")
+    if not isinstance(lower, (bool, np.bool_)):
+        raise TypeError(f"cho_solve: the factor's 'lower' flag must be True or False, not "
+                        f"{lower!r}")
+    if lower and not isinstance(c_and_lower, tuple) and getattr(C, "cholesky_upper", False):
+        raise ValueError("cho_solve: this is the upper factor of cholesky(A, lower=False); "
+                         "pass (U, False), as cho_factor(A, lower=False) returns")
     with collective(C.grid.comm, signature("cho_solve", C, B, lower=lower,
                                            overwrite_b=overwrite_b, check_finite=check_finite)):
         _check_rhs(C, B, "cho_solve")

@@ -93,6 +93,11 @@ def rcond(A, factor=None) -> float:
                             "(distla.tlr.cholesky)")
         if isinstance(factor, TLRCholesky) and A is not None and factor.n != A.shape[0]:
             raise ValueError(f"rcond: the factor is {factor.n} x {factor.n}, A {A.shape}")
+        dense = factor.lu if isinstance(factor, LUFactor) else \
+            factor[0] if isinstance(factor, tuple) else factor
+        if isinstance(dense, DistMatrix) and A is not None and dense.shape != A.shape:
+            raise ValueError(f"rcond: the factor is {dense.shape[0]} x {dense.shape[1]}, "
+                             f"A {A.shape[0]} x {A.shape[1]}: not A's factor")
     if tlr:
         anorm = None if A is None else (A.norm(1) if isinstance(A, DistMatrix) else
                                         tlr_norm1(A))
@@ -113,5 +118,4 @@ def rcond(A, factor=None) -> float:
         factor.anorm = anorm
         factor._rcond = None
         return factor.rcond()
-    c = factor if isinstance(factor, tuple) else (factor, True)
-    return cho_rcond(c, anorm)
+    return cho_rcond(factor, anorm)     # a bare factor is L (cho_solve refuses a bare U)
