@@ -57,7 +57,8 @@ class SolveInfo:
     correction; ``history``: the scaled residual at each check (<= 1: converged).
     ``fallback``: a mixed solve ended in the full-precision one; ``reason``: why.
     ``times``: host seconds of 'factor' (low precision), 'refine', 'fallback' and 'total';
-    ``anorm``: ``||A||_inf``.
+    ``anorm``: ``||A||_inf`` (both for mixed solves only: a full-precision solve leaves
+    ``times`` empty and ``anorm`` NaN).
     """
 
     method: str
