@@ -263,7 +263,7 @@ _CLI_OWNED = {"overwrite_a": "A must stay unchanged for the residual check",
               "return_info": "the command asks for it itself",
               "pivoting": "the method chooses the pivoting; use --method gepp (partial), "
                           "calu (tournament) or genp (none)"}
-_SOLVE_ONLY = {"precision", "factor_dtype", "max_iter", "fallback"}
+_SOLVE_ONLY = {"precision", "factor_dtype", "max_iter", "fallback", "check_rcond"}
 
 
 def _check_solver_options(method: str, kw: dict) -> None:
@@ -288,6 +288,10 @@ def _check_solver_options(method: str, kw: dict) -> None:
     takes = {p for f in fns for p in inspect.signature(f).parameters} - \
         {"A", "B", "kw", "pivoting"} - set(_CLI_OWNED)
     bad = sorted(set(kw) - takes)
+    if method == "cholesky" and "lower" in kw and _SOLVE_ONLY & kw.keys():
+        raise CommandError(f"-O lower cannot be combined with -O "
+                           f"{sorted(_SOLVE_ONLY & kw.keys())[0]} (the solve reads the lower "
+                           f"triangle)")
     if bad:
         raise CommandError(f"-O {bad[0]}: not an option of --method {method} (its options: "
                            f"{', '.join(sorted(takes))})")
