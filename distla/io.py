@@ -302,18 +302,18 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
         ext, blk, nprocs, me, src, across = A.m, A.mb, g.nprow, g.myrow, A.rsrc, nloc
         most = numroc(A.n, A.nb, A.csrc, A.csrc, g.npcol)
     width = blk * nprocs * max(1, min(ext, slab_bytes // max(1, most * blk * fdt.itemsize)))
+    def failed(e):
+        if isinstance(e, MPI.Exception):
+            return MatrixFileError(f"{info.path}: cannot read ({e.Get_error_string()})")
+        return e
+
     err, fh, ftype = None, None, None
     try:
         fh = MPI.File.Open(comm, info.path, MPI.MODE_RDONLY, _hints())
         etype, ftype = _filetype(A, fdt, info.fortran_order)
         fh.Set_view(info.offset, etype, ftype)
     except MPI.Exception as e:
-        err = MatrixFileError(f"{info.path}: cannot read ({e.Get_error_string()})")
-    def failed(e):
-        if isinstance(e, MPI.Exception):
-            return MatrixFileError(f"{info.path}: cannot read ({e.Get_error_string()})")
-        return e
-
+        err = failed(e)
     if comm.allreduce(err is None, op=MPI.LAND):
         read = fh.Read_at_all if collective else fh.Read_at
         slabs = range(0, ext, width)

@@ -24,6 +24,10 @@ def _spd():
     return _G @ _G.T + N * np.eye(N)
 
 
+def _nonsym():
+    return _G + N * np.eye(N)
+
+
 def _with(a, i, j, v):
     a = a.copy()
     a[i, j] = v
@@ -183,11 +187,11 @@ def cli_dir(tmp_path_factory):
     """Small input files for the command-line rows (n = N, written once)."""
     d = tmp_path_factory.mktemp("bad_cli")
     np.save(d / "spd.npy", _spd())
-    np.save(d / "nonsym.npy", _G + N * np.eye(N))
+    np.save(d / "nonsym.npy", _nonsym())
     np.save(d / "nan.npy", _with(_spd(), 5, 3, np.nan))    # block column 1 of nb=2: rank 1
     np.save(d / "inf_b.npy", _with(ONES, 7, 0, np.inf))
     np.save(d / "empty.npy", np.zeros((0, 0)))
-    np.save(d / "zero_pivot.npy", _with(_G + N * np.eye(N), 0, 0, 0.0))
+    np.save(d / "zero_pivot.npy", _with(_nonsym(), 0, 0, 0.0))
     np.save(d / "singular.npy", _with(_G, slice(None), 3, 0.0))    # an exactly zero pivot
     np.save(d / "near_singular.npy", _near_singular())
     np.save(d / "indefinite.npy", _spd() - 20 * N * np.eye(N))
@@ -216,13 +220,15 @@ def _complex_solution(d, p):
     x = np.load(d / "xc.npy")
     b = np.load(d / "b_complex.npy")
     assert np.iscomplexobj(x) and np.abs(x.imag).max() > 0
-    np.testing.assert_allclose((_G + N * np.eye(N)) @ x, b, atol=1e-10)
+    np.testing.assert_allclose(_nonsym() @ x, b, atol=1e-10)
 
 
-def _solves(path, a):
-    """The solution file holds x with a x = a @ ones (the command's default rhs)."""
-    x = np.load(path).ravel()
-    np.testing.assert_allclose(a @ x, a @ np.ones(N), rtol=1e-12, atol=1e-12)
+def _solves(name, a):
+    """Check: the solution file ``name`` holds x with a x = a @ ones (the default rhs)."""
+    def check(d, p):
+        x = np.load(d / name).ravel()
+        np.testing.assert_allclose(a @ x, a @ np.ones(N), rtol=1e-12, atol=1e-12)
+    return check
 
 
 def _no_solve_ran(d, p):
@@ -286,22 +292,22 @@ CLI_CASES = [
      r"-O bogus: not an option of --method cholesky \(its options: .*check_finite", _no_solve_ran),
     ("-O precision=mixed with gepp", 2,
      _S + ["--matrix", "nonsym.npy", "--method", "gepp", "-O", "precision=mixed", "--out",
-           "xm.npy"], 0, "", lambda d, p: _solves(d / "xm.npy", _G + N * np.eye(N))),
+           "xm.npy"], 0, "", _solves("xm.npy", _nonsym())),
     ("-O precision=mixed with cholesky", 2,
      _S + ["--matrix", "spd.npy", "-O", "precision=mixed", "--out", "xs.npy"], 0, "",
-     lambda d, p: _solves(d / "xs.npy", _spd())),
+     _solves("xs.npy", _spd())),
     ("tlr of a nonsymmetric matrix", 2,
      ["solve", "--nb", 6, "--matrix", "nonsym.npy", "--method", "tlr"], EXIT_USAGE,
      "not symmetric", None),
     ("-O check_rcond=false with gepp", 1,
      _S + ["--matrix", "nonsym.npy", "--method", "gepp", "-O", "check_rcond=false", "--out",
-           "xr.npy"], 0, "", lambda d, p: _solves(d / "xr.npy", _G + N * np.eye(N))),
+           "xr.npy"], 0, "", _solves("xr.npy", _nonsym())),
     ("-O check_rcond=false with cholesky", 1,
      _S + ["--matrix", "spd.npy", "-O", "check_rcond=false", "--out", "xq.npy"], 0, "",
-     lambda d, p: _solves(d / "xq.npy", _spd())),
+     _solves("xq.npy", _spd())),
     ("-O lower=false with cholesky", 1,
      _S + ["--matrix", "spd.npy", "-O", "lower=false", "--out", "xu.npy"], 0, "",
-     lambda d, p: _solves(d / "xu.npy", _spd())),
+     _solves("xu.npy", _spd())),
     ("-O lower with a solve-only option", 1,
      _S + ["--matrix", "spd.npy", "-O", "lower=false", "-O", "precision=mixed"], EXIT_USAGE,
      "-O lower cannot be combined with -O precision", _no_solve_ran),
