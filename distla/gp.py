@@ -93,6 +93,8 @@ class _Likelihood:
             if not isinstance(kernel, cov.Kernel):
                 raise TypeError(f"kernel must be a distla.covariance.Kernel, not "
                                 f"{type(kernel).__name__}")
+            if kernel.nugget == 0:
+                _refuse_coinciding(pts)
             from .device import get_backend
             self.backend = get_backend(device, grid.comm)
         self.grid, self.pts, self.y, self.n = grid, pts, y, len(y)
@@ -276,6 +278,19 @@ def predict(lik: _Likelihood, beta: float, new_pts, slab: int | None = None):
         del Ks, W
     ev.factor = None
     return mean, var, ev
+
+
+def _refuse_coinciding(pts) -> None:
+    """Without a nugget, two equal points make two equal rows of ``C(beta)`` for every
+    ``beta``: C is singular and any likelihood computed from it is meaningless. Raise
+    ValueError naming the first such pair (``O(n log n)``, on every rank alike)."""
+    order = np.lexsort(pts.T[::-1])
+    same = np.flatnonzero(np.all(pts[order[1:]] == pts[order[:-1]], axis=1))
+    if same.size:
+        i, j = sorted(int(k) for k in order[same[0]:same[0] + 2])
+        raise ValueError(f"points {i} and {j} coincide ({pts[i].tolist()}) and the kernel's "
+                         f"nugget is 0: C(beta) is singular for every beta; give a nugget "
+                         f"> 0 (the noise-to-signal ratio) or merge coinciding points")
 
 
 def _host(a):

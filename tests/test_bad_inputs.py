@@ -162,7 +162,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from distla.runtime import EXIT_NUMERIC, EXIT_USAGE, launcher_free_env  # noqa: E402
+from distla.runtime import EXIT_NUMERIC, EXIT_THRESH, EXIT_USAGE, launcher_free_env  # noqa: E402
 
 _ROOT = Path(__file__).resolve().parents[1]
 _MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
@@ -228,6 +228,22 @@ def _solves(name, a):
     def check(d, p):
         x = np.load(d / name).ravel()
         np.testing.assert_allclose(a @ x, a @ np.ones(N), rtol=1e-12, atol=1e-12)
+    return check
+
+
+def _solves_tlr(name):
+    """Check: PASS printed, and x solves the spd system to TLR's default tol (1e-8)."""
+    def check(d, p):
+        assert re.search(r"PASS \(threshold 2\.70\d*e\+08\)", p.stdout), p.stdout
+        x = np.load(d / name).ravel()
+        np.testing.assert_allclose(_spd() @ x, _spd() @ np.ones(N), rtol=1e-6)
+    return check
+
+
+def _printed(*lines):
+    def check(d, p):
+        for line in lines:
+            assert line in p.stdout, (line, p.stdout)
     return check
 
 
@@ -311,6 +327,13 @@ CLI_CASES = [
     ("-O lower with a solve-only option", 1,
      _S + ["--matrix", "spd.npy", "-O", "lower=false", "-O", "precision=mixed"], EXIT_USAGE,
      "-O lower cannot be combined with -O precision", _no_solve_ran),
+    ("tlr passes at its default tol (threshold 3 tol/eps)", 2,
+     _S + ["--matrix", "spd.npy", "--method", "tlr", "--out", "xt.npy"], 0, "",
+     _solves_tlr("xt.npy")),
+    ("tlr at a fixed rank of 1 fails the residual check: exit 3, no file", 2,
+     _S + ["--matrix", "spd.npy", "--method", "tlr", "-O", "tol=none", "-O", "max_rank=1",
+           "--out", "x1.npy"], EXIT_THRESH, r"scaled residual .* exceeds the threshold 3 \(FAIL",
+     _printed("FAIL (threshold 3)", "solution NOT written to x1.npy")),
     ("gepp of a numerically singular matrix warns", 2,
      _S + ["--matrix", "near_singular.npy", "--method", "gepp"], 0,
      r"distla: warning: .*ill-conditioned matrix \(rcond=", None),

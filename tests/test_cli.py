@@ -157,7 +157,8 @@ def test_quiet_prints_nothing(files):
 def test_thresh_exceeded_exit_3(files):
     p = run(["solve", "--matrix", files / "A.npy", "--thresh", "0", "--rhs-kind", "random",
              "--nb", 32], n=2)
-    assert_fails(p, 3, "exceeds --thresh")
+    assert_fails(p, 3, "exceeds the threshold 0 (FAIL")
+    assert "FAIL (threshold 0)" in p.stdout, p.stdout
 
 
 def test_info(files):

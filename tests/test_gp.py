@@ -61,6 +61,22 @@ def test_likelihood_rejects_non_finite_points(comm):
             cls(g, pts, np.ones(20), cov.SquaredExponential(), 8, **kw)
 
 
+@pytest.mark.mpi
+def test_likelihood_rejects_coinciding_points_without_a_nugget(comm):
+    from distla import ProcessGrid, gp
+    g = ProcessGrid(comm=comm)
+    pts = np.random.default_rng(2).random((30, 2))
+    pts[21] = pts[4]
+    y = np.ones(30)
+    for cls in (gp.DenseLikelihood, gp.TLRLikelihood):
+        with pytest.raises(ValueError, match=r"points 4 and 21 coincide .* nugget is 0"):
+            cls(g, pts, y, cov.Exponential(beta=0.1), 8)
+        lik = cls(g, pts, y, cov.Exponential(beta=0.1, nugget=1e-2), 8)   # a nugget: fine
+        assert np.isfinite(lik(0.1).loglik)
+    pts[21, 1] += 1e-9                              # near, not equal: accepted
+    gp.DenseLikelihood(g, pts, y, cov.Exponential(beta=0.1), 8)
+
+
 def test_cross_covariance_rejects_bad_input():
     k = cov.SquaredExponential()
     with pytest.raises(ValueError, match="m x d and n x d"):
