@@ -6,11 +6,16 @@
   The broadcasts of step k+1 are posted before the GEMM of step k (lookahead 1). With at most
   16 columns in op(B), A stays where it is instead (one local GEMM, one row all-reduce).
 * :func:`triangular_solve` — pdtrsm, by a right-looking block substitution.
+  :func:`inverted_diagonal_solves` (a context manager) lets the few-column ones on one process
+  use inverted diagonal blocks: the condition estimator and refinement's corrections.
 * :func:`norm` — 'fro', 1, inf and 'max' norms.
 
 All functions are collective over the operands' grid.
 """
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 import numpy as np
 
@@ -18,7 +23,31 @@ from . import layout
 from .errors import collective, signature
 from .matrix import DistMatrix, check_compatible
 
-__all__ = ["matmul", "triangular_solve", "norm", "normalize_trans"]
+__all__ = ["matmul", "triangular_solve", "norm", "normalize_trans", "inverted_diagonal_solves"]
+
+# the open inverted_diagonal_solves() context's inverses: {(id(A), lower, unit): (A, S)}
+_INVERSES: contextvars.ContextVar = contextvars.ContextVar("distla_inverses", default=None)
+
+
+@contextlib.contextmanager
+def inverted_diagonal_solves():
+    """Inside, a :func:`triangular_solve` on one process with at most :data:`_FEW_RHS`
+    columns, on a backend whose ``inverse_block_solves`` says it pays (GPU ranks), solves
+    with the factor's diagonal blocks inverted (once per factor within the context:
+    ``Backend.triangular_block_inverses``) and GEMVs that read the factor once
+    (``Backend.trsm_inverse_blocks``; docs/condition.md). Explicit inverses are less
+    accurate than trsm when diagonal blocks are ill-conditioned, so this is for what
+    tolerates that: condition estimates and refinement's corrections (whose errors the
+    refinement removes), never a returned solution. The factors must not change inside.
+    Local (no communication); nested contexts share the outer one's inverses."""
+    if _INVERSES.get() is not None:
+        yield
+        return
+    token = _INVERSES.set({})
+    try:
+        yield
+    finally:
+        _INVERSES.reset(token)
 
 
 # ---------------------------------------------------------------------------------------
@@ -197,6 +226,10 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=
                               overwrite_b=True)
         return Xt.transpose()
     if A.grid.nprow == 1 and A.grid.npcol == 1:   # one process: the local library's solve
+        inverses = _INVERSES.get()
+        if inverses is not None and A.backend.inverse_block_solves and B.n <= _FEW_RHS:
+            return _solve_by_inverses(A, B, inverses, lower, trans, unit_diagonal, alpha,
+                                      overwrite_b)
         X = B if overwrite_b else B.copy()
         lo, hi = _nonzero_span(X.local, lower != trans) if A.backend.scan_zero_rows else \
             (0, A.n)
@@ -220,6 +253,22 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=
         _trsm_left(A, X, lower, diag)
     if X.block != B.block or X.src != B.src:
         X = X.redistribute(block=B.block, src=B.src)
+    return X
+
+
+def _solve_by_inverses(A, B, inverses, lower, trans, unit, alpha, overwrite_b):
+    """One process: ``op(A)^-1 alpha B`` with A's inverted diagonal blocks (made once per
+    context, :func:`inverted_diagonal_solves`)."""
+    be, key = A.backend, (id(A), bool(lower), bool(unit))
+    if key not in inverses:
+        inverses[key] = (A, be.triangular_block_inverses(A.local, A.nb, lower, unit))
+    X = B if overwrite_b else B.copy()
+    if X.local.size:
+        if alpha != 1.0:
+            X.local *= alpha
+        # X.local becomes the partial sums, then holds x
+        X.local[...] = be.trsm_inverse_blocks(A.local, inverses[key][1], A.nb, lower,
+                                              trans, X.local)
     return X
 
 

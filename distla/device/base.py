@@ -44,6 +44,11 @@ class Backend:
     #: rows, to solve only from the first nonzero one (a scan of host memory; on GPU ranks
     #: it would be a device read per solve)
     scan_zero_rows = True
+    #: whether few-column one-process triangular solves inside
+    #: :func:`distla.pblas.inverted_diagonal_solves` (condition estimates, refinement) use
+    #: inverted diagonal blocks (:meth:`trsm_inverse_blocks`): GEMVs that read the factor
+    #: once at memory speed, where the library's trsv/trsm is latency-bound
+    inverse_block_solves = False
 
     def __init__(self):
         self._identities = {}      # dtype -> identity matrix (triangular_inverse)
@@ -161,6 +166,68 @@ class Backend:
             eye = self._identities[out.dtype] = self.asarray(np.eye(k, dtype=out.dtype))
         self.copy(out, eye[:k, :k])
         self.trsm("L", uplo, "N", diag, 1.0, t, out)
+
+    # ---- triangular solves by inverted diagonal blocks (docs/condition.md) ----------------
+    #: leaves of the batched triangular inversion: inverted as general matrices
+    INVERSE_LEAF = 64
+
+    def triangular_block_inverses(self, t, nb: int, lower: bool, unit: bool):
+        """The inverses of the ``nb x nb`` diagonal blocks of the square triangular view
+        ``t`` (``lower``; ``unit``: unit diagonal, as trsm's diag 'U'; the other triangle of
+        ``t`` is not read), as an array ``S`` of shape ``(nblk, nb, nb)`` with ``S[k].T`` the
+        F-ordered inverse of block k (the last block padded with the identity). All blocks at
+        once: batched recursive halving, ``inv([[A, 0], [B, C]]) = [[A^-1, 0], [-C^-1 B A^-1,
+        C^-1]]``, with leaves of :data:`INVERSE_LEAF` inverted as general matrices. Local."""
+        xp, n = self.xp, t.shape[0]
+        nblk = -(-n // nb)
+        M = xp.zeros((nblk, nb, nb), t.dtype)
+        for k in range(nblk):                # the blocks, transposed when upper: all lower
+            k0, k1 = k * nb, min(n, k * nb + nb)
+            blk = t[k0:k1, k0:k1]
+            M[k, :k1 - k0, :k1 - k0] = blk if lower else blk.T
+        M = xp.tril(M, -1 if unit else 0)
+        idx = xp.arange(nb)
+        if unit:
+            M[:, idx, idx] = 1
+        w = n - (nblk - 1) * nb               # identity padding of the last block
+        if w < nb:
+            M[nblk - 1, idx[w:], idx[w:]] = 1
+        inv = self._lower_inverse_batch(M)    # inv[k] = (lower block k)^-1, lower
+        # S[k].T (F-order) = inverse of block k: (lower^-1) for lower, (lower^-1)^T for upper
+        return xp.ascontiguousarray(inv.transpose(0, 2, 1) if lower else inv)
+
+    def _lower_inverse_batch(self, M):
+        xp, m = self.xp, M.shape[-1]
+        if m <= self.INVERSE_LEAF:
+            return xp.tril(xp.linalg.inv(M))
+        h = m // 2
+        out = xp.zeros_like(M)
+        out[:, :h, :h] = ai = self._lower_inverse_batch(M[:, :h, :h])
+        out[:, h:, h:] = ci = self._lower_inverse_batch(M[:, h:, h:])
+        out[:, h:, :h] = -(ci @ (M[:, h:, :h] @ ai))
+        return out
+
+    def trsm_inverse_blocks(self, t, S, nb: int, lower: bool, trans: bool, b):
+        """``op(t)^-1 b`` for the square triangular view ``t`` (``lower``; op = transpose
+        when ``trans``) and a few columns ``b`` (n x k, column-major; overwritten by partial
+        sums), given ``S = triangular_block_inverses(t, nb, lower, unit)``: block by block,
+        ``x_k = op(t_kk)^-1 b_k`` (one GEMM with the inverse), then the rest of b updated
+        with the block column (or row) of op(t) beside block k (one GEMM). Returns x (a new
+        column-major array). Less accurate than trsm for ill-conditioned diagonal blocks: for
+        estimates and preconditioners. Local."""
+        n, nblk = t.shape[0], S.shape[0]
+        x = self.empty(b.shape, b.dtype)
+        forward = lower != trans
+        for kb in (range(nblk) if forward else range(nblk - 1, -1, -1)):
+            k0, k1 = kb * nb, min(n, kb * nb + nb)
+            w = k1 - k0
+            inv = S[kb].T[:w, :w]
+            self.gemm("T" if trans else "N", "N", 1.0, inv, b[k0:k1], 0.0, x[k0:k1])
+            r0, r1 = (k1, n) if forward else (0, k0)
+            if r1 > r0:      # op(t)[r0:r1, k0:k1]: t's block column, or its block row^T
+                blk = t[r0:r1, k0:k1] if not trans else t[k0:k1, r0:r1]
+                self.gemm("T" if trans else "N", "N", -1.0, blk, x[k0:k1], 1.0, b[r0:r1])
+        return x
 
     def syrk(self, uplo, trans, alpha, a, beta, c) -> None:
         """``c = alpha a a^T + beta c`` (trans 'N') on the ``uplo`` triangle."""

@@ -28,6 +28,7 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
         from cupy_backends.cuda.libs import cublas, cusolver
         self.xp, self._cublas, self._cusolver = cupy, cublas, cusolver
         self._scalars = {}     # float32 device scalars by value (_device_scalar)
+        self._host_scalars = {}    # (value, dtype char) -> host array (cuBLAS alpha/beta)
 
     # ---- first use ---------------------------------------------------------------------------
     def preload(self, dtype=np.float64) -> None:
@@ -167,6 +168,55 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     #: ms apart (records 2026-11-26-h100-checks-gpu.jsonl)
     fuse_few_rhs = False
     scan_zero_rows = False
+    #: one H200, n = 32768, nb 1024: a 1-column solve 1.9x (float64) / 1.4x (float32) faster
+    #: than cuBLAS trsm, 2-4 columns 2.5-7.6x (record 2026-11-27-h200-trsv-inverse-probe.jsonl)
+    inverse_block_solves = True
+
+    def trsm_inverse_blocks(self, t, S, nb, lower, trans, b):
+        # Backend's loop with cuBLAS called straight (2 calls per block: host-bound else)
+        if b.dtype.char not in "fd" or t.dtype != b.dtype or b.shape[1] > 16:
+            return super().trsm_inverse_blocks(t, S, nb, lower, trans, b)
+        cb, n, k = self._cublas, t.shape[0], b.shape[1]
+        x = self.empty(b.shape, b.dtype)
+        if n == 0 or k == 0:
+            return x
+        one, mone, zero = (self._host_scalar(v, b.dtype) for v in (1.0, -1.0, 0.0))
+        gemv = cb.sgemv if b.dtype.char == "f" else cb.dgemv
+        gemm = cb.sgemm if b.dtype.char == "f" else cb.dgemm
+        N, T = cb.CUBLAS_OP_N, cb.CUBLAS_OP_T
+        op = T if trans else N
+        h, it = self._blas(), b.itemsize
+        lt, lb, lx = _lapack.ld(t), _lapack.ld(b), _lapack.ld(x)
+        tp, bp, xp_, sp = t.data.ptr, b.data.ptr, x.data.ptr, S.data.ptr
+        forward = lower != trans
+        nblk = S.shape[0]
+        for kb in (range(nblk) if forward else range(nblk - 1, -1, -1)):
+            k0, k1 = kb * nb, min(n, kb * nb + nb)
+            w = k1 - k0
+            inv = sp + kb * nb * nb * it          # S[kb].T: F-order, leading dimension nb
+            bk, xk = bp + k0 * it, xp_ + k0 * it
+            if k == 1:
+                gemv(h, op, w, w, one, inv, nb, bk, 1, zero, xk, 1)
+            else:
+                gemm(h, op, N, w, k, w, one, inv, nb, bk, lb, zero, xk, lx)
+            r0, r1 = (k1, n) if forward else (0, k0)
+            if r1 <= r0:
+                continue
+            # op(t)[r0:r1, k0:k1]: t[r0:r1, k0:k1] (N) or t[k0:k1, r0:r1]^T (T)
+            blk = tp + ((k0 * lt + r0) if not trans else (r0 * lt + k0)) * it
+            m_, n_ = (r1 - r0, w) if not trans else (w, r1 - r0)
+            if k == 1:
+                gemv(h, op, m_, n_, mone, blk, lt, xk, 1, one, bp + r0 * it, 1)
+            else:
+                gemm(h, op, N, r1 - r0, k, w, mone, blk, lt, xk, lx, one, bp + r0 * it, lb)
+        return x
+
+    def _host_scalar(self, v, dtype):
+        key = (v, np.dtype(dtype).char)
+        arr = self._host_scalars.get(key)
+        if arr is None:
+            arr = self._host_scalars[key] = np.array(v, dtype)
+        return arr.ctypes.data
 
     def _trsm(self, side, uplo, transa, diag, alpha, a, b):
         m, n = b.shape

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import LinAlgWarning
 from ..matrix import DistMatrix
+from ..pblas import inverted_diagonal_solves
 
 __all__ = ["rcond_estimate", "inverse_norm1_estimate", "norm1_estimate",
            "reciprocal_condition", "first_block", "solve_and_rcond", "FUSE_MAX_RHS",
@@ -113,12 +114,14 @@ def inverse_norm1_estimate(template: DistMatrix, apply_inv, apply_inv_h, first=N
     ``apply_inv(X)`` / ``apply_inv_h(X)`` return ``A^-1 X`` / ``A^-H X`` for an n x k
     DistMatrix X with ``template``'s row layout (``mb``, ``rsrc``), grid, device and dtype.
     ``first``: ``A^-1 first_block(n)`` (replicated) when already computed. The block size
-    is the backend's ``rcond_vectors``."""
-    return norm1_estimate(
-        template.n, template.dtype,
-        lambda X: apply_inv(_block(template, X)).to_global(None),
-        lambda X: apply_inv_h(_block(template, X)).to_global(None), first=first,
-        t=template.backend.rcond_vectors)
+    is the backend's ``rcond_vectors``. The solves may use inverted diagonal blocks
+    (:func:`distla.pblas.inverted_diagonal_solves`: an estimate tolerates their rounding)."""
+    with inverted_diagonal_solves():
+        return norm1_estimate(
+            template.n, template.dtype,
+            lambda X: apply_inv(_block(template, X)).to_global(None),
+            lambda X: apply_inv_h(_block(template, X)).to_global(None), first=first,
+            t=template.backend.rcond_vectors)
 
 
 FUSE_MAX_RHS = 13   # solve_and_rcond fuses up to this many right-hand sides (13 + 3 <= 16)

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import ConvergenceError, DistlaError
 from ..matrix import DistMatrix
+from ..pblas import inverted_diagonal_solves
 from ..trace import trace
 from .methods import FACTOR_DTYPES
 from .refine import refine
@@ -176,7 +177,8 @@ def _refine(A, B, F, apply, promote, max_iter, rcond, label, info):
         return apply(promoted[0], R)
 
     t = time.perf_counter()
-    with trace("mixed.refine"):
+    # the corrections' solves may use inverted diagonal blocks: refinement removes their error
+    with trace("mixed.refine"), inverted_diagonal_solves():
         x = solve(B)
         t_solve = A.grid.allreduce(time.perf_counter() - t, "max")
         budget = None if REFINE_BUDGET is None else \
