@@ -32,11 +32,15 @@ def _tol(dtype):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
-@pytest.mark.parametrize("n,nb", [(37, 8), (64, 16), (5, 8), (130, 64)])
-def test_block_inverses_and_solves_match_scipy(device, dtype, n, nb):
+@pytest.mark.parametrize("n,nb,leaf", [(37, 8, 64), (37, 8, 2), (64, 16, 4), (5, 8, 64),
+                                       (130, 64, 64), (250, 100, 64), (300, 128, 64),
+                                       (90, 24, 4)])
+def test_block_inverses_and_solves_match_scipy(device, dtype, n, nb, leaf, monkeypatch):
+    """``leaf``: the inversion's halving stops there (levels of batched GEMMs above it)."""
     if device == "gpu" and dtype == np.complex128:
         pytest.skip("GPU ranks solve real systems with the inverse blocks' cuBLAS path; "
                     "complex goes through the generic loop (tested on CPU)")
+    monkeypatch.setattr(Backend, "INVERSE_LEAF", leaf)
     be = get_backend(device)
     for lower in (True, False):
         for unit in (False, True):
@@ -45,7 +49,8 @@ def test_block_inverses_and_solves_match_scipy(device, dtype, n, nb):
             if unit:
                 ref_t[np.diag_indices(n)] = 1
             td = be.asarray(t)
-            S = be.to_host(be.triangular_block_inverses(td, nb, lower, unit))
+            Sd = be.triangular_block_inverses(td, nb, lower, unit)
+            S = be.to_host(Sd)
             nblk = -(-n // nb)
             assert S.shape == (nblk, nb, nb)
             for k in range(nblk):
@@ -58,8 +63,8 @@ def test_block_inverses_and_solves_match_scipy(device, dtype, n, nb):
                     b = np.asfortranarray(np.random.default_rng(k).standard_normal((n, k))
                                           .astype(dtype))
                     ref = sla.solve_triangular(ref_t, b, lower=lower, trans=int(trans))
-                    x = be.to_host(be.trsm_inverse_blocks(td, be.asarray(S), nb, lower,
-                                                          trans, be.asarray(b.copy())))
+                    x = be.to_host(be.trsm_inverse_blocks(td, Sd, nb, lower, trans,
+                                                          be.asarray(b.copy())))
                     np.testing.assert_allclose(x, ref, rtol=_tol(dtype), atol=_tol(dtype),
                                                err_msg=f"{lower=} {unit=} {trans=} {k=}")
 

@@ -168,7 +168,8 @@ class Backend:
         self.trsm("L", uplo, "N", diag, 1.0, t, out)
 
     # ---- triangular solves by inverted diagonal blocks (docs/condition.md) ----------------
-    #: leaves of the batched triangular inversion: inverted as general matrices
+    #: the batched triangular inversion halves blocks down to at most this size (when nb's
+    #: factors of two allow), inverted as general matrices in one batched call
     INVERSE_LEAF = 64
 
     def triangular_block_inverses(self, t, nb: int, lower: bool, unit: bool):
@@ -176,36 +177,48 @@ class Backend:
         ``t`` (``lower``; ``unit``: unit diagonal, as trsm's diag 'U'; the other triangle of
         ``t`` is not read), as an array ``S`` of shape ``(nblk, nb, nb)`` with ``S[k].T`` the
         F-ordered inverse of block k (the last block padded with the identity). All blocks at
-        once: batched recursive halving, ``inv([[A, 0], [B, C]]) = [[A^-1, 0], [-C^-1 B A^-1,
-        C^-1]]``, with leaves of :data:`INVERSE_LEAF` inverted as general matrices. Local."""
+        once, bottom up: the diagonal leaves of every block inverted in one batched call, then
+        ``inv([[A, 0], [B, C]]) = [[A^-1, 0], [-C^-1 B A^-1, C^-1]]`` for all blocks of each
+        size at once (batched GEMMs on strided views). Local."""
         xp, n = self.xp, t.shape[0]
-        nblk = -(-n // nb)
-        M = xp.zeros((nblk, nb, nb), t.dtype)
-        for k in range(nblk):                # the blocks, transposed when upper: all lower
-            k0, k1 = k * nb, min(n, k * nb + nb)
-            blk = t[k0:k1, k0:k1]
-            M[k, :k1 - k0, :k1 - k0] = blk if lower else blk.T
+        nblk, it = -(-n // nb), np.dtype(t.dtype).itemsize
+        M = xp.zeros((nblk, nb, nb), t.dtype)        # the blocks, transposed when upper
+        full, ld = n // nb, _lapack.ld(t)
+        if full:
+            V = xp.lib.stride_tricks.as_strided(t, (full, nb, nb),
+                                                ((ld + 1) * nb * it, it, ld * it))
+            M[:full] = V if lower else V.transpose(0, 2, 1)
+        if full < nblk:
+            blk = t[full * nb:, full * nb:]
+            w = n - full * nb
+            M[full, :w, :w] = blk if lower else blk.T
+            M[full, xp.arange(w, nb), xp.arange(w, nb)] = 1   # identity padding
         M = xp.tril(M, -1 if unit else 0)
-        idx = xp.arange(nb)
         if unit:
-            M[:, idx, idx] = 1
-        w = n - (nblk - 1) * nb               # identity padding of the last block
-        if w < nb:
-            M[nblk - 1, idx[w:], idx[w:]] = 1
+            M[:, xp.arange(nb), xp.arange(nb)] = 1
         inv = self._lower_inverse_batch(M)    # inv[k] = (lower block k)^-1, lower
         # S[k].T (F-order) = inverse of block k: (lower^-1) for lower, (lower^-1)^T for upper
         return xp.ascontiguousarray(inv.transpose(0, 2, 1) if lower else inv)
 
     def _lower_inverse_batch(self, M):
-        xp, m = self.xp, M.shape[-1]
-        if m <= self.INVERSE_LEAF:
-            return xp.tril(xp.linalg.inv(M))
-        h = m // 2
-        out = xp.zeros_like(M)
-        out[:, :h, :h] = ai = self._lower_inverse_batch(M[:, :h, :h])
-        out[:, h:, h:] = ci = self._lower_inverse_batch(M[:, h:, h:])
-        out[:, h:, :h] = -(ci @ (M[:, h:, :h] @ ai))
-        return out
+        """Inverses of the lower triangular ``M[k]`` (C-contiguous ``(nblk, nb, nb)``)."""
+        xp, (nblk, nb, _) = self.xp, M.shape
+        it = np.dtype(M.dtype).itemsize
+        leaf = nb
+        while leaf % 2 == 0 and leaf > self.INVERSE_LEAF:
+            leaf //= 2
+
+        def diag(X, s):       # view: X's diagonal s x s sub-blocks, (nblk, nb / s, s, s)
+            return xp.lib.stride_tricks.as_strided(
+                X, (nblk, nb // s, s, s), (nb * nb * it, (s * nb + s) * it, nb * it, it))
+        inv = xp.zeros_like(M)
+        diag(inv, leaf)[...] = xp.tril(xp.linalg.inv(xp.ascontiguousarray(diag(M, leaf))))
+        s = leaf
+        while s < nb:
+            Mb, Ib = diag(M, 2 * s), diag(inv, 2 * s)
+            Ib[..., s:, :s] = -(Ib[..., s:, s:] @ (Mb[..., s:, :s] @ Ib[..., :s, :s]))
+            s *= 2
+        return inv
 
     def trsm_inverse_blocks(self, t, S, nb: int, lower: bool, trans: bool, b):
         """``op(t)^-1 b`` for the square triangular view ``t`` (``lower``; op = transpose

@@ -177,6 +177,7 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
         if b.dtype.char not in "fd" or t.dtype != b.dtype or b.shape[1] > 16:
             return super().trsm_inverse_blocks(t, S, nb, lower, trans, b)
         cb, n, k = self._cublas, t.shape[0], b.shape[1]
+        S = self.xp.ascontiguousarray(S)          # S[kb].T at S's kb-th nb x nb block
         x = self.empty(b.shape, b.dtype)
         if n == 0 or k == 0:
             return x
