@@ -6,6 +6,7 @@
 . benchmarks/gpu/device_env.sh
 N=${1:-32768}
 O=${OUT:-/tmp/out}; mkdir -p "$O"
+timeout 120 python3 benchmarks/gpu/inverse_blocks_cost.py --n "$N" --nb 1024 --json "$O/inverse_cost.jsonl"
 timeout 300 python3 -m pytest -m gpu --require-gpu -q --color=no -p no:cacheprovider \
     tests/test_inverse_solves.py > "$O/tests.log" 2>&1; echo "gpu tests rc=$?"; tail -2 "$O/tests.log"
 timeout 300 $M -n 1 python3 -m pytest --with-mpi -m "mpi and gpu" --require-gpu -q --color=no \
