@@ -31,12 +31,11 @@ _INVERSES: contextvars.ContextVar = contextvars.ContextVar("distla_inverses", de
 
 @contextlib.contextmanager
 def inverted_diagonal_solves():
-    """Inside, a :func:`triangular_solve` with at most :data:`_FEW_RHS` columns, on a
-    backend whose ``inverse_block_solves`` says it pays (GPU ranks), solves with the
-    factor's diagonal blocks inverted (once per factor within the context:
-    ``Backend.triangular_block_inverses``): on one process by GEMVs that read the factor once
-    (``Backend.trsm_inverse_blocks``), on a grid by one GEMM for the diagonal step of the
-    few-column sweep instead of a trsm (docs/condition.md). Explicit inverses are less
+    """Inside, a :func:`triangular_solve` on one process with at most :data:`_FEW_RHS`
+    columns, on a backend whose ``inverse_block_solves`` says it pays (GPU ranks), solves
+    with the factor's diagonal blocks inverted (once per factor within the context:
+    ``Backend.triangular_block_inverses``) and GEMVs that read the factor once
+    (``Backend.trsm_inverse_blocks``; docs/condition.md). Explicit inverses are less
     accurate than trsm when diagonal blocks are ill-conditioned, so this is for what
     tolerates that: condition estimates and refinement's corrections (whose errors the
     refinement removes), never a returned solution. The factors must not change inside.
@@ -257,25 +256,6 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=
     return X
 
 
-def _my_diagonal_inverses(A, lower, unit):
-    """Inside :func:`inverted_diagonal_solves` on a backend whose policy allows it: ``(S,
-    {block: index})``, the inverses of the diagonal blocks this rank owns (made once per
-    context), else None. Local."""
-    inverses = _INVERSES.get()
-    if inverses is None or not A.backend.inverse_block_solves:
-        return None
-    key = (id(A), bool(lower), bool(unit), "mine")
-    if key not in inverses:
-        nb, n = A.nb, A.n
-        mine = [kb for kb in range(layout.num_blocks(n, nb))
-                if A.row_owner(kb * nb) == A.grid.myrow and A.col_owner(kb * nb) == A.grid.mycol]
-        corners = [(A.local_row_start(kb * nb), A.local_col_start(kb * nb),
-                    min(nb, n - kb * nb)) for kb in mine]
-        S = A.backend.triangular_block_inverses(A.local, nb, lower, unit, corners)
-        inverses[key] = (A, S, {kb: i for i, kb in enumerate(mine)})
-    return inverses[key][1:]
-
-
 def _solve_by_inverses(A, B, inverses, lower, trans, unit, alpha, overwrite_b):
     """One process: ``op(A)^-1 alpha B`` with A's inverted diagonal blocks (made once per
     context, :func:`inverted_diagonal_solves`)."""
@@ -411,9 +391,6 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
     # one step buffer for the whole sweep (each step overwrites what it reads: the partial
     # sums, or the broadcast's receive; on GPU ranks stream order keeps the reuse safe)
     step_buf = be.empty(nb * k, A.dtype)
-    # inside inverted_diagonal_solves(): my diagonal blocks inverted, x_k by one GEMM
-    inv = _my_diagonal_inverses(A, lower, diag == "U")
-    diff_buf = be.empty(nb * k, A.dtype) if inv is not None else None
     for kb in (range(kfirst, nblk) if forward else range(klast, -1, -1)):
         g0, w = kb * nb, min(nb, n - kb * nb)
         pr, pc = A.row_owner(g0), A.col_owner(g0)
@@ -430,14 +407,9 @@ def _trsv_few(A, B, lower, trans, diag, alpha, overwrite_b):
         elif trans and grid.mycol == pc:          # block column k of A, solved rows
             ahead.partial_sums(c0, c1, r0 if forward else r1, part)
             comms.col.allreduce(part, "sum")
-        if grid.myrow == pr and grid.mycol == pc and inv is None:
+        if grid.myrow == pr and grid.mycol == pc:
             xp.subtract(xr[r0:r1], part, out=part)
             be.trsm("L", "L" if lower else "U", ta, diag, 1.0, A.local[r0:r1, c0:c1], part)
-        elif grid.myrow == pr and grid.mycol == pc:
-            S, index = inv
-            d = diff_buf[:w * k].reshape((w, k), order="F")
-            xp.subtract(xr[r0:r1], part, out=d)
-            be.gemm(ta, "N", 1.0, S[index[kb]].T[:w, :w], d, 0.0, part)
         comms.all.bcast(part, grid.rank_of(pr, pc))
         if grid.myrow == pr:
             xr[r0:r1] = part

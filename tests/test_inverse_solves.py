@@ -173,39 +173,3 @@ def test_rcond_and_mixed_solves_with_inverse_blocks(forced):
         assert not info.fallback and info.iterations >= 1, info
         np.testing.assert_allclose(X.to_global(None), np.ones((n, 1)), rtol=1e-10)
     assert forced                                  # the refinement's corrections used it
-
-
-@pytest.mark.mpi
-def test_distributed_sweeps_with_inverted_diagonal_blocks(grids, forced, monkeypatch):
-    """On a grid the few-column sweep's diagonal step becomes one GEMM with the owner's
-    inverted block: the same solutions as trsm, every grid shape, nonzero source, blocks
-    that do not divide n, lower/upper, op N/T/C, unit diagonal, 1 and 3 columns."""
-    made = []
-    orig = Backend.triangular_block_inverses
-    monkeypatch.setattr(Backend, "triangular_block_inverses",
-                        lambda self, *a, **kw: made.append(1) or orig(self, *a, **kw))
-    n, nb = 29, 4
-    for dtype in (np.float64, np.complex128):
-        for lower in (True, False):
-            t = _triangular(n, lower, dtype, seed=7)
-            for g in grids:
-                src = (g.nprow - 1, g.npcol - 1)
-                A = DistMatrix.from_global(g, t, block=nb, src=src)
-                for k in (1, 3):
-                    B = DistMatrix.from_global(
-                        g, np.random.default_rng(k).standard_normal((n, k)).astype(dtype),
-                        block=(3, 2), src=(0, g.npcol - 1))
-                    for trans in (False, True, "C"):
-                        for unit in (False, True):
-                            ref = triangular_solve(A, B, lower=lower, trans=trans,
-                                                   unit_diagonal=unit)
-                            made.clear()
-                            with inverted_diagonal_solves():
-                                got = triangular_solve(A, B, lower=lower, trans=trans,
-                                                       unit_diagonal=unit)
-                                triangular_solve(A, B, lower=lower, trans=trans,
-                                                 unit_diagonal=unit)
-                            assert len(made) == 1      # once per context and triangle
-                            np.testing.assert_allclose(got.to_global(None),
-                                                       ref.to_global(None), rtol=1e-11,
-                                                       atol=1e-11)

@@ -172,36 +172,27 @@ class Backend:
     #: factors of two allow), inverted as general matrices in one batched call
     INVERSE_LEAF = 64
 
-    def triangular_block_inverses(self, t, nb: int, lower: bool, unit: bool, corners=None):
-        """The inverses of triangular ``nb x nb`` blocks of ``t`` (``lower``; ``unit``: unit
-        diagonal, as trsm's diag 'U'; the blocks' other triangle is not read): by default the
-        diagonal blocks of the square view ``t``; else ``corners``, a list of ``(row, col,
-        size)`` of blocks in ``t`` (a rank's diagonal blocks of a distributed factor). Returns
-        ``S`` of shape ``(nblk, nb, nb)`` with ``S[k].T`` the F-ordered inverse of block k
-        (a block smaller than nb padded with the identity). All blocks at once, bottom up: the
-        diagonal leaves of every block inverted in one batched call, then ``inv([[A, 0], [B,
-        C]]) = [[A^-1, 0], [-C^-1 B A^-1, C^-1]]`` for all blocks of each size at once
-        (batched GEMMs on strided views). Local."""
-        xp, it = self.xp, np.dtype(t.dtype).itemsize
-        if corners is None:
-            n = t.shape[0]
-            full = n // nb
-            corners = [(k * nb, k * nb, min(nb, n - k * nb)) for k in range(-(-n // nb))]
-        else:
-            full = 0
-        if not corners:
-            return xp.zeros((0, nb, nb), t.dtype)
-        M = xp.zeros((len(corners), nb, nb), t.dtype)   # the blocks, transposed when upper
-        if full:       # the square t's full diagonal blocks: one strided copy
-            ld = _lapack.ld(t)
+    def triangular_block_inverses(self, t, nb: int, lower: bool, unit: bool):
+        """The inverses of the ``nb x nb`` diagonal blocks of the square triangular view
+        ``t`` (``lower``; ``unit``: unit diagonal, as trsm's diag 'U'; the other triangle of
+        ``t`` is not read), as an array ``S`` of shape ``(nblk, nb, nb)`` with ``S[k].T`` the
+        F-ordered inverse of block k (the last block padded with the identity). All blocks at
+        once, bottom up: the diagonal leaves of every block inverted in one batched call, then
+        ``inv([[A, 0], [B, C]]) = [[A^-1, 0], [-C^-1 B A^-1, C^-1]]`` for all blocks of each
+        size at once (batched GEMMs on strided views). Local."""
+        xp, n = self.xp, t.shape[0]
+        nblk, it = -(-n // nb), np.dtype(t.dtype).itemsize
+        M = xp.zeros((nblk, nb, nb), t.dtype)        # the blocks, transposed when upper
+        full, ld = n // nb, _lapack.ld(t)
+        if full:
             V = xp.lib.stride_tricks.as_strided(t, (full, nb, nb),
                                                 ((ld + 1) * nb * it, it, ld * it))
             M[:full] = V if lower else V.transpose(0, 2, 1)
-        for i, (r, c, w) in enumerate(corners[full:], start=full):
-            blk = t[r:r + w, c:c + w]
-            M[i, :w, :w] = blk if lower else blk.T
-            if w < nb:
-                M[i, xp.arange(w, nb), xp.arange(w, nb)] = 1   # identity padding
+        if full < nblk:
+            blk = t[full * nb:, full * nb:]
+            w = n - full * nb
+            M[full, :w, :w] = blk if lower else blk.T
+            M[full, xp.arange(w, nb), xp.arange(w, nb)] = 1   # identity padding
         M = xp.tril(M, -1 if unit else 0)
         if unit:
             M[:, xp.arange(nb), xp.arange(nb)] = 1
