@@ -427,10 +427,32 @@ def test_mixed_precision_gmres_ir_beyond_float32():
         A, B = _dist(grid, a, 5), _dist(grid, b, 5)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            X, info = rbt_solve(A, B, precision="mixed", seed=4, return_info=True)
+            # check_rcond=False: refinement cannot certify A's condition at cond 1e12 with
+            # float32 factors (the default then solves in float64: the next test)
+            X, info = rbt_solve(A, B, precision="mixed", seed=4, return_info=True,
+                                check_rcond=False)
         assert info.factor_dtype == "float32" and info.converged and not info.fallback, info
         assert len(info.gmres_iterations) == info.iterations >= 1
         assert all(1 <= m <= 30 for m in info.gmres_iterations)
+        assert berr_np(a, X.to_global(None), b) <= max(20 * gepp_berr(a, b), 4 * n * EPS)
+
+
+@pytest.mark.mpi
+def test_mixed_precision_beyond_what_float32_certifies_ends_in_double():
+    """By default (check_rcond) float32 factors must certify A's condition in float64
+    (condition.refined_rcond); at cond 1e12 they cannot, so the float64 GENP solves it:
+    never an uncertified answer, and still double accuracy."""
+    from distla.linalg import rbt_solve
+    n = 40
+    a = make_matrix("cond12", n, 6)
+    b = np.random.default_rng(1).standard_normal((n, 1)) * np.abs(a).max()
+    for grid in _grids():
+        A, B = _dist(grid, a, 5), _dist(grid, b, 5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            X, info = rbt_solve(A, B, precision="mixed", seed=4, return_info=True)
+        assert info.factor_dtype == "float64" and info.precision == "double", info
+        assert info.converged and not info.fallback and "certify" in info.reason, info
         assert berr_np(a, X.to_global(None), b) <= max(20 * gepp_berr(a, b), 4 * n * EPS)
 
 
@@ -577,7 +599,11 @@ def test_mixed_precision_large_genp_growth_converges_in_few_corrections():
     for grid in list(_grids())[:3]:
         A = common.general_matrix(grid, n, nb, seed=1)
         B = DistMatrix.random(grid, (n, 2), (nb, nb), seed=2)
-        X, info = rbt_solve(A, B, precision="mixed", seed=3, return_info=True)
+        # check_rcond=False: GENP's growth leaves refinement with these float32 factors to
+        # GMRES-IR, beyond the range where it can certify A's condition (by default the
+        # float64 GENP then solves it)
+        X, info = rbt_solve(A, B, precision="mixed", seed=3, return_info=True,
+                            check_rcond=False)
         assert info.factor_dtype == "float32" and info.converged and not info.fallback, info
         assert info.iterations <= 3, info
         from distla.checks import backward_error

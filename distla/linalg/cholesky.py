@@ -46,7 +46,7 @@ from ..validate import check_symmetric, signature
 from ._potrf_loop import PotrfLoop
 from .condition import rcond_estimate, solve_and_rcond, warn_if_ill_conditioned
 from .methods import check_gemm_mode
-from .mixed import check_mixed, double_info, mixed_solve
+from .mixed import check_mixed, double_info, mixed_solve, verified_rcond
 
 __all__ = ["cholesky", "cho_factor", "cho_solve", "cho_rcond", "cho_solve_rcond",
            "solve_cholesky", "logdet"]
@@ -175,6 +175,8 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
     if check_finite:
         check_finite_(("B", B), what="solve_cholesky")
     if fd is not None:
+        if not check_symmetric:   # refinement's residuals read all of A: make it what the
+            A = _hermitian_from_lower(A)    # factorization reads, its lower triangle
         X, info = _solve_mixed(A, B, fd, lookahead, max_iter, fallback, check_rcond)
         return (X, info) if return_info else X
     # Hermitian A: ||A||_1 = ||A||_inf, a by-product of the symmetry probe when it ran
@@ -190,18 +192,33 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
     return (X, double_info(A, "cholesky")) if return_info else X
 
 
+def _hermitian_from_lower(A: DistMatrix) -> DistMatrix:
+    """Collective: a new matrix ``tril(A) + tril(A, -1)^H`` (the Hermitian matrix a Cholesky
+    factorization of A reads), in A's layout: one distributed transpose."""
+    T = A.transpose(conjugate=True)
+    if T.local.size:
+        xp = A.xp
+        rows = xp.asarray(A.row_indices())[:, None]
+        cols = xp.asarray(A.col_indices())[None, :]
+        T.local[...] = xp.where(rows >= cols, A.local, T.local)
+    return T
+
+
 def _solve_mixed(A, B, fd, lookahead, max_iter, fallback, check_rcond):
     """Collective: the mixed-precision Cholesky solve (:func:`distla.linalg.mixed.
     mixed_solve`)."""
     B0 = B
     if (B.mb, B.rsrc) != (A.mb, A.rsrc):   # refine in A's row blocking
         B = B.redistribute(block=(A.mb, B.nb), src=(A.rsrc, B.csrc))
+    def apply(L, C):
+        return cho_solve((L, True), C, overwrite_b=True, check_finite=False)
+
     X, info = mixed_solve(
         A, B, method="cholesky", factor_dtype=fd,
         factor=lambda A32, gemm: cholesky(A32, overwrite_a=True, lookahead=lookahead,
                                           check_finite=False, check_symmetric=False,
                                           gemm=gemm),
-        apply=lambda L, C: cho_solve((L, True), C, overwrite_b=True, check_finite=False),
+        apply=apply, rcond=verified_rcond(A, apply) if check_rcond else None,
         promote=lambda L: L.astype(A.dtype), max_iter=max_iter, fallback=fallback,
         full=lambda: solve_cholesky(A, B, lookahead=lookahead, check_finite=False,
                                     check_symmetric=False, check_rcond=check_rcond))

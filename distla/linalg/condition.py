@@ -21,7 +21,7 @@ from ..pblas import inverted_diagonal_solves
 
 __all__ = ["rcond_estimate", "inverse_norm1_estimate", "norm1_estimate",
            "reciprocal_condition", "first_block", "solve_and_rcond", "FUSE_MAX_RHS",
-           "warn_if_ill_conditioned"]
+           "warn_if_ill_conditioned", "refined_rcond"]
 
 _T = 2          # vectors per block (Higham-Tisseur t) unless the backend says otherwise
 _ITMAX = 2      # iterations (each: one solve with A, then one with A^H but the last)
@@ -171,6 +171,78 @@ def rcond_estimate(anorm: float, template: DistMatrix, apply_inv, apply_inv_h) -
     """Collective: ``1 / (anorm * est ||A^-1||_1)``; 0.0 when A is numerically singular."""
     return reciprocal_condition(
         template.n, anorm, lambda: inverse_norm1_estimate(template, apply_inv, apply_inv_h))
+
+
+#: refined_rcond: classical corrections allowed for the estimator's vectors, and the relative
+#: size (1-norm, per column) of the last one below which they count as solved
+VERIFY_CORRECTIONS, VERIFY_TOL = 3, 0.25
+#: ... and an estimate below this many times max(10, sqrt(n)) eps counts as singular
+CERTIFY_MARGIN = 10.0
+
+
+def refined_rcond(A: DistMatrix, anorm: float, solve, solve_h) -> float:
+    """Collective: ``rcond(A)`` in A's own precision from approximate solves, such as
+    low-precision factors (mixed-precision solves): their own estimate cannot fall below
+    their precision's eps, so it cannot tell a numerically singular A from a merely
+    ill-conditioned one. ``solve(X)`` / ``solve_h(X)`` return approximations of ``A^-1 X``
+    / ``A^-H X`` (X: n x k with A's row layout) in A's dtype.
+
+    The block 1-norm estimator runs on the approximate solves. Its estimate is the 1-norm of
+    some ``y = A^-1 x`` it computed, so those solutions (not the ``A^-H`` ones, which only
+    steer it) are then refined against A itself in lock step by classical corrections,
+    residuals in A's precision (at most :data:`VERIFY_CORRECTIONS`), until every column's
+    last correction is below :data:`VERIFY_TOL` of it and, after the first, at most half the
+    one before: near a singular A a correction keeps its size (it adds a null direction of
+    A, not accuracy). Refinement converges forward only while ``cond(A)`` times the solves'
+    relative error is below 1, so this certifies A's condition only in that range; GMRES-IR
+    would converge in backward error beyond it but stagnates at a forward-wrong y near
+    singularity (tried: a rank-deficient 48 x 48 matrix gave estimates of 2e-15..3e-14, by
+    grid). The estimate is the largest ``||y||_1 / ||x||_1`` over the refined pairs, each a
+    lower bound of ``||A^-1||_1``. Solutions that do not refine, or an estimate below
+    :data:`CERTIFY_MARGIN` ``max(10, sqrt(n)) eps``, give 0.0: not certified (for a solver:
+    numerically singular as far as these solves can tell; solve in full precision).
+    """
+    from ..vector import residual
+    if A.n == 0:
+        return np.inf
+    if anorm == 0 or not np.isfinite(anorm):
+        return 0.0
+    pairs = []
+
+    def recording(X):
+        Y = np.asarray(solve(_block(A, X)).to_global(None))
+        pairs.append((X, Y))
+        return Y
+
+    def col_norms(M):
+        return np.abs(np.asarray(M.to_global(None))).sum(axis=0)
+
+    def refined(X, Y) -> bool:
+        last = None
+        for _ in range(VERIFY_CORRECTIONS):
+            D = solve(residual(A, Y, X))
+            Y.local[...] += D.local
+            dn, yn = col_norms(D), col_norms(Y)
+            if np.all(dn <= VERIFY_TOL * yn) and (last is None or np.all(dn <= last / 2)):
+                return True
+            last = dn
+        return False
+
+    with inverted_diagonal_solves():
+        est = norm1_estimate(A.n, A.dtype, recording,
+                             lambda X: np.asarray(solve_h(_block(A, X)).to_global(None)),
+                             t=A.backend.rcond_vectors)
+        if not np.isfinite(est) or est == 0:
+            return 0.0
+        Xh = np.hstack([x for x, _ in pairs])
+        X, Y = _block(A, Xh), _block(A, np.hstack([y for _, y in pairs]))
+        if not refined(X, Y):
+            return 0.0
+        yn = col_norms(Y)
+    best = float(np.max(yn / np.abs(Xh).sum(axis=0)))
+    rc = reciprocal_condition(A.n, anorm, lambda: best)
+    margin = CERTIFY_MARGIN * max(10.0, np.sqrt(A.n)) * float(np.finfo(A.dtype).eps)
+    return rc if rc >= margin else 0.0
 
 
 def warn_if_ill_conditioned(rc: float, dtype, what: str = "solve",

@@ -53,12 +53,21 @@ from ._lu_loop import LULoop
 from ._pivoting import ipiv_to_perm, largest_multiplier, permute_rows
 from .condition import rcond_estimate, solve_and_rcond, warn_if_ill_conditioned
 from .methods import GEMM_MODES, PIVOTING, check_gemm_mode, pivoting_name
-from .mixed import check_mixed, double_info, mixed_solve
+from .mixed import check_mixed, double_info, mixed_solve, verified_rcond
 
 __all__ = ["LUFactor", "lu_factor", "lu_solve", "lu_solve_rcond", "solve_lu", "PIVOTING",
-           "GEMM_MODES", "DEFAULT_PIVOT_THRESHOLD"]
+           "GEMM_MODES", "default_pivot_threshold", "REFINED_PIVOT_THRESHOLD"]
 
-DEFAULT_PIVOT_THRESHOLD = 1e-10   # GENP: smallest accepted |u_jj| / max_i |a_ij^(j)|
+#: GENP whose solutions are refined in a higher precision (RBT, mixed precision): the smallest
+#: accepted |u_jj| / max_i |a_ij^(j)| (moderate growth is refined away; docs/lu.md)
+REFINED_PIVOT_THRESHOLD = 1e-10
+
+
+def default_pivot_threshold(dtype) -> float:
+    """GENP's default ``pivot_threshold`` for factors used as they are: ``sqrt(eps)`` of the
+    dtype's precision (1.5e-8 for float64, 3.5e-4 for float32), so that element growth
+    leaves at least about half of the digits (docs/lu.md)."""
+    return float(np.sqrt(np.finfo(np.dtype(dtype)).eps))
 
 
 # --------------------------------------------------------------------------------------------
@@ -165,9 +174,11 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     largest entry of its column at that step (the one partial pivoting would choose, so a
     multiplier ``|l_ij| > 1 / pivot_threshold``) raises :class:`distla.SingularMatrixError`
     saying that the matrix needs pivoting (ValueError with another pivoting, which has no
-    use for it); the default (None: 1e-10) flags element growth beyond
-    1e10 (at most about 6 correct digits left in float64, none in float32); 0 turns the check
-    off. It costs one pass over the factors and two small reductions.
+    use for it); the default (None: ``sqrt(eps)``, :func:`default_pivot_threshold`: 1.5e-8
+    in float64, 3.5e-4 in float32) flags element growth that would leave less than about
+    half of the digits; solvers that refine GENP's solutions (RBT, mixed precision) use
+    :data:`REFINED_PIVOT_THRESHOLD` (1e-10); 0 turns the check off. It costs one pass over
+    the factors and two small reductions.
 
     Raises (on every rank) ``ValueError``/``TypeError`` for bad input before any work, and
     :class:`distla.SingularMatrixError` (``.index`` = 0-based global column of the first
@@ -191,7 +202,7 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
         if pivot_threshold is not None and pivoting != "none":
             raise ValueError(f"pivot_threshold applies to LU without pivoting (pivoting="
                              f"'none', method 'genp') only, not to pivoting={pivoting!r}")
-        pivot_threshold = DEFAULT_PIVOT_THRESHOLD if pivot_threshold is None else \
+        pivot_threshold = default_pivot_threshold(A.dtype) if pivot_threshold is None else \
             pivot_threshold
         if not (isinstance(pivot_threshold, numbers.Real) and 0 <= pivot_threshold < 1):
             raise ValueError(f"pivot_threshold must be a number in [0, 1), not "
@@ -379,12 +390,22 @@ def _solve_mixed(A, B, pivoting, fd, max_iter, fallback, check_rcond, kw):
         G.anorm = F.anorm
         return G
 
+    refined_kw = dict(kw)    # GENP's factors are refined here: moderate growth is fine
+    if pivoting_name(pivoting) == "none":
+        refined_kw.setdefault("pivot_threshold", REFINED_PIVOT_THRESHOLD)
+
+    def apply(F, C):
+        return lu_solve(F, C, overwrite_b=True, check_finite=False)
+
+    def apply_h(F, C):
+        return lu_solve(F, C, trans=2, overwrite_b=True, check_finite=False)
+
     X, info = mixed_solve(
         A, B, method=_METHOD[pivoting_name(pivoting)], factor_dtype=fd,
         factor=lambda A32, gemm: lu_factor(A32, pivoting=pivoting, overwrite_a=True,
-                                           check_finite=False, gemm=gemm, **kw),
-        apply=lambda F, C: lu_solve(F, C, overwrite_b=True, check_finite=False),
-        promote=promote, max_iter=max_iter, fallback=fallback,
+                                           check_finite=False, gemm=gemm, **refined_kw),
+        apply=apply, promote=promote, max_iter=max_iter, fallback=fallback,
+        rcond=verified_rcond(A, apply, apply_h) if check_rcond else None,
         full=lambda: solve_lu(A, B, pivoting=pivoting, check_finite=False,
                               check_rcond=check_rcond, **kw))
     if not X.same_layout(B0):

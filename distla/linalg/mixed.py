@@ -29,7 +29,8 @@ from ..trace import trace
 from .methods import FACTOR_DTYPES
 from .refine import refine
 
-__all__ = ["SolveInfo", "mixed_solve", "check_mixed", "low_dtype", "double_info", "PRECISIONS"]
+__all__ = ["SolveInfo", "mixed_solve", "check_mixed", "low_dtype", "double_info", "PRECISIONS",
+           "verified_rcond"]
 
 PRECISIONS = ("double", "mixed")
 # The refinement may take REFINE_BUDGET times the low-precision factorization's seconds, or
@@ -190,6 +191,24 @@ def _refine(A, B, F, apply, promote, max_iter, rcond, label, info):
     info.iterations, info.history = ref.iterations, ref.history
     info.gmres_iterations = list(ref.gmres_iterations)
     return ref
+
+
+def verified_rcond(A: DistMatrix, apply, apply_h=None):
+    """The ``rcond`` callback of :func:`mixed_solve` for ``check_rcond``: A's condition in
+    its own precision from the low-precision factors F
+    (:func:`distla.linalg.condition.refined_rcond`: the estimator's solves with F, verified
+    by refinement against A), so that a numerically singular A is not accepted from factors
+    that cannot see it (the full-precision fallback then warns). ``apply_h(F, C)``: ``A^-H
+    C`` (None: A is Hermitian, ``apply`` serves both)."""
+    from .condition import refined_rcond
+    low = low_dtype(A.dtype)
+
+    def rc(F):
+        def through(f):
+            return lambda X: f(F, X.astype(low)).astype(A.dtype)
+        anorm1 = A.norm("inf" if apply_h is None else 1)
+        return refined_rcond(A, anorm1, through(apply), through(apply_h or apply))
+    return rc
 
 
 def double_info(A: DistMatrix, method: str) -> SolveInfo:

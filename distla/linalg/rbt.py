@@ -63,8 +63,8 @@ from ._butterfly import (
     random_butterflies,
     two_sided,
 )
-from .condition import warn_if_ill_conditioned
-from .lu import LUFactor, lu_factor, lu_solve
+from .condition import refined_rcond, warn_if_ill_conditioned
+from .lu import REFINED_PIVOT_THRESHOLD, LUFactor, lu_factor, lu_solve
 from .mixed import check_mixed, low_dtype
 from .refine import Refinement, refine
 
@@ -84,6 +84,8 @@ class RBTInfo:
     ``converged``: the refinement criterion ``max|r| <= max|x| ||A||_inf eps sqrt(n)`` held,
     the componentwise backward error is at working precision and ``rcond`` (the condition
     estimate of U^T A V, or of A after a fallback) >= eps.
+    ``precision``: what produced X, 'mixed' (the low-precision GENP, refined) or 'double'
+    (a full-precision GENP or the fallback), as :class:`distla.linalg.mixed.SolveInfo`'s.
     ``fallback``: X came from the partial-pivoting solve; ``reason`` says why (also set when
     mixed precision had to retry in float64). ``factor_dtype``: dtype of the factorization
     that produced X; ``compute``: its updates' precision ('fp32', 'tf32', 'fp16', 'bf16' for
@@ -204,22 +206,27 @@ def _clock(times: dict, key: str):
     times[key] = times.get(key, 0.0) + time.perf_counter() - t
 
 
-def _rbt_inverse(F, U: Butterfly, V: Butterfly, wdt, times: dict):
+def _rbt_inverse(F, U: Butterfly, V: Butterfly, wdt, times: dict, adjoint: bool = False):
     """``solve(R) = V A_r^-1 U^T R`` (n rows in R's layout, R's dtype ``wdt``) from the GENP
-    factors F of A_r = U^T A V, for :func:`distla.linalg.refine.refine`."""
+    factors F of A_r = U^T A V, for :func:`distla.linalg.refine.refine`; ``adjoint``:
+    ``U A_r^-H V^T R`` (``A^-H R``: the butterflies are real)."""
     sdt = F.lu.dtype
+    first, last = (V, U) if adjoint else (U, V)
 
     def solve(R):
         with _clock(times, "transform"):
-            C = U.apply_transpose(R)
+            C = first.apply_transpose(R)
             C = C.astype(sdt) if sdt != wdt else C
-        S = _genp_solve_few(F, C) if C.n <= _FEW_RHS else \
-            lu_solve(F, C, overwrite_b=True, check_finite=False)
+        if adjoint:
+            S = lu_solve(F, C, trans=2, overwrite_b=True, check_finite=False)
+        else:
+            S = _genp_solve_few(F, C) if C.n <= _FEW_RHS else \
+                lu_solve(F, C, overwrite_b=True, check_finite=False)
         S = S.astype(wdt) if sdt != wdt else S
         if not S.same_layout(R):
             S = S.redistribute(block=R.block, src=R.src)
         with _clock(times, "transform"):
-            return V.apply(S)
+            return last.apply(S)
     return solve
 
 
@@ -234,7 +241,7 @@ class _Path:
 
 
 def _genp_refine(A: DistMatrix, B: DistMatrix, fdt, compute, depth: int, seed: int,
-                 max_iter: int, anorm: float, times: dict) -> _Path:
+                 max_iter: int, anorm: float, times: dict, check_rcond: bool = True) -> _Path:
     """Collective: ``A_r = U^T A V`` in precision ``fdt``, its GENP (in place; a
     low-precision GENP runs its updates at ``compute``, :meth:`Backend.lowp_mode`), then
     refinement on the ORIGINAL system in A's precision (:func:`distla.linalg.refine.refine`;
@@ -252,7 +259,8 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, fdt, compute, depth: int, seed: i
     try:
         with _clock(times, "factor"):
             F = lu_factor(Ar, pivoting="none", overwrite_a=True, check_finite=False,
-                          gemm=A.backend.lowp_mode(compute) if low else "native")
+                          gemm=A.backend.lowp_mode(compute) if low else "native",
+                          pivot_threshold=REFINED_PIVOT_THRESHOLD)
     except SingularMatrixError as e:
         return _Path(None, f"{label}: GENP met a tiny or zero pivot at column {e.index} of "
                      f"U^T A V", e.index)
@@ -262,10 +270,15 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, fdt, compute, depth: int, seed: i
         F = LUFactor(F.lu.astype(A.dtype), F.piv, F.pivoting, F.max_abs_a, F.tree)
         F.anorm = anorm_r
     t = dict(times)
+    solve = _rbt_inverse(F, U, V, A.dtype, times)
+    # low-precision factors cannot see A's condition below their own eps: the estimate of
+    # A's, their solves verified against A (condition.refined_rcond)
+    rcond = None if not check_rcond else F.rcond if not low else \
+        (lambda: refined_rcond(A, norm(A, 1), solve,
+                               _rbt_inverse(F, U, V, A.dtype, times, adjoint=True)))
     with _clock(times, "refine"):
-        ref = refine(A, B, _rbt_inverse(F, U, V, A.dtype, times), anorm=anorm,
-                     max_iter=max_iter, mode="gmres" if low else "ir", label=label,
-                     rcond=F.rcond)
+        ref = refine(A, B, solve, anorm=anorm, max_iter=max_iter,
+                     mode="gmres" if low else "ir", label=label, rcond=rcond)
     # the butterflies inside the solves count as 'transform', not twice
     times["refine"] -= times.get("transform", 0.0) - t.get("transform", 0.0)
     return _Path(ref, ref.reason)
@@ -274,7 +287,8 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, fdt, compute, depth: int, seed: i
 # ---------------------------------------------------------------------------------------
 # driver
 # ---------------------------------------------------------------------------------------
-def _validate(A, B, depth, max_iter, refine, fallback, return_info):
+def _validate(A, B, depth, max_iter, refine, fallback, return_info, check_rcond=True,
+              overwrite_a=False):
     if not isinstance(A, DistMatrix) or not isinstance(B, DistMatrix):
         raise TypeError("rbt_solve: A and B must be DistMatrix")
     if A.m != A.n:
@@ -290,7 +304,8 @@ def _validate(A, B, depth, max_iter, refine, fallback, return_info):
     _check_depth(depth, A.n)
     if not isinstance(max_iter, numbers.Integral) or isinstance(max_iter, bool) or max_iter < 0:
         raise ValueError(f"max_iter must be a non-negative int, not {max_iter!r}")
-    for name, v in (("refine", refine), ("fallback", fallback), ("return_info", return_info)):
+    for name, v in (("refine", refine), ("fallback", fallback), ("return_info", return_info),
+                    ("check_rcond", check_rcond), ("overwrite_a", overwrite_a)):
         if not isinstance(v, (bool, np.bool_)):
             raise TypeError(f"{name} must be a bool, not {v!r}")
 
@@ -302,7 +317,8 @@ DEFAULT_SEED = 1234567   # rbt_solve's butterflies: the same answer on every run
 def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
               seed: int | None = DEFAULT_SEED, max_iter: int = 30, fallback: bool = True,
               precision: str = "double", return_info: bool = False,
-              check_finite: bool = True, factor_dtype: str | None = None):
+              check_finite: bool = True, factor_dtype: str | None = None,
+              check_rcond: bool = True, overwrite_a: bool = False):
     """Collective: solve ``A X = B`` by RBT + GENP + iterative refinement.
 
     A: n x n DistMatrix (float32/float64; square blocks as the LU needs); B: n x nrhs on the
@@ -320,16 +336,22 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     SingularMatrixError (tiny or zero pivot) or ConvergenceError, on every rank. A converged
     refinement is accepted only when the componentwise backward error is at working precision
     (``max(10, sqrt(n)) eps``) and the condition estimate of ``U^T A V`` (from its GENP
-    factors) is at least eps: a numerically singular matrix takes the failure path (the
-    partial-pivoting fallback then warns with :class:`distla.LinAlgWarning` like
-    :func:`solve_lu`). ``info.rcond`` holds the estimate used. ``check_finite``: NaN/Inf in A
+    factors; for float32 factors, A's own, their solves verified by refinement against A:
+    :func:`distla.linalg.condition.refined_rcond`) is at least eps: a numerically singular
+    matrix takes the failure path (the partial-pivoting fallback then warns with
+    :class:`distla.LinAlgWarning` like :func:`solve_lu`). ``info.rcond`` holds the estimate
+    used. ``check_rcond=False`` skips the estimate (and that protection): float32 factors
+    then serve GMRES-IR up to ``cond(A) ~ 1e12``, where refinement cannot certify A's
+    condition. ``overwrite_a`` is accepted for :func:`distla.linalg.solve`'s sake: A is
+    never overwritten (RBT works on ``U^T A V``, a new matrix). ``check_finite``: NaN/Inf in A
     or B raise ValueError before any work. ``seed``: the butterflies' seed, fixed by default
     (``DEFAULT_SEED``) so that a solve gives the same answer on every run and grid shape;
     ``None`` draws a fresh one (rank 0 draws it).
     """
     grid = A.grid if isinstance(A, DistMatrix) else None
     with collective(grid.comm if grid is not None else None):
-        _validate(A, B, depth, max_iter, refine, fallback, return_info)
+        _validate(A, B, depth, max_iter, refine, fallback, return_info, check_rcond,
+                  overwrite_a)
         compute = check_mixed(A, precision, factor_dtype, "rbt_solve", default="fp32")
         if seed is not None:
             _resolve_seed(seed, None)
@@ -348,7 +370,7 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
         if return_info:
             info.backward_error = info.normwise_backward_error = info.residual = 0.0
     else:
-        X = _solve(A, B, info, int(max_iter) if refine else 0, fallback)
+        X = _solve(A, B, info, int(max_iter) if refine else 0, fallback, check_rcond)
     A.backend.synchronize()
     info.times["total"] = time.perf_counter() - t_start
     if return_info and A.n and B.n:
@@ -358,7 +380,8 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     return (X, info) if return_info else X
 
 
-def _solve(A, B, info: RBTInfo, max_iter: int, fallback: bool) -> DistMatrix:
+def _solve(A, B, info: RBTInfo, max_iter: int, fallback: bool,
+           check_rcond: bool = True) -> DistMatrix:
     """Collective: the GENP attempts (float32 then float64 for 'mixed'), else the fallback."""
     from ..pblas import norm
     times = info.times
@@ -370,13 +393,14 @@ def _solve(A, B, info: RBTInfo, max_iter: int, fallback: bool) -> DistMatrix:
         paths.insert(0, (low_dtype(A.dtype), info.compute))
     for fdt, compute in paths:
         path = _genp_refine(A, B, fdt, compute, info.depth, info.seed, max_iter, anorm,
-                            times)
+                            times, check_rcond)
         info.history = path.ref.history if path.ref else []
         info.gmres_iterations = list(path.ref.gmres_iterations) if path.ref else []
         if path.ref is not None:
             if path.ref.converged:
                 info.reason = "; ".join(reasons) if reasons else None
                 info.factor_dtype, info.compute = str(fdt), compute
+                info.precision = "mixed" if fdt != A.dtype else "double"   # what made X
                 info.iterations, info.converged = path.ref.iterations, True
                 info.rcond = path.ref.rcond
                 return path.ref.x
@@ -384,10 +408,11 @@ def _solve(A, B, info: RBTInfo, max_iter: int, fallback: bool) -> DistMatrix:
         zero_pivot = path.zero_pivot
         del path
     info.reason = "; ".join(reasons)
-    return _fallback(A, B, info, fallback, zero_pivot)
+    return _fallback(A, B, info, fallback, zero_pivot, check_rcond)
 
 
-def _fallback(A, B, info: RBTInfo, fallback: bool, zero_pivot) -> DistMatrix:
+def _fallback(A, B, info: RBTInfo, fallback: bool, zero_pivot,
+              check_rcond: bool = True) -> DistMatrix:
     """Collective: raise (``fallback=False``) or warn and solve with partial pivoting."""
     msg = (f"rbt_solve (n={A.n}, depth={info.depth}, seed={info.seed}, "
            f"precision={info.precision}): {info.reason}")
@@ -403,10 +428,12 @@ def _fallback(A, B, info: RBTInfo, fallback: bool, zero_pivot) -> DistMatrix:
         X = lu_solve(F, B, check_finite=False)
         if not X.same_layout(B):
             X = X.redistribute(block=B.block, src=B.src)
-        info.rcond = F.rcond()
-    warn_if_ill_conditioned(info.rcond, A.dtype, "rbt_solve (partial-pivoting fallback)")
+        info.rcond = F.rcond() if check_rcond else None
+    if check_rcond:
+        warn_if_ill_conditioned(info.rcond, A.dtype, "rbt_solve (partial-pivoting fallback)")
     info.fallback, info.iterations, info.converged = True, -1, False
     info.factor_dtype = info.compute = str(A.dtype)
+    info.precision = "double"
     return X
 
 

@@ -242,7 +242,9 @@ def _accept(A, B, R, out: Refinement, anorm, eps, label, rcond, absax=None) -> R
     if rcond is not None:
         out.rcond = rc = rcond()
         if not rc >= eps:
-            out.reason = f"{label}: the matrix is numerically singular (rcond={rc:.3g} < eps)"
+            out.reason = (f"{label}: the condition estimate {rc:.3g} < eps: the matrix is "
+                          f"numerically singular, or too ill-conditioned for these factors to "
+                          f"certify it")
             return out
     out.converged = True
     return out
@@ -263,7 +265,7 @@ def gmres(A: DistMatrix, R: DistMatrix, precond, restart: int = GMRES_RESTART,
     free = free or (lambda kind: contextlib.nullcontext())
     with free("gmres.start"):
         z = precond(R)
-    beta = _norms(z)
+    beta = A.grid.comm.bcast(_norms(z), root=0)     # (the same on every rank: below)
     hdt = np.result_type(R.dtype, np.float64)   # Hessenberg, rotations: complex if R is
     _scale_columns(z, beta)
     Vs = [z]
@@ -280,7 +282,10 @@ def gmres(A: DistMatrix, R: DistMatrix, precond, restart: int = GMRES_RESTART,
         h2 = column_dots(Vs, w)                # CGS2: a second pass keeps V orthonormal
         axpy_columns(w, Vs, h2)
         hn = _norms(w)
-        done = rot.add(j, h + h2, hn, tol)
+        # an all-reduced sum may round differently on different ranks: the Hessenberg
+        # column every rank's stopping decisions (and coefficients) come from is rank 0's
+        h, hn = A.grid.comm.bcast((h + h2, hn), root=0)
+        done = rot.add(j, h, hn, tol)
         res.append(rot.relative_residual())
         # (in small systems, n not far above restart, GMRES ends within n iterations anyway)
         if done or np.all(hn == 0) or (A.n > 4 * restart and hopeless(res, tol, restart)) \
