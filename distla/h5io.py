@@ -298,6 +298,22 @@ def _copy_except(src, dst, dset: str) -> None:
     walk(src, dst, "")
 
 
+def _check_target(old, fpath, dset, h5py) -> None:
+    """The dataset ``dset`` may replace a dataset of the existing file ``old``, never a
+    group (its contents would go), and needs groups, not datasets, above it."""
+    parts = dset.strip("/").split("/")
+    for i in range(1, len(parts)):
+        above = "/" + "/".join(parts[:i])
+        if above in old and not isinstance(old[above], h5py.Group):
+            raise MatrixFileError(f"{fpath}:{above} is a dataset, not a group: it cannot hold "
+                                  f"/{dset.strip('/')}")
+    name = "/" + "/".join(parts)
+    if name in old and isinstance(old[name], h5py.Group):
+        raise MatrixFileError(f"{fpath}:{name} is a group (holding {len(old[name])} "
+                              f"object(s)): writing the matrix there would delete them; "
+                              f"choose a dataset name")
+
+
 def write_slabs(path, grid, shape, dtype, slabs, *, slab_bytes: int = 1 << 27) -> None:
     """Collective: write the dataset ``path`` (``file.h5:/name``) of global ``shape`` (1-D
     or 2-D) and ``dtype`` from ``slabs()``, an iterator (called once, on every rank) of
@@ -308,6 +324,8 @@ def write_slabs(path, grid, shape, dtype, slabs, *, slab_bytes: int = 1 << 27) -
     fpath, dset = split_path(path) or (os.fspath(path), "")
     dset = dset or DEFAULT_DATASET
     dtype = np.dtype(dtype)
+    if not dset.strip("/"):
+        raise MatrixFileError(f"{path}: name a dataset after the ':' (e.g. {fpath}:/A)")
     err = None
     try:
         _h5py()
@@ -328,6 +346,7 @@ def write_slabs(path, grid, shape, dtype, slabs, *, slab_bytes: int = 1 << 27) -
                     raise MatrixFileError(f"{fpath}: exists and is not a readable HDF5 "
                                           f"file ({e}); remove it or write elsewhere") from None
                 with old:
+                    _check_target(old, fpath, dset, h5py)
                     _copy_except(old, f, dset)
             f.create_dataset(dset, shape=tuple(shape), dtype=dtype)
 

@@ -660,8 +660,13 @@ def write_matrix(path, A, *, vector: bool = False, root: int = 0) -> None:
         _check_writable(path)
         if low.endswith((".mtx", ".mm")):
             import scipy.io
+            field = "complex" if a.dtype.kind == "c" else "real"
             with open(tmp, "wb") as f:
-                scipy.io.mmwrite(f, a, field="complex" if a.dtype.kind == "c" else "real")
+                if a.size == 0:     # (SciPy's mmwrite never returns for an empty complex array)
+                    f.write(f"%%MatrixMarket matrix array {field} general\n"
+                            f"{a.shape[0]} {a.shape[1]}\n".encode())
+                else:
+                    scipy.io.mmwrite(f, a, field=field)
         else:
             with open(tmp, "wb") as f:    # a file object: np.save adds no extension
                 np.save(f, a[:, 0] if vector and a.shape[1] == 1 else a)

@@ -55,7 +55,10 @@ def inverted_diagonal_solves():
 # ---------------------------------------------------------------------------------------
 def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool = False,
            alpha=1.0, beta=0.0, C: DistMatrix | None = None) -> DistMatrix:
-    """Collective: ``alpha op(A) op(B) + beta C`` (op = transpose when ``transa``/``transb``).
+    """Collective: ``alpha op(A) op(B) + beta C``; ``transa``/``transb`` as
+    :func:`triangular_solve`'s ``trans``: ``False``/``0``/``'N'`` (op = identity),
+    ``True``/``1``/``'T'`` (transpose), ``2``/``'C'`` (conjugate transpose; the transpose for
+    real matrices).
 
     The result has A's row layout (mb, rsrc) and B's column layout (nb, csrc); a given ``C``
     must have that layout and is updated in place and returned. If A's column blocking differs
@@ -65,9 +68,10 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
     """
     with collective(A.grid.comm, signature("matmul", A, B, C, transa=transa, transb=transb,
                                            alpha=alpha, beta=beta)):
+        ta, tb = normalize_trans(transa), normalize_trans(transb)
         check_compatible(A, B, "matmul")
-        m, k = (A.n, A.m) if transa else A.shape
-        k2, n = (B.n, B.m) if transb else B.shape
+        m, k = (A.n, A.m) if ta != "N" else A.shape
+        k2, n = (B.n, B.m) if tb != "N" else B.shape
         if k != k2:
             raise ValueError(f"matmul: inner dimensions differ ({m}x{k} @ {k2}x{n})")
         if C is not None:
@@ -75,16 +79,19 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
             if C.shape != (m, n):
                 raise ValueError(f"matmul: C has shape {C.shape}, expected {(m, n)}")
         for name, v in (("alpha", alpha), ("beta", beta)):
-            if isinstance(v, complex) and v.imag and A.dtype.kind != "c":
+            if np.iscomplexobj(v) and np.imag(v) != 0 and A.dtype.kind != "c":
                 raise TypeError(f"matmul: {name}={v!r} is complex but the matrices are "
                                 f"{A.dtype} (convert them with astype(complex) first)")
+        if A.dtype.kind != "c":      # complex scalars with a zero imaginary part
+            alpha, beta = (float(np.real(v)) if np.iscomplexobj(v) else v
+                           for v in (alpha, beta))
     if C is not None:   # C is overwritten while A and B are read: copy what overlaps it
         a_in_c, b_in_c = _overlaps(C, A, B)
         A, B = (A.copy() if a_in_c else A), (B.copy() if b_in_c else B)
-    if transa:
-        A = A.transpose()
-    if transb:
-        B = B.transpose()
+    if ta != "N":
+        A = A.transpose(conjugate=ta == "C" and A.dtype.kind == "c")
+    if tb != "N":
+        B = B.transpose(conjugate=tb == "C" and B.dtype.kind == "c")
     few = B.n <= _FEW_RHS       # A stationary: B keeps its layout, only its columns travel
     if not few and (B.mb, B.rsrc) != (A.nb, A.csrc):
         B = B.redistribute(block=(A.nb, B.nb), src=(A.csrc % B.grid.nprow, B.csrc))
@@ -208,6 +215,11 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=
             raise ValueError(f"triangular_solve: A needs square blocks, got {A.block}")
         if side not in ("left", "right"):
             raise ValueError("side must be 'left' or 'right'")
+        if np.iscomplexobj(alpha) and np.imag(alpha) != 0 and A.dtype.kind != "c":
+            raise TypeError(f"triangular_solve: alpha={alpha!r} is complex but the matrices "
+                            f"are {A.dtype} (convert them with astype(complex) first)")
+        if np.iscomplexobj(alpha) and A.dtype.kind != "c":
+            alpha = float(np.real(alpha))
         need = B.m if side == "left" else B.n
         if need != A.n:
             raise ValueError(f"triangular_solve: A is {A.shape} but B is {B.shape} "
