@@ -1,0 +1,60 @@
+"""What certifying A's condition costs a mixed-precision solve on one GPU (diagnosis): the
+mixed solves (cond 1e2, one right-hand side) with ``check_rcond`` on (the default:
+condition.refined_rcond) and off, beside the float64 solve with its own estimate, best of
+--reps after a warm-up.
+
+    python3 benchmarks/gpu/mixed_rcond_cost.py --n 32768 --nb 1024 [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from distla import DistMatrix, ProcessGrid, linalg, problems
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=32768)
+    ap.add_argument("--nb", type=int, default=1024)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    g = ProcessGrid()
+    rows = []
+    for meth in ("cholesky", "gepp"):
+        A = problems.conditioned_matrix(g, a.n, a.nb, cond=1e2, spd=meth == "cholesky",
+                                        device="gpu")
+        B = DistMatrix.random(g, (a.n, 1), (a.nb, a.nb), device="gpu", seed=3)
+        for prec, fd, check in (("double", None, True), ("mixed", "fp16", False),
+                                ("mixed", "fp16", True)):
+            kw = dict(method=meth, precision=prec, check_rcond=check, return_info=True)
+            if fd:
+                kw["factor_dtype"] = fd
+            best, info = float("inf"), None
+            for _ in range(a.reps + 1):
+                A.backend.synchronize()
+                t = time.perf_counter()
+                _, inf = linalg.solve(A, B, **kw)
+                A.backend.synchronize()
+                s = time.perf_counter() - t
+                if s < best:
+                    best, info = s, inf
+            row = dict(bench="mixed_rcond_cost", impl=f"{meth} {prec} {fd or ''} "
+                       f"check_rcond={check}", n=a.n, nb=a.nb, ranks=g.size, device="gpu",
+                       seconds=best, tflops=None, fallback=info.fallback,
+                       iters=info.iterations, reason=info.reason,
+                       times={k: round(v, 4) for k, v in info.times.items()})
+            rows.append(row)
+            if g.rank == 0:
+                print(f"{row['impl']:40s} {best:.4f} s fallback={info.fallback} "
+                      f"iters={info.iterations} {row['times']}", flush=True)
+        A = B = None
+    if a.json and g.rank == 0:
+        with open(a.json, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+if __name__ == "__main__":
+    main()
