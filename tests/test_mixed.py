@@ -595,3 +595,16 @@ def test_mixed_cholesky_of_a_lower_triangle(grids):
         assert info.precision == "mixed" and not info.fallback, info
         np.testing.assert_allclose(X.to_global(None), ref, rtol=1e-9, atol=1e-12)
         np.testing.assert_array_equal(A.to_global(None), np.tril(s))    # A is not touched
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kw", [{"max_iter": None}, {"max_iter": -1}, {"max_iter": 2.5},
+                                {"max_iter": True}, {"fallback": "no"}, {"fallback": 0}])
+def test_refinement_options_are_validated(grids, kw):
+    from distla.linalg import solve_cholesky, solve_lu
+    g = grids[0]
+    a = np.eye(6) * 3 + 0.1
+    A, B = _dist(g, a, 2), _dist(g, np.ones((6, 1)), 2)
+    for f in (solve_lu, solve_cholesky):
+        with pytest.raises((TypeError, ValueError), match="max_iter|fallback"):
+            f(A, B, precision="mixed", **kw)

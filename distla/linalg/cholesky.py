@@ -46,7 +46,13 @@ from ..validate import check_symmetric, signature
 from ._potrf_loop import PotrfLoop
 from .condition import rcond_estimate, solve_and_rcond, warn_if_ill_conditioned
 from .methods import check_gemm_mode
-from .mixed import check_mixed, double_info, mixed_solve, verified_rcond
+from .mixed import (
+    check_mixed,
+    check_refinement_options,
+    double_info,
+    mixed_solve,
+    verified_rcond,
+)
 
 __all__ = ["cholesky", "cho_factor", "cho_solve", "cho_rcond", "cho_solve_rcond",
            "solve_cholesky", "logdet"]
@@ -171,6 +177,7 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
         _validate_factor_input(A, lookahead)
         _check_rhs(A, B, "solve_cholesky")
         fd = check_mixed(A, precision, factor_dtype, "solve_cholesky")
+        check_refinement_options(max_iter, fallback, "solve_cholesky")
     anorm = _check_values(A, check_finite, check_symmetric, "solve_cholesky")
     if check_finite:
         check_finite_(("B", B), what="solve_cholesky")

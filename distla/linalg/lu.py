@@ -53,7 +53,13 @@ from ._lu_loop import LULoop
 from ._pivoting import ipiv_to_perm, largest_multiplier, permute_rows
 from .condition import rcond_estimate, solve_and_rcond, warn_if_ill_conditioned
 from .methods import GEMM_MODES, PIVOTING, check_gemm_mode, pivoting_name
-from .mixed import check_mixed, double_info, mixed_solve, verified_rcond
+from .mixed import (
+    check_mixed,
+    check_refinement_options,
+    double_info,
+    mixed_solve,
+    verified_rcond,
+)
 
 __all__ = ["LUFactor", "lu_factor", "lu_solve", "lu_solve_rcond", "solve_lu", "PIVOTING",
            "GEMM_MODES", "default_pivot_threshold", "REFINED_PIVOT_THRESHOLD"]
@@ -355,6 +361,7 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
             raise ValueError(f"B has {B.m} rows, A is {A.n} x {A.n}")
         check_compatible(A, B, "solve_lu")     # the same classes as every other solver
         fd = check_mixed(A, precision, factor_dtype, "solve_lu")
+        check_refinement_options(max_iter, fallback, "solve_lu")
         if fd is not None and normalize_trans(trans) != "N":
             raise ValueError("solve_lu: precision='mixed' solves A X = B only (trans=False)")
     method = _METHOD[pivoting_name(pivoting)]

@@ -30,7 +30,7 @@ from .methods import FACTOR_DTYPES
 from .refine import refine
 
 __all__ = ["SolveInfo", "mixed_solve", "check_mixed", "low_dtype", "double_info", "PRECISIONS",
-           "verified_rcond"]
+           "verified_rcond", "check_refinement_options"]
 
 PRECISIONS = ("double", "mixed")
 # The refinement may take REFINE_BUDGET times the low-precision factorization's seconds, or
@@ -106,6 +106,17 @@ def check_mixed(A: DistMatrix, precision: str, factor_dtype, what: str,
         raise ValueError(f"{what}: factor_dtype={fd!r} needs GPU ranks (tensor cores); "
                          f"{A.device} ranks factor in {', '.join(A.backend.LOWP)}")
     return fd
+
+
+def check_refinement_options(max_iter, fallback, what: str) -> None:
+    """ValueError/TypeError for a ``max_iter`` that is not a non-negative int or a
+    ``fallback`` that is not a bool (local; every rank raises alike)."""
+    import numbers
+    if not isinstance(max_iter, numbers.Integral) or isinstance(max_iter, (bool, np.bool_)) \
+            or max_iter < 0:
+        raise ValueError(f"{what}: max_iter must be a non-negative int, not {max_iter!r}")
+    if not isinstance(fallback, (bool, np.bool_)):
+        raise TypeError(f"{what}: fallback must be a bool, not {fallback!r}")
 
 
 def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str, factor,

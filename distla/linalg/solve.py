@@ -98,6 +98,9 @@ def rcond(A, factor=None) -> float:
         if isinstance(dense, DistMatrix) and A is not None and dense.shape != A.shape:
             raise ValueError(f"rcond: the factor is {dense.shape[0]} x {dense.shape[1]}, "
                              f"A {A.shape[0]} x {A.shape[1]}: not A's factor")
+        if isinstance(factor, DistMatrix) and getattr(factor, "cholesky_upper", False):
+            raise ValueError("rcond: this is the upper factor of cholesky(A, lower=False); "
+                             "pass (U, False), as cho_factor(A, lower=False) returns")
     if tlr:
         anorm = None if A is None else (A.norm(1) if isinstance(A, DistMatrix) else
                                         tlr_norm1(A))
