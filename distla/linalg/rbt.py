@@ -252,7 +252,7 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, fdt, compute, depth: int, seed: i
     label = f"{fdt} GENP"
     with _clock(times, "transform"):
         Ar, U, V = rbt_transform(A, depth, seed)   # recomputed for a retry: cheaper than a copy
-        if fdt != A.dtype and norm(Ar, "max") >= np.finfo(fdt).max / 4:
+        if fdt != A.dtype and norm(Ar, "max") >= float(np.finfo(fdt).max) / 4:
             return _Path(None, f"{label}: max|U^T A V| overflows {fdt}")
         Ar = Ar.astype(fdt) if fdt != A.dtype else Ar
     low = fdt != A.dtype
