@@ -44,6 +44,10 @@ def _check_writable(path: str) -> None:
         raise PermissionError(f"{path}: directory {d} is not writable")
     if os.path.isdir(path):
         raise MatrixFileError(f"{path}: is a directory")
+    if os.path.lexists(path) and not os.path.isfile(path):
+        # (the write renames a new file into place: a device, FIFO or socket would be gone)
+        raise MatrixFileError(f"{path}: exists and is not a regular file (a device, FIFO or "
+                              f"socket); write to a file")
 
 
 def check_writable(path, comm=None) -> None:

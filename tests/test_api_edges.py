@@ -110,3 +110,22 @@ def test_hdf5_writes_never_replace_a_group(grids, mpi_tmp_path):
                                   np.arange(4.0).reshape(2, 2))
     with h5py.File(f, "r") as h:
         assert sorted(h["g"]) == ["B", "C"]
+
+
+@pytest.mark.mpi
+def test_writes_never_replace_a_special_file(grids, mpi_tmp_path):
+    """The atomic rename would put a regular file where a FIFO (or a device) was."""
+    import stat
+
+    from distla import io
+    from distla.filebase import MatrixFileError
+    g = grids[0]
+    fifo = mpi_tmp_path / "pipe.npy"
+    if g.comm.rank == 0:
+        os.mkfifo(fifo)
+    g.comm.Barrier()
+    A = DistMatrix.from_global(g, np.ones((3, 3)), block=2)
+    for write in (io.write_npy, io.write_matrix):
+        with pytest.raises(MatrixFileError, match="not a regular file"):
+            write(str(fifo), A)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
