@@ -608,3 +608,18 @@ def test_refinement_options_are_validated(grids, kw):
     for f in (solve_lu, solve_cholesky):
         with pytest.raises((TypeError, ValueError), match="max_iter|fallback"):
             f(A, B, precision="mixed", **kw)
+
+
+def test_stagnation_is_not_reported_as_a_budget_projection():
+    """A refinement stopped because its scaled residual no longer shrinks (projected time
+    inf) says it stagnated, not that it 'would exceed its time budget (projected inf s)'."""
+    import math
+    import types
+
+    from distla.linalg import refine as rf
+    clock = types.SimpleNamespace(budget=1.0, spent=0.1, projected=math.inf)
+    out = rf._fail(rf.Refinement(x=None, iterations=3), "fp32 gepp", 5.0, 30, clock)
+    assert "stagnated" in out.reason and "inf" not in out.reason, out.reason
+    clock.projected = 7.0
+    out = rf._fail(rf.Refinement(x=None, iterations=3), "fp32 gepp", 5.0, 30, clock)
+    assert "would exceed its time budget" in out.reason, out.reason

@@ -217,6 +217,8 @@ def _fail(out: Refinement, label: str, rho: float, max_iter: int, clock=None) ->
            "did not converge" if out.iterations >= max_iter else
            f"exceeded its time budget ({clock.spent:.3g} s > {clock.budget:.3g} s)"
            if timed and clock.spent > clock.budget else
+           "stagnated (its last two corrections did not shrink the scaled residual)"
+           if timed and clock.projected is not None and math.isinf(clock.projected) else
            f"would exceed its time budget at its rate so far (projected {clock.projected:.3g}"
            f" s > {clock.budget:.3g} s)"
            if timed and clock.projected is not None and clock.projected > clock.budget
