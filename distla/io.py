@@ -129,9 +129,10 @@ def _inspect_mtx(path: str) -> MatrixInfo:
 def _result_dtype(stored: np.dtype, dtype=None) -> np.dtype:
     if dtype is not None:
         return np.dtype(dtype)
-    if stored in (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64),
+    native = stored.newbyteorder("=")     # a big-endian float32 file stays float32
+    if native in (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64),
                   np.dtype(np.complex128)):
-        return stored
+        return native
     if stored.kind == "c":
         return np.dtype(np.complex128)
     return np.dtype(np.float64)  # ints, bools, float16

@@ -129,3 +129,20 @@ def test_writes_never_replace_a_special_file(grids, mpi_tmp_path):
         with pytest.raises(MatrixFileError, match="not a regular file"):
             write(str(fifo), A)
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("stored,want", [(">f4", np.float32), (">c8", np.complex64),
+                                         (">f8", np.float64), (">c16", np.complex128)])
+def test_big_endian_files_keep_their_precision(grids, mpi_tmp_path, stored, want):
+    from distla import io
+    g = grids[0]
+    a = (np.arange(15.0).reshape(5, 3) * (1.5 + (0.5j if stored[1] == "c" else 0)))
+    path = mpi_tmp_path / f"be{stored[1:]}.npy"
+    if g.comm.rank == 0:
+        np.save(path, a.astype(stored))
+    g.comm.Barrier()
+    for grid in grids:
+        B = io.read_matrix(str(path), grid, (2, 2))
+        assert B.dtype == want
+        np.testing.assert_array_equal(B.to_global(None), a.astype(want))
