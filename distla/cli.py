@@ -312,8 +312,7 @@ def _solver(method: str):
     except ImportError as e:
         raise CommandError(f"--method {method}: the solvers cannot be imported ({e})") from None
 
-    def run(A, B, anorm=None, **kw):
-        _check_solver_options(method, kw)
+    def run(A, B, anorm=None, **kw):     # (kw checked by cmd_solve before any work)
         if _SOLVE_ONLY & kw.keys() or method in ("rbt", "tlr"):
             X, info = linalg.solve(A, B, method=method, return_info=True, **kw)
             # these estimate rcond (and warn) themselves; mixed-precision LU and Cholesky

@@ -78,13 +78,8 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
             check_compatible(A, C, "matmul")
             if C.shape != (m, n):
                 raise ValueError(f"matmul: C has shape {C.shape}, expected {(m, n)}")
-        for name, v in (("alpha", alpha), ("beta", beta)):
-            if np.iscomplexobj(v) and np.imag(v) != 0 and A.dtype.kind != "c":
-                raise TypeError(f"matmul: {name}={v!r} is complex but the matrices are "
-                                f"{A.dtype} (convert them with astype(complex) first)")
-        if A.dtype.kind != "c":      # complex scalars with a zero imaginary part
-            alpha, beta = (float(np.real(v)) if np.iscomplexobj(v) else v
-                           for v in (alpha, beta))
+        alpha = _scalar_for(A, alpha, "alpha", "matmul")
+        beta = _scalar_for(A, beta, "beta", "matmul")
     if C is not None:   # C is overwritten while A and B are read: copy what overlaps it
         a_in_c, b_in_c = _overlaps(C, A, B)
         A, B = (A.copy() if a_in_c else A), (B.copy() if b_in_c else B)
@@ -110,6 +105,18 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
     else:
         _summa(A, B, C, alpha)
     return C
+
+
+def _scalar_for(A, v, name: str, what: str):
+    """The scalar ``v`` for products with A's dtype: for a real A, a complex ``v`` (of any
+    Python or NumPy kind) with a nonzero imaginary part is a TypeError (it would be dropped),
+    one without becomes a float. Local (every rank raises alike)."""
+    if A.dtype.kind == "c" or not np.iscomplexobj(v):
+        return v
+    if np.imag(v) != 0:
+        raise TypeError(f"{what}: {name}={v!r} is complex but the matrices are {A.dtype} "
+                        f"(convert them with astype(complex) first)")
+    return float(np.real(v))
 
 
 def _overlaps(C, *others) -> list:
@@ -215,11 +222,7 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=
             raise ValueError(f"triangular_solve: A needs square blocks, got {A.block}")
         if side not in ("left", "right"):
             raise ValueError("side must be 'left' or 'right'")
-        if np.iscomplexobj(alpha) and np.imag(alpha) != 0 and A.dtype.kind != "c":
-            raise TypeError(f"triangular_solve: alpha={alpha!r} is complex but the matrices "
-                            f"are {A.dtype} (convert them with astype(complex) first)")
-        if np.iscomplexobj(alpha) and A.dtype.kind != "c":
-            alpha = float(np.real(alpha))
+        alpha = _scalar_for(A, alpha, "alpha", "triangular_solve")
         need = B.m if side == "left" else B.n
         if need != A.n:
             raise ValueError(f"triangular_solve: A is {A.shape} but B is {B.shape} "

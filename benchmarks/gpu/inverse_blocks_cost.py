@@ -8,23 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import numpy as np
+from probe_timing import best
 
 from distla.device import get_backend
-
-
-def best(be, fn, reps=5):
-    fn()
-    be.synchronize()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        be.synchronize()
-        ts.append(time.perf_counter() - t)
-    return min(ts)
 
 
 def main():
@@ -44,14 +32,14 @@ def main():
         res = {}
         for lower, unit in ((True, False), (True, True)):
             res[f"inverses lower unit={unit}"] = best(
-                be, lambda: be.triangular_block_inverses(t, nb, lower, unit))
+                lambda: be.triangular_block_inverses(t, nb, lower, unit))
         S = be.triangular_block_inverses(t, nb, True, False)
         for trans in (False, True):
             res[f"solve by inverses trans={trans}"] = best(
-                be, lambda: be.trsm_inverse_blocks(t, S, nb, True, trans, b.copy(order="F")))
+                lambda: be.trsm_inverse_blocks(t, S, nb, True, trans, b.copy(order="F")))
             res[f"library trsm trans={trans}"] = best(
-                be, lambda: be.trsm("L", "L", "T" if trans else "N", "N", 1.0, t,
-                                    b.copy(order="F")))
+                lambda: be.trsm("L", "L", "T" if trans else "N", "N", 1.0, t,
+                                b.copy(order="F")))
         for k, s in res.items():
             print(f"{np.dtype(dt).name:8s} {k:32s} {s * 1e3:8.3f} ms", flush=True)
             rows.append(dict(bench="inverse_blocks_cost", impl=k, n=n, nb=nb, ranks=1,

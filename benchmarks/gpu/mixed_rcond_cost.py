@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+
+from probe_timing import timed
 
 from distla import DistMatrix, ProcessGrid, linalg, problems
 
@@ -32,15 +33,8 @@ def main():
             kw = dict(method=meth, precision=prec, check_rcond=check, return_info=True)
             if fd:
                 kw["factor_dtype"] = fd
-            best, info = float("inf"), None
-            for _ in range(a.reps + 1):
-                A.backend.synchronize()
-                t = time.perf_counter()
-                _, inf = linalg.solve(A, B, **kw)
-                A.backend.synchronize()
-                s = time.perf_counter() - t
-                if s < best:
-                    best, info = s, inf
+            # best of reps + 1 runs (the first loads kernels); the info of the last
+            best, (_, info) = timed(A.backend, lambda: linalg.solve(A, B, **kw), a.reps + 1)
             row = dict(bench="mixed_rcond_cost", impl=f"{meth} {prec} {fd or ''} "
                        f"check_rcond={check}", n=a.n, nb=a.nb, ranks=g.size, device="gpu",
                        seconds=best, tflops=None, fallback=info.fallback,

@@ -13,23 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import cupy as cp
 import numpy as np
 from cupy_backends.cuda.libs import cublas
-
-
-def best(fn, reps=5):
-    fn()
-    cp.cuda.Device().synchronize()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        cp.cuda.Device().synchronize()
-        ts.append(time.perf_counter() - t)
-    return min(ts)
+from probe_timing import best
 
 
 def solve_inv(L, invs, b, out, trans, nb, h, consts):

@@ -362,7 +362,8 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
         check_compatible(A, B, "solve_lu")     # the same classes as every other solver
         fd = check_mixed(A, precision, factor_dtype, "solve_lu")
         check_refinement_options(max_iter, fallback, "solve_lu")
-        if fd is not None and normalize_trans(trans) != "N":
+        t = normalize_trans(trans)
+        if fd is not None and t != "N":
             raise ValueError("solve_lu: precision='mixed' solves A X = B only (trans=False)")
     method = _METHOD[pivoting_name(pivoting)]
     if fd is not None:
@@ -374,7 +375,7 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
         check_finite_(("B", B), what="solve_lu")
     F = lu_factor(A, pivoting=pivoting, overwrite_a=overwrite_a, check_finite=check_finite,
                   **kw)
-    if check_rcond and normalize_trans(trans) == "N":   # the estimate's first solve rides along
+    if check_rcond and t == "N":   # the estimate's first solve rides along
         X, _ = lu_solve_rcond(F, B, check_finite=False)
     else:
         X = lu_solve(F, B, trans=trans, overwrite_b=overwrite_b, check_finite=False)

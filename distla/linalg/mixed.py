@@ -128,8 +128,8 @@ def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str,
     mode for ``factor_dtype``); a :class:`distla.DistlaError` or ``LinAlgError`` it raises
     (breakdown, raised on every rank) means fallback. ``apply(F, C)``: ``A^-1 C`` from
     factors F in C's dtype. ``promote(F)``: the factors in A's precision (GMRES-IR's
-    preconditioner). ``full()``: the full-precision solve. ``rcond(F)``: optional condition
-    estimate (>= eps to accept)."""
+    preconditioner). ``full()``: the full-precision solve. ``rcond(F, anorm)``: optional
+    condition estimate (>= eps to accept; ``anorm``: ``||A||_inf``, already computed here)."""
     info = SolveInfo(method=method, precision="mixed", factor_dtype=str(low_dtype(A.dtype)),
                      compute=factor_dtype, requested=factor_dtype)
     t0 = time.perf_counter()
@@ -197,7 +197,7 @@ def _refine(A, B, F, apply, promote, max_iter, rcond, label, info):
             max(REFINE_BUDGET * info.times["factor"], MIN_SOLVES * t_solve, MIN_BUDGET_S)
         ref = refine(A, B, solve, x=x, precond=precond, anorm=info.anorm, max_iter=max_iter,
                      mode="auto", label=label, rcond=None if rcond is None else
-                     (lambda: rcond(F)), budget=budget)
+                     (lambda: rcond(F, info.anorm)), budget=budget)
     info.times["refine"] = time.perf_counter() - t
     info.iterations, info.history = ref.iterations, ref.history
     info.gmres_iterations = list(ref.gmres_iterations)
@@ -210,14 +210,15 @@ def verified_rcond(A: DistMatrix, apply, apply_h=None):
     (:func:`distla.linalg.condition.refined_rcond`: the estimator's solves with F, verified
     by refinement against A), so that a numerically singular A is not accepted from factors
     that cannot see it (the full-precision fallback then warns). ``apply_h(F, C)``: ``A^-H
-    C`` (None: A is Hermitian, ``apply`` serves both)."""
+    C`` (None: A is Hermitian, ``apply`` serves both, and ``||A||_1`` is the
+    ``||A||_inf`` that :func:`mixed_solve` passes)."""
     from .condition import refined_rcond
     low = low_dtype(A.dtype)
 
-    def rc(F):
+    def rc(F, anorm_inf):
         def through(f):
             return lambda X: f(F, X.astype(low)).astype(A.dtype)
-        anorm1 = A.norm("inf" if apply_h is None else 1)
+        anorm1 = anorm_inf if apply_h is None else A.norm(1)
         return refined_rcond(A, anorm1, through(apply), through(apply_h or apply))
     return rc
 

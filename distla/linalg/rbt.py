@@ -65,7 +65,7 @@ from ._butterfly import (
 )
 from .condition import refined_rcond, warn_if_ill_conditioned
 from .lu import REFINED_PIVOT_THRESHOLD, LUFactor, lu_factor, lu_solve
-from .mixed import check_mixed, low_dtype
+from .mixed import check_mixed, check_refinement_options, low_dtype
 from .refine import Refinement, refine
 
 __all__ = ["rbt_solve", "rbt_transform", "RBTInfo", "RBTFallbackWarning", "Butterfly"]
@@ -302,9 +302,8 @@ def _validate(A, B, depth, max_iter, refine, fallback, return_info, check_rcond=
     if A.dtype.kind not in "fc":
         raise TypeError(f"rbt_solve: unsupported dtype {A.dtype}")
     _check_depth(depth, A.n)
-    if not isinstance(max_iter, numbers.Integral) or isinstance(max_iter, bool) or max_iter < 0:
-        raise ValueError(f"max_iter must be a non-negative int, not {max_iter!r}")
-    for name, v in (("refine", refine), ("fallback", fallback), ("return_info", return_info),
+    check_refinement_options(max_iter, fallback, "rbt_solve")
+    for name, v in (("refine", refine), ("return_info", return_info),
                     ("check_rcond", check_rcond), ("overwrite_a", overwrite_a)):
         if not isinstance(v, (bool, np.bool_)):
             raise TypeError(f"{name} must be a bool, not {v!r}")
