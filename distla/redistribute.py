@@ -1,10 +1,14 @@
 """Layout changes by direct all-to-all exchange (pdgemr2d and pdtran equivalents).
 
 Every rank sends, to every rank of the target layout, the sub-block of its local array that the
-target owns, in one all-to-all (MPI Alltoallv on CPU, grouped NCCL send/recv on GPU). Nothing
-is gathered. Index sets are sorted in both layouts, so sender and receiver agree on the order.
+target owns, in one all-to-all (on CPU MPI Alltoallw with a datatype per piece over the local
+arrays, or Alltoallv of packed buffers for transposes; grouped NCCL send/recv of packed buffers
+on GPU). Nothing is gathered. Index sets are sorted in both layouts, so sender and receiver
+agree on the order.
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -99,10 +103,12 @@ def _scatter(xp, b, ri, ci, buf, device):
 
 def remap(A, B, transpose: bool = False, conjugate: bool = False, work=None) -> None:
     """Collective over A's grid (B's grid must be over the same communicator, same size):
-    B[i, j] = A[i, j], or A[j, i] (conjugated if asked) when ``transpose``. The pieces are
-    packed into one send buffer and received into one (slices of each: no further copies
-    around the all-to-all). ``work``: a dict kept by a caller that remaps repeatedly (slab
-    by slab), holding those two buffers between calls (fresh ones page-fault every time)."""
+    B[i, j] = A[i, j], or A[j, i] (conjugated if asked) when ``transpose``. On CPU ranks
+    (not transposing) MPI moves the pieces between the local arrays through datatypes;
+    otherwise they are packed into one send buffer and received into one (slices of each:
+    no further copies around the all-to-all). ``work``: a dict kept by a caller that remaps
+    repeatedly (slab by slab), holding those two buffers between calls (fresh ones
+    page-fault every time)."""
     ga, gb = A.grid, B.grid
     xp = A.xp
     arows, acols = A.row_indices(), A.col_indices()
@@ -122,7 +128,9 @@ def remap(A, B, transpose: bool = False, conjugate: bool = False, work=None) -> 
     own = pieces[me]
     if not transpose:                    # what stays here is copied once, not sent to myself
         pieces[me] = (own[0][:0], own[1][:0])
-    sends = _slices(xp, A.dtype, [len(ri) * len(ci) for ri, ci in pieces], work, "send")
+    typed = _typed_exchange(A, B, transpose)
+    sends = [] if typed else \
+        _slices(xp, A.dtype, [len(ri) * len(ci) for ri, ci in pieces], work, "send")
     for buf, (ri, ci) in zip(sends, pieces):
         if not buf.size:
             continue
@@ -148,12 +156,75 @@ def remap(A, B, transpose: bool = False, conjugate: bool = False, work=None) -> 
     if not transpose:
         _copy_piece(xp, A.local, own, B.local, places[me], B.device)
         places[me] = (places[me][0][:0], places[me][1][:0])
+    if typed:
+        _alltoallw(ga.comms("cpu").all.mpi, A.local, pieces, B.local, places)
+        return
     recvs = _slices(xp, A.dtype, [len(ri) * len(ci) for ri, ci in places], work, "recv")
     comm = ga.comms(A.device).all
     comm.alltoallv(sends, recvs)
     for buf, (ri, ci) in zip(recvs, places):
         if buf.size:
             _scatter(xp, B.local, ri, ci, buf, B.device)
+
+
+def _typed_exchange(A, B, transpose: bool) -> bool:
+    """Whether :func:`remap` moves the pieces with MPI datatypes straight from A's local array
+    into B's (CPU ranks, not transposing): MPI packs and unpacks them, saving the copies into
+    and out of one send and one receive buffer. The same answer on every rank."""
+    return (TYPED_EXCHANGE and not transpose and A.device == "cpu" and B.device == "cpu"
+            and A.grid.size > 1 and _local_bound(A) < 2**31 and _local_bound(B) < 2**31)
+
+
+def _local_bound(A) -> int:
+    """Bytes of the largest local array any rank can hold for A's layout (the same on every
+    rank): a datatype describes at most that much, within MPI's int-sized counts."""
+    g = A.grid
+    def most(n, nb, p):          # blocks of the process with the most, times the block size
+        blocks = -(-n // nb)
+        return -(-blocks // p) * nb
+    return most(A.m, A.mb, g.nprow) * most(A.n, A.nb, g.npcol) * A.dtype.itemsize
+
+
+# DISTLA_REMAP=buffers keeps the packed-buffer all-to-all on CPU ranks too (for comparison).
+TYPED_EXCHANGE = os.environ.get("DISTLA_REMAP", "typed") != "buffers"
+
+
+def _piece_type(a, ri, ci):
+    """An MPI datatype of bytes at absolute addresses (use with ``MPI.BOTTOM``) selecting
+    ``a[ri][:, ci]`` of the 2-D host array ``a`` (any strides), rows fastest: the order in
+    which the other side's type lays the same global entries out. None for an empty piece."""
+    from mpi4py import MPI
+    if not len(ri) or not len(ci):
+        return None
+    item, (rs, cs) = a.itemsize, a.strides
+    if rs == item:                       # runs of consecutive rows are contiguous bytes
+        rr = _runs(ri)
+        rows = MPI.BYTE.Create_hindexed([(r1 - r0) * item for r0, r1, _ in rr],
+                                        [r0 * item for r0, _, _ in rr])
+    else:
+        rows = MPI.BYTE.Create_hindexed_block(item, [int(r) * rs for r in ri])
+    base = a.ctypes.data
+    t = rows.Create_hindexed_block(1, [base + int(c) * cs for c in ci]).Commit()
+    rows.Free()
+    return t
+
+
+def _alltoallw(comm, a, pieces, b, places) -> None:
+    """Collective over the mpi4py communicator ``comm``: send ``a[ri][:, ci]`` of each
+    ``pieces[p]`` to rank p and receive each ``places[p]`` of ``b`` from rank p, as MPI
+    datatypes over the local arrays themselves (no staging buffers)."""
+    from mpi4py import MPI
+    stypes = [_piece_type(a, ri, ci) for ri, ci in pieces]
+    rtypes = [_piece_type(b, ri, ci) for ri, ci in places]
+    try:
+        def spec(types):
+            return [MPI.BOTTOM, ([int(t is not None) for t in types], [0] * len(types)),
+                    [t or MPI.BYTE for t in types]]
+        comm.Alltoallw(spec(stypes), spec(rtypes))
+    finally:
+        for t in stypes + rtypes:
+            if t is not None:
+                t.Free()
 
 
 def _slices(xp, dtype, sizes, work=None, key=None):
