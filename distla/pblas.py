@@ -119,6 +119,13 @@ def _scalar_for(A, v, name: str, what: str):
     return float(np.real(v))
 
 
+def shares_storage(B, A) -> bool:
+    """Collective over B's grid: whether B may share storage with A on some rank (the same
+    answer on every rank): a solve that writes its answer over B must then work on a copy,
+    or it would overwrite A (its matrix or factor) while reading it."""
+    return _overlaps(B, A)[0]
+
+
 def _overlaps(C, *others) -> list:
     """Collective: for each of ``others``, whether it may share storage with C on some rank
     (the same answer on every rank, so that every rank copies alike)."""
@@ -227,6 +234,8 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=
         if need != A.n:
             raise ValueError(f"triangular_solve: A is {A.shape} but B is {B.shape} "
                              f"(side={side!r})")
+    if overwrite_b:          # X written over B while A is read: never into A's storage
+        overwrite_b = not shares_storage(B, A)
     if t == "C" and A.dtype.kind == "c":   # A^H X = a B <=> A^T conj(X) = conj(a) conj(B)
         X = B if overwrite_b else B.copy()  # (and X A^H = a B <=> conj(X) A^T = ..., right)
         X.local[...] = X.xp.conj(X.local)

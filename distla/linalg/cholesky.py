@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import NotPositiveDefiniteError, collective
 from ..matrix import DistMatrix, check_compatible
-from ..pblas import norm, triangular_solve
+from ..pblas import norm, shares_storage, triangular_solve
 from ..validate import check_finite as check_finite_
 from ..validate import check_symmetric, signature
 from ._potrf_loop import PotrfLoop
@@ -189,6 +189,8 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
     # Hermitian A: ||A||_1 = ||A||_inf, a by-product of the symmetry probe when it ran
     if check_rcond and anorm is None:
         anorm = norm(A, np.inf)
+    if overwrite_a and shares_storage(B, A):   # factoring in place would overwrite B
+        B, overwrite_b = B.copy(), True
     L = cholesky(A, lower=True, overwrite_a=overwrite_a, lookahead=lookahead,
                  check_finite=False, check_symmetric=False)
     if not check_rcond:

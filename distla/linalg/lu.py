@@ -45,7 +45,7 @@ import numpy as np
 
 from ..errors import SingularMatrixError, agree, collective
 from ..matrix import DistMatrix, check_compatible
-from ..pblas import normalize_trans, triangular_solve
+from ..pblas import normalize_trans, shares_storage, triangular_solve
 from ..trace import trace
 from ..validate import check_finite as check_finite_
 from ..validate import check_finite_result, signature
@@ -289,6 +289,8 @@ def lu_solve(F: LUFactor, B: DistMatrix, trans=False, overwrite_b: bool = False,
         check_finite_(("B", B), what="lu_solve")
     A = F.lu
     B0 = B
+    if overwrite_b:         # B a view of the factor: solve in a copy, keep the factor intact
+        overwrite_b = not shares_storage(B, A)
     if (B.mb, B.rsrc) != (A.mb, A.rsrc):   # work in A's row blocking, answer in B's layout
         B, overwrite_b = B.redistribute(block=(A.mb, B.nb), src=(A.rsrc, B.csrc)), True
     X = B if overwrite_b else B.copy()
@@ -373,6 +375,8 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
         return (X, info) if return_info else X
     if check_finite:      # A's own check rides on the factorization's pass for ||A||_1
         check_finite_(("B", B), what="solve_lu")
+    if overwrite_a and shares_storage(B, A):   # factoring in place would overwrite B
+        B, overwrite_b = B.copy(), True
     F = lu_factor(A, pivoting=pivoting, overwrite_a=overwrite_a, check_finite=check_finite,
                   **kw)
     if check_rcond and t == "N":   # the estimate's first solve rides along
