@@ -178,3 +178,41 @@ def test_solves_whose_b_shares_storage_with_a_or_the_factor(grids):
         X = cho_solve((L, low), L, overwrite_b=True)
         np.testing.assert_allclose(X.to_global(None), np.linalg.solve(s, ll), atol=1e-10)
         np.testing.assert_array_equal(L.to_global(None), ll)
+
+
+def _wilkinson(n):
+    """GEPP's worst case: a_ii = 1, a_ij = -1 below the diagonal, last column 1 (growth
+    2^(n-1) with multipliers all 1; cond_1 = n)."""
+    a = np.eye(n) - np.tril(np.ones((n, n)), -1)
+    a[:, -1] = 1
+    return a
+
+
+@pytest.mark.mpi
+def test_element_growth_is_never_silent(grids):
+    """Wilkinson's matrix (n = 60, growth 2^59, well conditioned): GEPP and CALU answers had
+    forward error 3 with no warning, GENP's multiplier check passed them. Now gepp/calu
+    warn (LinAlgWarning naming the growth), genp raises, rbt solves it; growth_factor
+    agrees with max|U| / max|A| from SciPy's LU on a random matrix."""
+    import scipy.linalg as sl
+
+    from distla import LinAlgWarning, SingularMatrixError
+    from distla.linalg import lu_factor, solve
+    n = 60
+    a = _wilkinson(n)
+    b = a @ np.ones((n, 1))
+    for g in grids:
+        for method in ("gepp", "calu"):
+            with pytest.warns(LinAlgWarning, match="element growth"):
+                solve(DistMatrix.from_global(g, a, block=8),
+                      DistMatrix.from_global(g, b, block=8), method=method)
+        with pytest.raises(SingularMatrixError, match="element growth"):
+            solve(DistMatrix.from_global(g, a, block=8),
+                  DistMatrix.from_global(g, b, block=8), method="genp")
+        x = solve(DistMatrix.from_global(g, a, block=8), DistMatrix.from_global(g, b, block=8),
+                  method="rbt")
+        np.testing.assert_allclose(x.to_global(None), np.ones((n, 1)), atol=1e-12)
+        r = np.random.default_rng(1).standard_normal((37, 37))
+        u = sl.lu(r)[2]
+        F = lu_factor(DistMatrix.from_global(g, r, block=5))
+        assert F.growth_factor() == pytest.approx(np.abs(u).max() / np.abs(r).max(), rel=1e-12)

@@ -40,10 +40,11 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import numpy as np
 
-from ..errors import SingularMatrixError, agree, collective
+from ..errors import LinAlgWarning, SingularMatrixError, agree, collective
 from ..matrix import DistMatrix, check_compatible
 from ..pblas import normalize_trans, shares_storage, triangular_solve
 from ..trace import trace
@@ -74,6 +75,13 @@ def default_pivot_threshold(dtype) -> float:
     dtype's precision (1.5e-8 for float64, 3.5e-4 for float32), so that element growth
     leaves at least about half of the digits (docs/lu.md)."""
     return float(np.sqrt(np.finfo(np.dtype(dtype)).eps))
+
+
+def _max_abs(xp, a):
+    """``max |a|`` as a 0-d device value (no temporary array for real a)."""
+    if a.dtype.kind == "c":
+        return xp.max(xp.abs(a))
+    return xp.maximum(xp.max(a), -xp.min(a))
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,14 +128,22 @@ class LUFactor:
     def growth_factor(self) -> float:
         """Collective: ``max |U| / max |A|`` (the element growth of the elimination; GEPP's
         bound is ``2^(n-1)``, tournament pivoting's is larger, GENP's unbounded). Returns inf
-        for a zero A."""
+        for a zero A. One read of U, a block column at a time (no temporaries for real U)."""
         U = self.lu
         xp = U.xp
-        I = xp.asarray(U.row_indices()).reshape(-1, 1)
-        J = xp.asarray(U.col_indices()).reshape(1, -1)
-        loc = 0.0
-        if U.local.size:
-            loc = float(xp.max(xp.where(I <= J, xp.abs(U.local), 0)))
+        rows = U.row_indices()
+        top = []
+        for j, cs, w in U.my_block_cols():
+            c0 = j * U.nb
+            above = int(np.searchsorted(rows, c0))             # local rows of global row < c0
+            diag = int(np.searchsorted(rows, c0 + w))          # ... and < c0 + w
+            if above:
+                top.append(_max_abs(xp, U.local[:above, cs:cs + w]))
+            if diag > above:                                   # the diagonal block's upper part
+                I = xp.asarray(rows[above:diag]).reshape(-1, 1)
+                J = xp.arange(c0, c0 + w).reshape(1, -1)
+                top.append(_max_abs(xp, xp.where(I <= J, U.local[above:diag, cs:cs + w], 0)))
+        loc = float(xp.max(xp.stack(top))) if top else 0.0
         mu = U.grid.allreduce(loc, "max")
         return mu / self.max_abs_a if self.max_abs_a > 0 else math.inf
 
@@ -229,7 +245,40 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
             check_finite_result(F, "lu_factor")
     out = LUFactor(F, piv, pivoting, max_a, tree if pivoting == "tournament" else None)
     out.anorm = anorm
+    if pivoting == "none" and pivot_threshold > 0:
+        with trace("check"):
+            _check_growth(out, float(pivot_threshold))
     return out
+
+
+def _check_growth(F, threshold: float) -> None:
+    """Collective: raise SingularMatrixError on every rank if GENP's element growth
+    ``max |U| / max |A|`` exceeds ``1 / threshold``: its multipliers can all be moderate
+    while U grows (Wilkinson's matrix: multipliers 1, growth 2^(n-1)), and the backward error
+    grows with it (docs/lu.md)."""
+    g = F.growth_factor()
+    err = None
+    if not g <= 1.0 / threshold:
+        err = SingularMatrixError(
+            -1, f"element growth {g:.2g} in the LU factorization without pivoting "
+            f"(max |U| / max |A| > 1 / pivot_threshold = {1.0 / threshold:.2g}): the "
+            f"factors would lose the solution's accuracy; the matrix needs pivoting (use "
+            f"pivoting='partial' or 'tournament', or method 'gepp', 'calu' or 'rbt')")
+    agree(F.lu.grid.comm, err)
+
+
+def warn_if_large_growth(F, what: str) -> None:
+    """Collective: warn with :class:`distla.LinAlgWarning` (every rank) when the element
+    growth of F's elimination exceeds ``1 / sqrt(eps)``: the backward error bound
+    ``n growth eps`` then leaves less than half of the digits (GEPP's rare worst cases,
+    such as Wilkinson's matrix with growth 2^(n-1); LAPACK's xGESVX reports it as RPVGRW)."""
+    g = F.growth_factor()
+    limit = 1.0 / np.sqrt(np.finfo(F.lu.dtype).eps)
+    if not g <= limit:
+        warnings.warn(f"{what}: large element growth in the LU factorization (max |U| / "
+                      f"max |A| = {g:.3g} > {limit:.2g}): the result may not be accurate; "
+                      f"method='rbt' or a refined solve may do better", LinAlgWarning,
+                      stacklevel=3)
 
 
 def _check_pivots(F, kmax: int, threshold: float) -> None:
@@ -385,6 +434,8 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
         X = lu_solve(F, B, trans=trans, overwrite_b=overwrite_b, check_finite=False)
     if check_rcond:
         warn_if_ill_conditioned(F.rcond(), A.dtype, "solve_lu")
+    if pivoting_name(pivoting) != "none":     # GENP's growth was checked by lu_factor
+        warn_if_large_growth(F, "solve_lu")
     return (X, double_info(A, method)) if return_info else X
 
 
