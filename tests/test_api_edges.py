@@ -216,3 +216,31 @@ def test_element_growth_is_never_silent(grids):
         u = sl.lu(r)[2]
         F = lu_factor(DistMatrix.from_global(g, r, block=5))
         assert F.growth_factor() == pytest.approx(np.abs(u).max() / np.abs(r).max(), rel=1e-12)
+
+
+@pytest.mark.mpi
+def test_entries_below_the_normal_range_are_never_silent(grids):
+    """A float32 matrix with entries near 1e-39 (cond ~ 10): LAPACK's factorization in
+    gradual underflow gave errors of 2 with no warning; now a LinAlgWarning says so. A
+    float64 matrix scaled by 1e-40 solved with precision='mixed' crashed in GMRES (its
+    float32 copy underflowed): now the float64 solve, with the reason."""
+    from distla import LinAlgWarning
+    from distla.linalg import solve
+    n = 16
+    r = np.random.default_rng(2)
+    a = r.standard_normal((n, n)) + 6 * np.eye(n)
+    s = a @ a.T
+    for g in grids:
+        for method, mat in (("gepp", a), ("calu", a), ("cholesky", s)):
+            m32 = (mat * 1e-39).astype(np.float32)
+            b32 = (m32.astype(np.float64) @ np.ones(n)).astype(np.float32).reshape(n, 1)
+            with pytest.warns(LinAlgWarning, match="below float32's normal range"):
+                solve(DistMatrix.from_global(g, m32, block=4),
+                      DistMatrix.from_global(g, b32, block=4), method=method)
+            tiny = mat * 1e-40
+            b = tiny @ np.ones((n, 1))
+            X, info = solve(DistMatrix.from_global(g, tiny, block=4),
+                            DistMatrix.from_global(g, b, block=4), method=method,
+                            precision="mixed", return_info=True)
+            assert info.fallback and "normal range" in info.reason
+            np.testing.assert_allclose(X.to_global(None), np.ones((n, 1)), rtol=1e-12)

@@ -44,7 +44,12 @@ from ..pblas import norm, shares_storage, triangular_solve
 from ..validate import check_finite as check_finite_
 from ..validate import check_symmetric, signature
 from ._potrf_loop import PotrfLoop
-from .condition import rcond_estimate, solve_and_rcond, warn_if_ill_conditioned
+from .condition import (
+    rcond_estimate,
+    solve_and_rcond,
+    warn_if_ill_conditioned,
+    warn_if_subnormal_scale,
+)
 from .methods import check_gemm_mode
 from .mixed import (
     check_mixed,
@@ -191,6 +196,9 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
         anorm = norm(A, np.inf)
     if overwrite_a and shares_storage(B, A):   # factoring in place would overwrite B
         B, overwrite_b = B.copy(), True
+    small = float(np.finfo(A.dtype).tiny / np.finfo(A.dtype).eps)  # max|a| >= ||A||_inf / n
+    if anorm is not None and anorm < small * A.n:
+        warn_if_subnormal_scale(A.norm("max"), A.dtype, "solve_cholesky")
     L = cholesky(A, lower=True, overwrite_a=overwrite_a, lookahead=lookahead,
                  check_finite=False, check_symmetric=False)
     if not check_rcond:

@@ -52,7 +52,12 @@ from ..validate import check_finite as check_finite_
 from ..validate import check_finite_result, signature
 from ._lu_loop import LULoop
 from ._pivoting import ipiv_to_perm, largest_multiplier, permute_rows
-from .condition import rcond_estimate, solve_and_rcond, warn_if_ill_conditioned
+from .condition import (
+    rcond_estimate,
+    solve_and_rcond,
+    warn_if_ill_conditioned,
+    warn_if_subnormal_scale,
+)
 from .methods import GEMM_MODES, PIVOTING, check_gemm_mode, pivoting_name
 from .mixed import (
     check_mixed,
@@ -436,6 +441,7 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
         warn_if_ill_conditioned(F.rcond(), A.dtype, "solve_lu")
     if pivoting_name(pivoting) != "none":     # GENP's growth was checked by lu_factor
         warn_if_large_growth(F, "solve_lu")
+    warn_if_subnormal_scale(F.max_abs_a, A.dtype, "solve_lu")
     return (X, double_info(A, method)) if return_info else X
 
 

@@ -165,6 +165,10 @@ def _factor_low(A, factor, factor_dtype, info):
     big = float(np.finfo(low).max) / 4      # (max|a_ij| <= ||A||_inf: one pass usually)
     if info.anorm >= big and A.norm("max") >= big:
         return None, f"{label}: max|A| overflows {low}"
+    small = float(np.finfo(low).tiny / np.finfo(low).eps)   # (max|a_ij| >= ||A||_inf / n)
+    if info.anorm < small * A.n and not A.norm("max") >= small:
+        return None, (f"{label}: max|A| is below {low}'s normal range over its precision "
+                      f"({small:.2g}): the copy's entries would lose their digits")
     t = time.perf_counter()
     try:
         with trace("mixed.factor"):

@@ -375,6 +375,8 @@ class _Givens:
         y = np.zeros((m, k), dtype=self.hdt)
         for c in range(k):
             Hc = self.H[:m, :m, c]
-            if np.all(np.diag(Hc) != 0):
+            if not (np.all(np.isfinite(Hc)) and np.all(np.isfinite(self.g[:m, c]))):
+                y[:, c] = np.nan        # non-finite preconditioned products: the caller's
+            elif np.all(np.diag(Hc) != 0):         # residual turns NaN and it stops
                 y[:, c] = scipy.linalg.solve_triangular(Hc, self.g[:m, c])
         return y
