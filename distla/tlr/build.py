@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 
 import numpy as np
 
 from ..device import get_backend
-from ..errors import agree, collective
+from ..errors import LinAlgWarning, agree, collective
 from ..grid import ProcessGrid
 from ..trace import trace
 from . import _memory, batched
@@ -130,6 +131,12 @@ def _finish(T, parts, tol, max_rank, F, t0, method, capped, delta1, peak):
                   capped=int(T.grid.comm.allreduce(int(capped), op=MPI.SUM)),
                   delta=T.delta, norm_fro=F)
     T._summarize()
+    if T.info["capped"] and tol is not None:     # the same on every rank (summed above)
+        warnings.warn(f"compress: max_rank={max_rank} capped the ranks of {T.info['capped']} "
+                      f"tile(s) below what tol={tol:g} needs: the compression error exceeds "
+                      f"tol, so what is computed from this matrix (solves, log-determinants) "
+                      f"may be far less accurate than tol; raise max_rank (or leave it None) "
+                      f"or loosen tol", LinAlgWarning, stacklevel=3)
     return T
 
 
