@@ -76,6 +76,14 @@ def _first_nonfinite(M):
     return None
 
 
+def check_flags(what: str, **flags) -> None:
+    """TypeError unless every keyword's value is a bool (``np.bool_`` too): a string such as
+    ``'no'`` would otherwise count as True. Local; every rank raises alike."""
+    for name, v in flags.items():
+        if not isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{what}: {name} must be True or False, not {v!r}")
+
+
 def check_finite(*named, what: str = "solve") -> None:
     """Collective: raise ``ValueError`` on every rank if any of the matrices holds NaN or Inf.
 

@@ -244,3 +244,33 @@ def test_entries_below_the_normal_range_are_never_silent(grids):
                             precision="mixed", return_info=True)
             assert info.fallback and "normal range" in info.reason
             np.testing.assert_allclose(X.to_global(None), np.ones((n, 1)), rtol=1e-12)
+
+
+@pytest.mark.mpi
+def test_solver_flags_and_mixed_options_are_checked(grids):
+    """Flags that are not bools ('no' counted as True), lookahead=True, factor_dtype='' (read
+    as the default) and gemm= beside precision='mixed' (a raw 'multiple values' TypeError)
+    are refused before any work, the same on every rank."""
+    from distla.linalg import cholesky, lu_factor, rbt_solve, solve, solve_cholesky, solve_lu
+    n = 8
+    s = np.eye(n) * 4 + np.ones((n, n))
+    for g in grids:
+        A = DistMatrix.from_global(g, s, block=4)
+        B = DistMatrix.from_global(g, np.ones((n, 1)), block=4)
+        for f, kw in ((solve_lu, {"check_rcond": "no"}), (solve_lu, {"return_info": "yes"}),
+                      (solve_lu, {"overwrite_a": 1}), (solve_cholesky, {"check_symmetric": None}),
+                      (solve_cholesky, {"overwrite_b": "yes"}), (rbt_solve, {"refine": "no"})):
+            with pytest.raises(TypeError, match="must be True or False") as ei:
+                f(A, B, **kw)
+            assert len(set(g.comm.allgather(str(ei.value)))) == 1
+        with pytest.raises(TypeError, match="must be True or False"):
+            lu_factor(A, check_finite="no")
+        for f in (lu_factor, cholesky):
+            with pytest.raises(ValueError, match="lookahead"):
+                f(A, lookahead=True)
+        with pytest.raises(ValueError, match="factor_dtype"):
+            solve(A, B, precision="mixed", factor_dtype="")
+        with pytest.raises(ValueError, match="factor_dtype"):
+            solve(A, B, precision="mixed", gemm="fp16")
+        np.testing.assert_allclose(solve_lu(A, B, check_rcond=np.bool_(False)).to_global(None),
+                                   np.linalg.solve(s, np.ones((n, 1))), rtol=1e-12)

@@ -42,7 +42,7 @@ from ..errors import NotPositiveDefiniteError, collective
 from ..matrix import DistMatrix, check_compatible
 from ..pblas import norm, shares_storage, triangular_solve
 from ..validate import check_finite as check_finite_
-from ..validate import check_symmetric, signature
+from ..validate import check_flags, check_symmetric, signature
 from ._potrf_loop import PotrfLoop
 from .condition import (
     rcond_estimate,
@@ -183,6 +183,9 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
         _check_rhs(A, B, "solve_cholesky")
         fd = check_mixed(A, precision, factor_dtype, "solve_cholesky")
         check_refinement_options(max_iter, fallback, "solve_cholesky")
+        check_flags("solve_cholesky", overwrite_a=overwrite_a, overwrite_b=overwrite_b,
+                    check_finite=check_finite, check_symmetric=check_symmetric,
+                    check_rcond=check_rcond, return_info=return_info)
     anorm = _check_values(A, check_finite, check_symmetric, "solve_cholesky")
     if check_finite:
         check_finite_(("B", B), what="solve_cholesky")

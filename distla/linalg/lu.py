@@ -49,7 +49,7 @@ from ..matrix import DistMatrix, check_compatible
 from ..pblas import normalize_trans, shares_storage, triangular_solve
 from ..trace import trace
 from ..validate import check_finite as check_finite_
-from ..validate import check_finite_result, signature
+from ..validate import check_finite_result, check_flags, signature
 from ._lu_loop import LULoop
 from ._pivoting import ipiv_to_perm, largest_multiplier, permute_rows
 from .condition import (
@@ -223,8 +223,10 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
         pivoting = pivoting_name(pivoting)
         if tree not in ("binary", "flat"):
             raise ValueError(f"tree must be 'binary' or 'flat', not {tree!r}")
-        if not isinstance(lookahead, numbers.Integral) or lookahead < 0:
+        if not isinstance(lookahead, numbers.Integral) or isinstance(lookahead, bool) \
+                or lookahead < 0:
             raise ValueError(f"lookahead must be a non-negative int, not {lookahead!r}")
+        check_flags("lu_factor", overwrite_a=overwrite_a, check_finite=check_finite)
         check_gemm_mode(gemm, A)
         if pivot_threshold is not None and pivoting != "none":
             raise ValueError(f"pivot_threshold applies to LU without pivoting (pivoting="
@@ -418,6 +420,13 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
         check_compatible(A, B, "solve_lu")     # the same classes as every other solver
         fd = check_mixed(A, precision, factor_dtype, "solve_lu")
         check_refinement_options(max_iter, fallback, "solve_lu")
+        check_flags("solve_lu", overwrite_a=overwrite_a, overwrite_b=overwrite_b,
+                    check_finite=check_finite, check_rcond=check_rcond,
+                    return_info=return_info)
+        if fd is not None and "gemm" in kw:
+            raise ValueError(f"solve_lu: precision='mixed' sets the updates' precision "
+                             f"through factor_dtype (one of {', '.join(A.backend.LOWP)} here), "
+                             f"not gemm={kw['gemm']!r}")
         t = normalize_trans(trans)
         if fd is not None and t != "N":
             raise ValueError("solve_lu: precision='mixed' solves A X = B only (trans=False)")

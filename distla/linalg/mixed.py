@@ -98,7 +98,7 @@ def check_mixed(A: DistMatrix, precision: str, factor_dtype, what: str,
             raise ValueError(f"{what}: factor_dtype={factor_dtype!r} needs precision='mixed'")
         return None
     low_dtype(A.dtype)
-    fd = factor_dtype or default or A.backend.DEFAULT_LOWP
+    fd = factor_dtype if factor_dtype is not None else default or A.backend.DEFAULT_LOWP
     if fd not in FACTOR_DTYPES:
         raise ValueError(f"{what}: factor_dtype must be one of {', '.join(FACTOR_DTYPES)}, "
                          f"not {fd!r}")

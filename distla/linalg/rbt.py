@@ -53,6 +53,7 @@ from ..errors import ConvergenceError, SingularMatrixError, collective
 from ..matrix import DistMatrix, check_compatible
 from ..trace import trace
 from ..validate import check_finite as check_finite_
+from ..validate import check_flags
 from ..vector import all_columns, fanin_trsv
 from ..vector import replicate as _replicate  # noqa: F401 - tests reach it here
 from ..vector import residual as _residual  # noqa: F401 - tests reach it here
@@ -303,10 +304,8 @@ def _validate(A, B, depth, max_iter, refine, fallback, return_info, check_rcond=
         raise TypeError(f"rbt_solve: unsupported dtype {A.dtype}")
     _check_depth(depth, A.n)
     check_refinement_options(max_iter, fallback, "rbt_solve")
-    for name, v in (("refine", refine), ("return_info", return_info),
-                    ("check_rcond", check_rcond), ("overwrite_a", overwrite_a)):
-        if not isinstance(v, (bool, np.bool_)):
-            raise TypeError(f"{name} must be a bool, not {v!r}")
+    check_flags("rbt_solve", refine=refine, return_info=return_info, check_rcond=check_rcond,
+                overwrite_a=overwrite_a)
 
 
 
