@@ -78,6 +78,23 @@ def _cleanup_pending(signum=None, frame=None):
         os.kill(os.getpid(), signum)
 
 
+def _naming(e: Exception, tmp: str, path: str) -> Exception:
+    """``e`` with the temporary's name replaced by the target's, which is what the user named
+    (an error about ``.x.npy.1a2b.partial`` means nothing to them); ``e`` itself if the
+    message does not name it or its class cannot be rebuilt from a message."""
+    if isinstance(e, OSError) and e.filename == tmp:
+        return type(e)(e.errno, e.strerror, path)
+    text = str(e)
+    if tmp not in text:
+        return e
+    try:
+        new = type(e)(text.replace(tmp, path))
+    except Exception:  # noqa: BLE001 - a class with another constructor
+        return e
+    new.__cause__ = e
+    return new
+
+
 def atomic_output(path: str, comm, write) -> None:
     """Collective: ``write(tmp)`` (collective) writes to a temporary file beside ``path``; the
     temporary becomes ``path`` (one rename on rank 0) only after every rank agreed that its part
@@ -99,7 +116,7 @@ def atomic_output(path: str, comm, write) -> None:
         try:
             write(tmp)
         except Exception as e:  # noqa: BLE001 - agreed on below
-            err = e
+            err = _naming(e, tmp, path)
         agree(comm, err)
         err = None
         if comm.Get_rank() == 0:

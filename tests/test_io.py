@@ -479,6 +479,24 @@ def test_failed_write_leaves_no_file(comm, mpi_tmp_path):
 
 
 @pytest.mark.mpi
+def test_failed_write_names_the_target_not_the_temporary(comm, mpi_tmp_path):
+    """Errors raised while writing the temporary name the file the user asked for."""
+    import errno
+    target = str(mpi_tmp_path / "named.npy")
+
+    def enospc(tmp):
+        raise OSError(errno.ENOSPC, "No space left on device", tmp)
+
+    def mentions(tmp):
+        raise ValueError(f"{tmp}: cannot write (simulated)")
+    for write in (enospc, mentions):
+        with pytest.raises((OSError, ValueError)) as ei:
+            io.atomic_output(target, comm, write)
+        assert target in str(ei.value) and ".partial" not in str(ei.value)
+    assert not os.path.exists(target)
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("mode", ["thread", "sync"])
 def test_write_failing_on_one_rank_mid_file(comm, mpi_tmp_path, monkeypatch, mode):
     """A write that fails on the last rank in its second slab stops every rank at that slab
