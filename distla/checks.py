@@ -158,6 +158,7 @@ def _solve_residual_summa(A, X, B) -> float:
     anorm = _norm_inf(A)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = rnorm / (xnorm * (anorm * eps(A.dtype) * n))
+    ratios[rnorm == 0] = 0.0              # an exact residual (x = 0 for b = 0): not 0/0
     return float(np.nan if np.isnan(ratios).any() else ratios.max())
 
 
@@ -242,6 +243,7 @@ def _backward_error_summa(A, X, B) -> float:
     safe2 = safe1 / eps(real)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = xp.where(den > safe2, num / den, (num + safe1) / (den + safe1))
+        ratio = xp.where(den == 0, 0.0, ratio)     # |A||x| + |b| = 0: the residual is 0
         ratio = xp.where(xp.isnan(den) | xp.isnan(num), xp.nan, ratio)
     return _local_max(B, ratio)
 
@@ -356,13 +358,15 @@ def solve_checks(A: DistMatrix, X: DistMatrix, B: DistMatrix, *, berr: bool = Tr
             safe2 = safe1 / eps(real)
             with np.errstate(divide="ignore", invalid="ignore"):
                 ratio = xp.where(den > safe2, absR / den, (absR + safe1) / (den + safe1))
-                ratio = xp.where(xp.isnan(den) | xp.isnan(absR), xp.nan, ratio)
+                ratio = xp.where(den == 0, 0.0, ratio)   # (LAPACK's la_lin_berr skips
+                ratio = xp.where(xp.isnan(den) | xp.isnan(absR), xp.nan, ratio)  # those rows)
             be_max = float(_host(A, ratio.max()))
     out = _allmax(A.grid.comm, np.concatenate([rn, [an, be_max]]))
     anorm = float(out[k]) if anorm is None else float(anorm)
     xnorm = np.abs(xfull).max(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = out[:k] / (xnorm * (anorm * eps(A.dtype) * n))
+    ratios[out[:k] == 0] = 0.0            # an exact residual (x = 0 for b = 0): not 0/0
     sresid = float(np.nan if np.isnan(ratios).any() else ratios.max())
     return {"sresid": sresid, "berr": float(out[k + 1]) if berr else None, "anorm": anorm}
 

@@ -123,10 +123,12 @@ def _xp_of(a):
     return cupy
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Kernel:
     """A stationary covariance kernel ``k(r)`` plus a ``nugget`` added on the diagonal
-    (i == j) only. Subclasses implement :meth:`from_sqdist`."""
+    (i == j) only. Subclasses implement :meth:`from_sqdist`. Parameters are keyword-only
+    (``Matern(nu=1.5, beta=0.2)``): a positional ``Matern(1.5)`` would silently be a
+    ``sigma``."""
 
     sigma: float = 1.0
     beta: float = 0.1
@@ -167,7 +169,7 @@ class Kernel:
         return dataclasses.replace(self, **kw)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SquaredExponential(Kernel):
     """``sigma^2 exp(-r^2 / (2 beta^2))`` (Gaussian / RBF kernel)."""
 
@@ -186,7 +188,7 @@ class SquaredExponential(Kernel):
         return r2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Exponential(Kernel):
     """``sigma^2 exp(-r / beta)`` (Matern with nu = 1/2)."""
 
@@ -201,7 +203,7 @@ class Exponential(Kernel):
         return _exp_of_distance(r2, self.beta, self.sigma ** 2)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Matern(Kernel):
     """``sigma^2 2^(1-nu) / Gamma(nu) x^nu K_nu(x)`` with ``x = r / beta`` (STARS-H scaling);
     ``sigma^2`` at ``r = 0``. nu = 1/2, 3/2, 5/2 use closed forms (any device); other nu use

@@ -19,6 +19,14 @@ Kriging (:func:`predict`, zero mean) at new points ``x_*``: mean ``K_* alpha``, 
 the field ``sigma^2 (1 - ||L^-1 K_*^T||^2)`` column by column, with the cross-covariance
 ``K_*`` computed a slab of new points at a time (replicated on every rank, like the TLR
 solve's right-hand sides). Add ``sigma^2 tau`` for the variance of a new observation.
+Variances that come out negative (rounding near the training points, or a TLR factor's
+truncation) are set to 0 with a ``RuntimeWarning``, as scikit-learn's
+GaussianProcessRegressor does.
+
+``y`` is scaled by ``max |y|`` inside (the profile likelihood's maximizer does not depend on
+the scale; ``sigma^2``, ``loglik`` and the kriging mean are reported for ``y`` itself), so a
+very large or very small ``y`` does not overflow; a ``sigma^2`` that float64 cannot hold is
+refused.
 
 Every function and call here is collective over the grid; all ranks get the same numbers
 (rank 0's are broadcast), so an optimizer driven by them takes the same path everywhere.
@@ -49,10 +57,11 @@ def profile_loglik(logdet_c: float, quad: float, n: int) -> tuple[float, float]:
 
 @dataclass
 class Evaluation:
-    """One likelihood evaluation at ``beta``: ``loglik`` (profiled; ``-inf`` when ``C`` was
-    not positive definite), ``sigma2`` (its maximizer), ``logdet`` (of ``C``), ``quad``
-    (``y^T C^-1 y``), seconds of each phase (max over ranks) and, for TLR, the mean tile
-    rank. ``factor`` and ``alpha`` are kept only when asked (``keep=True``)."""
+    """One likelihood evaluation at ``beta``: ``loglik`` (profiled; ``-inf`` when it is not
+    finite, ``why`` then says why: ``C`` not positive definite, ``y^T C^-1 y = 0``, ...),
+    ``sigma2`` (its maximizer), ``logdet`` (of ``C``), ``quad`` (``y^T C^-1 y``), seconds of
+    each phase (max over ranks) and, for TLR, the mean tile rank. ``factor`` and ``alpha``
+    are kept only when asked (``keep=True``)."""
 
     beta: float
     loglik: float
@@ -65,6 +74,7 @@ class Evaluation:
     rank_mean: float = 0.0
     factor: object = field(default=None, repr=False)
     alpha: object = field(default=None, repr=False)
+    why: str = ""
 
     @property
     def seconds(self) -> float:
@@ -100,7 +110,9 @@ class _Likelihood:
         self.grid, self.pts, self.y, self.n = grid, pts, y, len(y)
         self.kernel = kernel.replace(sigma=1.0)
         self.tile, self.device, self.xp = int(tile), device, self.backend.xp
-        self.y_dev = self.xp.asarray(y)
+        amax = float(np.max(np.abs(y))) if y.size else 0.0
+        self.yscale = amax if amax > 0 else 1.0     # computed with y / yscale: no overflow
+        self.y_dev = self.xp.asarray(y / self.yscale)
         self.history: list[Evaluation] = []
         self.report = None
 
@@ -126,14 +138,40 @@ class _Likelihood:
         from mpi4py import MPI
         self.grid.comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
         ld, quad = self.grid.comm.bcast((ld, quad), root=0)
-        ok = ok and quad > 0 and math.isfinite(ld)        # the same on every rank
-        ll, s2 = profile_loglik(ld, quad, self.n) if ok else (-math.inf, math.nan)
+        why = self._why_not_finite(ok, ld, quad)          # the same on every rank
+        ll, s2 = -math.inf, math.nan
+        if not why:       # for y / yscale, then for y: sigma2 * yscale^2, loglik - n log yscale
+            ll, s2 = profile_loglik(ld, quad, self.n)
+            ll, s2 = ll - self.n * math.log(self.yscale), s2 * self.yscale * self.yscale
+            if not (np.finfo(np.float64).tiny <= s2 < math.inf):
+                why = (f"sigma^2 = y^T C^-1 y / n = {s2:.3g} is outside float64's normal "
+                       f"range (max |y| = {self.yscale:.3g}); divide y by a constant c and "
+                       f"multiply sigma^2 by c^2")
+                ll, s2 = -math.inf, math.nan
+        if keep and not why:
+            alpha = alpha * self.yscale
+        quad = quad * self.yscale * self.yscale
         ev = Evaluation(float(beta), ll, s2, ld, quad, *map(float, times), rank_mean=rank,
-                        factor=factor if keep else None, alpha=alpha if keep else None)
+                        factor=factor if keep else None, alpha=alpha if keep else None,
+                        why=why)
         self.history.append(ev)
         if self.report is not None:
             self.report(ev)
         return ev
+
+    def _why_not_finite(self, ok, ld, quad) -> str:
+        """Why the likelihood from ``log det C = ld`` and ``quad`` (for y / yscale) is not
+        finite ('' when it is). Not collective."""
+        if not ok:
+            return "C(beta) is not positive definite (at this accuracy)"
+        if not math.isfinite(ld):
+            return f"log det C(beta) = {ld} is not finite"
+        if quad == 0 and not np.any(self.y):
+            return "y is zero, so sigma^2 = y^T C^-1 y / n = 0"
+        if not quad > 0:
+            return (f"y^T C^-1 y = {quad:.3g} is not positive (C(beta) is numerically "
+                    f"singular)")
+        return ""
 
     def _sync_mark(self, t):
         self.backend.synchronize()
@@ -231,9 +269,12 @@ def fit(lik: _Likelihood, bounds=(0.02, 0.5), xatol: float = 1e-5) -> Fit:
     from mpi4py import MPI
     from scipy.optimize import minimize_scalar
     lo, hi = map(float, bounds)
-    if not 0 < lo < hi:
-        with collective(lik.grid.comm):
-            raise ValueError(f"bounds must satisfy 0 < lo < hi, got {bounds}")
+    with collective(lik.grid.comm):
+        if not 0 < lo < hi < math.inf:
+            raise ValueError(f"bounds must be finite with 0 < lo < hi, got {bounds}")
+        if not np.any(lik.y):
+            raise ValueError("y is zero: sigma^2 = y^T C^-1 y / n = 0 for every beta, so the "
+                             "likelihood has no maximum (give the observations)")
     start = len(lik.history)
     t0 = time.perf_counter()
 
@@ -247,6 +288,16 @@ def fit(lik: _Likelihood, bounds=(0.02, 0.5), xatol: float = 1e-5) -> Fit:
     beta = math.exp(float(res.x))
     best = [e for e in lik.history[start:] if e.beta == beta] or [lik(beta)]
     ev = best[-1]
+    finite = [e for e in lik.history[start:] if math.isfinite(e.loglik)]
+    if not finite:        # every rank has the same history: raised on every rank
+        whys = sorted({e.why for e in lik.history[start:]})
+        raise ValueError(f"no finite likelihood for beta in [{lo:g}, {hi:g}] "
+                         f"({len(lik.history) - start} evaluations): {'; '.join(whys)}"
+                         + ("; add a nugget or narrow the bounds"
+                            if any("positive" in w or "singular" in w for w in whys) else ""))
+    if not math.isfinite(ev.loglik):
+        ev = max(finite, key=lambda e: e.loglik)
+        beta = ev.beta
     return Fit(beta, ev.sigma2, ev.loglik, len(lik.history) - start, secs, res)
 
 
@@ -255,16 +306,20 @@ def predict(lik: _Likelihood, beta: float, new_pts, slab: int | None = None):
     at ``beta`` (``sigma^2`` profiled): ``(mean, var, ev)`` with ``mean``, ``var`` (of the
     field, not of a new observation) host arrays of ``m`` on every rank and ``ev`` the
     evaluation at ``beta``. ``slab``: new points per cross-covariance slab (default: the
-    slab's ``n x slab`` array ~ 256 MiB)."""
+    slab's ``n x slab`` array ~ 256 MiB). Negative variances (rounding, TLR truncation) are
+    set to 0 with a ``RuntimeWarning`` (as scikit-learn does)."""
     new = np.asarray(new_pts, dtype=np.float64)
     with collective(lik.grid.comm):
         if new.ndim != 2 or new.shape[1] != lik.pts.shape[1]:
             raise ValueError(f"new points must be m x {lik.pts.shape[1]}, got {new.shape}")
+        bad = np.argwhere(~np.isfinite(new))
+        if bad.size:
+            raise ValueError(f"the new points hold a non-finite value "
+                             f"({new[tuple(bad[0])]}) at index "
+                             f"{tuple(int(i) for i in bad[0])}")
     ev = lik(beta, keep=True)
-    if not math.isfinite(ev.loglik):
-        with collective(lik.grid.comm):
-            raise ValueError(f"the covariance at beta={beta} is not positive definite (at "
-                             f"this accuracy)")
+    if not math.isfinite(ev.loglik):      # the same on every rank
+        raise ValueError(f"no finite likelihood at beta={beta}: {ev.why}")
     xp, m = lik.xp, new.shape[0]
     kern = lik.kernel.replace(beta=float(beta))
     c0 = float(kern(np.zeros(1))[0])
@@ -277,6 +332,13 @@ def predict(lik: _Likelihood, beta: float, new_pts, slab: int | None = None):
         var[s0:s0 + len(Ks)] = ev.sigma2 * (c0 - _host(xp.sum(W * W, axis=0)))
         del Ks, W
     ev.factor = None
+    neg = var < 0
+    if neg.any():         # the same numbers, so the same warning, on every rank
+        import warnings
+        warnings.warn(f"{int(neg.sum())} of {m} predicted variances were negative (down to "
+                      f"{var.min():.3g}, sigma^2 = {ev.sigma2:.3g}: rounding, or the TLR "
+                      f"factor's truncation); set to 0", RuntimeWarning, stacklevel=2)
+        var[neg] = 0.0
     return mean, var, ev
 
 

@@ -274,3 +274,34 @@ def test_solver_flags_and_mixed_options_are_checked(grids):
             solve(A, B, precision="mixed", gemm="fp16")
         np.testing.assert_allclose(solve_lu(A, B, check_rcond=np.bool_(False)).to_global(None),
                                    np.linalg.solve(s, np.ones((n, 1))), rtol=1e-12)
+
+
+@pytest.mark.mpi
+@pytest.mark.gpu
+def test_storage_growth_scale_and_zero_residual_checks_on_gpu_ranks(grids):
+    """The checks above on GPU ranks: B sharing A's storage with overwrite_a, Wilkinson's
+    growth (gepp warns; growth_factor as on CPU ranks), a mixed solve of a matrix scaled by
+    1e-40 (falls back, with the reason) and an exactly zero residual (0, not NaN)."""
+    from distla import LinAlgWarning
+    from distla.checks import solve_checks
+    from distla.linalg import lu_factor, solve
+    n = 40                                   # growth 2^39 > 1 / sqrt(eps)
+    a = np.random.default_rng(5).standard_normal((n, n)) + 5 * np.eye(n)
+    w = _wilkinson(n)
+    for g in grids:
+        def dm(v, device="gpu"):
+            return DistMatrix.from_global(g, np.asarray(v).reshape(n, -1), block=4,
+                                          device=device)
+        A = dm(a)
+        X = solve(A, A, overwrite_a=True)
+        np.testing.assert_allclose(X.to_global(None), np.eye(n), atol=1e-12)
+        with pytest.warns(LinAlgWarning, match="element growth"):
+            solve(dm(w), dm(w @ np.ones(n)))
+        assert lu_factor(dm(a)).growth_factor() == \
+            pytest.approx(lu_factor(dm(a, "cpu")).growth_factor(), rel=1e-12)
+        X, info = solve(dm(a * 1e-40), dm(a @ np.ones(n) * 1e-40), precision="mixed",
+                        return_info=True)
+        assert info.fallback and "normal range" in info.reason
+        np.testing.assert_allclose(X.to_global(None), np.ones((n, 1)), rtol=1e-12)
+        zero = solve_checks(dm(a), dm(np.zeros(n)), dm(np.zeros(n)), berr=True)
+        assert zero["sresid"] == 0 and zero["berr"] == 0

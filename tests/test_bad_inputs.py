@@ -232,12 +232,19 @@ def _solves(name, a):
 
 
 def _solves_tlr(name):
-    """Check: PASS printed, and x solves the spd system to TLR's default tol (1e-8)."""
+    """Check: PASS printed against TLR's threshold (its residual bound tol ||A||_F ||x||_2
+    in SRESID's units, below the loose 3 tol/eps = 2.7e8 at the default tol 1e-8), and x
+    solves the spd system to that tol."""
     def check(d, p):
-        assert re.search(r"PASS \(threshold 2\.70\d*e\+08\)", p.stdout), p.stdout
+        m = re.search(r"PASS \(threshold ([0-9.e+]+)\)", p.stdout)
+        assert m and 3 < float(m.group(1)) <= 2.71e8, p.stdout
         x = np.load(d / name).ravel()
         np.testing.assert_allclose(_spd() @ x, _spd() @ np.ones(N), rtol=1e-6)
     return check
+
+
+def _fail(text):
+    raise AssertionError(text)
 
 
 def _printed(*lines):
@@ -327,13 +334,18 @@ CLI_CASES = [
     ("-O lower with a solve-only option", 1,
      _S + ["--matrix", "spd.npy", "-O", "lower=false", "-O", "precision=mixed"], EXIT_USAGE,
      "-O lower cannot be combined with -O precision", _no_solve_ran),
-    ("tlr passes at its default tol (threshold 3 tol/eps)", 2,
+    ("tlr passes at its default tol (threshold from tol ||A||_F ||x||_2)", 2,
      _S + ["--matrix", "spd.npy", "--method", "tlr", "--out", "xt.npy"], 0, "",
      _solves_tlr("xt.npy")),
     ("tlr at a fixed rank of 1 fails the residual check: exit 3, no file", 2,
      _S + ["--matrix", "spd.npy", "--method", "tlr", "-O", "tol=none", "-O", "max_rank=1",
            "--out", "x1.npy"], EXIT_THRESH, r"scaled residual .* exceeds the threshold 3 \(FAIL",
      _printed("FAIL (threshold 3)", "solution NOT written to x1.npy")),
+    ("tlr whose ranks max_rank caps below tol fails the check: exit 3, no file", 2,
+     _S + ["--matrix", "spd.npy", "--method", "tlr", "-O", "tol=1e-3", "-O", "max_rank=0",
+           "--out", "x0.npy"], EXIT_THRESH, r"scaled residual .* exceeds the threshold",
+     lambda d, p: ("capped the ranks" in p.stderr or _fail(p.stderr)) and
+     _printed("solution NOT written to x0.npy")(d, p)),
     ("gepp of a numerically singular matrix warns", 2,
      _S + ["--matrix", "near_singular.npy", "--method", "gepp"], 0,
      r"distla: warning: .*ill-conditioned matrix \(rcond=", None),

@@ -57,17 +57,20 @@ def test_bench_job(tmp_path, ranks, fmt, method):
             assert r["seconds"] == pytest.approx(sum(parts))
     res = [r for r in mine if r["phase"] == "residual"]
     assert all(r["sresid"] < 3 and r["berr"] < 1e-12 for r in res)
+    assert all(r["check"] == "PASS" and r["check_thresh"] == (3 if method == "cholesky" else 1)
+               for r in res)
     # the written x solves the system in the file
     kind = "spd" if method == "cholesky" else "general"
+    stem = tmp_path / f"distla-bench-job-{kind}-n{n}-float64"
     if fmt == "h5":
         import h5py
-        with h5py.File(tmp_path / f"job-{kind}-n{n}-float64.h5") as h:
+        with h5py.File(f"{stem}.h5") as h:
             a = h["A"][...]
-        with h5py.File(tmp_path / "x.h5") as h:
+        with h5py.File(f"{stem}-x.h5") as h:
             x = h["x"][...]
     else:
-        a = np.load(tmp_path / f"job-{kind}-n{n}-float64.npy")
-        x = np.load(tmp_path / "x.npy")
+        a = np.load(f"{stem}.npy")
+        x = np.load(f"{stem}-x.npy")
     np.testing.assert_allclose(a @ x, a.sum(axis=1), rtol=1e-10)
     # a second run reuses the file: no generate phase
     out2 = tmp_path / "r2.jsonl"
@@ -91,3 +94,57 @@ def test_bench_job_cold_runs_a_fresh_process(tmp_path):
     proc = next(r for r in cold if r["phase"] == "process")
     total = next(r for r in cold if r["phase"] == "total")
     assert proc["seconds"] > total["seconds"]     # the whole command includes the job
+
+
+@pytest.mark.skipif(not __import__("os").path.exists(MPIEXEC), reason="no mpiexec")
+def test_bench_job_dir_that_is_a_file_fails_on_every_rank(tmp_path):
+    """--dir naming a regular file: one clear error and exit 2 on every rank (it hung on 2
+    ranks: rank 0 failed to create the directory while the others waited at a barrier)."""
+    from test_cli import assert_fails
+    f = tmp_path / "afile"
+    f.write_text("mine")
+    for ranks in (1, 2):
+        p = run(["bench", "job", "--n", 32, "--nb", 8, "--device", "cpu", "--dir", f,
+                 "--repeat", 1, "--no-floors"], n=ranks, timeout=120)
+        assert_fails(p, 2, f"--dir {f}: exists and is not a directory")
+    assert f.read_text() == "mine"
+
+
+@pytest.mark.skipif(not __import__("os").path.exists(MPIEXEC), reason="no mpiexec")
+@pytest.mark.parametrize("fmt", ["npy", "h5"])
+def test_bench_job_never_overwrites_a_file_it_did_not_write(tmp_path, fmt):
+    """A user's file under the benchmark's solution (or matrix) name is refused before any
+    work and left as it was; the benchmark's own files (listed in its manifest) are reused
+    and rewritten; a user's x.npy beside them is never touched."""
+    from test_cli import assert_fails
+    if fmt == "h5":
+        pytest.importorskip("h5py")
+    n, stem = 32, tmp_path / "distla-bench-job-spd-n32-float64"
+    user = np.arange(1000.0).reshape(100, 10)
+    np.save(tmp_path / "x.npy", user)               # the name the benchmark used to write
+    args = ["bench", "job", "--n", n, "--nb", 8, "--device", "cpu", "--dir", tmp_path,
+            "--format", fmt, "--repeat", 1, "--no-floors"]
+    p = run(args, n=2)
+    assert p.returncode == 0, p.stdout + p.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "x.npy"), user)
+    xfile = f"{stem}-x.{fmt}"
+    assert __import__("os").path.exists(xfile)
+    p = run(args, n=2)                              # its own files: reused / rewritten
+    assert p.returncode == 0, p.stdout + p.stderr
+    # a file of the benchmark's names that it did not write is refused, left unchanged (an
+    # n x n matrix under the matrix's name is only read, so it is reused)
+    (tmp_path / ".distla-bench-job.json").unlink()
+    before = open(xfile, "rb").read()
+    p = run(args, n=2)
+    assert_fails(p, 2, f"{__import__('os').path.basename(xfile)} exists and was not "
+                       f"written by distla bench job")
+    assert open(xfile, "rb").read() == before
+    __import__("os").unlink(xfile)
+    p = run(args, n=2)                              # the n x n matrix is reused
+    assert p.returncode == 0, p.stdout + p.stderr
+    (tmp_path / ".distla-bench-job.json").unlink()
+    if fmt == "npy":                                # not n x n: it would be regenerated
+        np.save(f"{stem}.npy", user)
+        p = run(args, n=2)
+        assert_fails(p, 2, f"{stem.name}.npy exists and was not written by distla bench job")
+        np.testing.assert_array_equal(np.load(f"{stem}.npy"), user)

@@ -9,7 +9,7 @@ B=$PWD/.base; D=/tmp/distla-job; mkdir -p $D
 T="tests/test_gpu_core.py tests/test_validate.py tests/test_pblas.py tests/test_mixed.py"
 timeout 150 python3 -m pytest -q --color=no -p no:cacheprovider -m gpu --require-gpu --timeout 120 $T 2>&1 | tail -1
 timeout 200 $M -n 1 python3 -m pytest --with-mpi -q --color=no -p no:cacheprovider -m "mpi and gpu" --require-gpu --timeout 150 $T 2>&1 | tail -1
-timeout 120 $M -n 8 env OPENBLAS_NUM_THREADS=1 python3 -m distla generate --kind spd --n 32768 --out $D/job-spd-n32768-float64.npy > /dev/null 2>&1; echo gen rc=$?
+timeout 120 $M -n 8 env OPENBLAS_NUM_THREADS=1 python3 -m distla generate --kind spd --n 32768 --out $D/distla-bench-job-spd-n32768-float64.npy > /dev/null 2>&1; echo gen rc=$?
 for v in before after; do
   if [ $v = before ]; then P=$B; else P=$PWD; fi
   echo "== $v"

@@ -14,7 +14,7 @@ timeout 150 python3 -m pytest -q --color=no -p no:cacheprovider -m gpu --require
 echo "gpu tests rc=$?"; tail -n 1 "$O/tests.log"
 D=/tmp/distla-job; mkdir -p $D
 timeout 150 $M -n 8 env OPENBLAS_NUM_THREADS=1 python3 -m distla generate --kind spd \
-    --n 32768 --out $D/job-spd-n32768-float64.npy -q
+    --n 32768 --out $D/distla-bench-job-spd-n32768-float64.npy -q
 export CUPY_CACHE_DIR=/tmp/fresh-cache; rm -rf $CUPY_CACHE_DIR
 t0=$SECONDS; timeout 200 $M -n 1 -x CUPY_CACHE_DIR python3 -m distla warmup | tail -1
 echo "warmup $((SECONDS - t0)) s"

@@ -33,10 +33,10 @@ PY
 }
 
 echo "== generate n=32768 on 8 CPU ranks"
-rm -f "$D"/job-spd-n32768-float64.npy
+rm -f "$D"/distla-bench-job-spd-n32768-float64.npy
 t0=$(now)
 timeout 150 $M -n 8 env OPENBLAS_NUM_THREADS=1 python3 -m distla generate --kind spd \
-    --n 32768 --out "$D"/job-spd-n32768-float64.npy > "$O/generate.log" 2>&1
+    --n 32768 --out "$D"/distla-bench-job-spd-n32768-float64.npy > "$O/generate.log" 2>&1
 rc=$?; tg=$(python3 -c "print(round($(now) - $t0, 2))")
 echo "generate rc=$rc: $tg s"
 ts=$(python3 -c "

@@ -16,7 +16,7 @@ D=/tmp/distla-job; mkdir -p "$D"; rm -f "$D"/*.npy
 echo "== generate n=32768, 8 CPU ranks"
 t0=$(date +%s.%N)
 timeout 150 $M -n 8 env OPENBLAS_NUM_THREADS=1 python3 -m distla generate --kind spd \
-    --n 32768 --out "$D"/job-spd-n32768-float64.npy -q 2>&1 | tail -2
+    --n 32768 --out "$D"/distla-bench-job-spd-n32768-float64.npy -q 2>&1 | tail -2
 echo "generate rc=$?: $(python3 -c "print(round($(date +%s.%N) - $t0, 2))") s"
 python3 -c "
 import numpy as np, time

@@ -16,7 +16,7 @@ timeout 120 $M -n 1 python3 -m pytest --with-mpi -q --color=no -p no:cacheprovid
     tests/test_h5io.py 2>&1 | tail -n 1
 D=/tmp/distla-job; mkdir -p $D
 timeout 150 $M -n 8 env OPENBLAS_NUM_THREADS=1 python3 -m distla generate --kind spd \
-    --n 32768 --out $D/job-spd-n32768-float64.npy -q
+    --n 32768 --out $D/distla-bench-job-spd-n32768-float64.npy -q
 for rep in 1 2; do
   for tree in .base .; do
     name=$([ $tree = . ] && echo after || echo before)

@@ -8,7 +8,7 @@
 . benchmarks/gpu/device_env.sh
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 D=/tmp/distla-job; mkdir -p $D
-F=$D/job-spd-n32768-float64.npy
+F=$D/distla-bench-job-spd-n32768-float64.npy
 [ -f $F ] || timeout 150 $M -n 8 env OPENBLAS_NUM_THREADS=1 python3 -m distla generate \
     --kind spd --n 32768 --out $F -q
 export CUPY_CACHE_DIR=/tmp/fresh-cache; rm -rf $CUPY_CACHE_DIR

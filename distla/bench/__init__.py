@@ -15,8 +15,11 @@ The framework adds the common options ``--json FILE`` (append one JSON line per 
 ``--plot FILE.png`` (rate vs n, and vs ranks when the records -- this run's plus those in the
 --json file -- span several rank counts; needs matplotlib: ``pip install 'distla[plot]'``),
 ``--quiet`` and ``--verbose``; prints the records as a table on rank 0; and turns any error
-into one line on rank 0 and exit code 2 on every rank. ``python -m distla.bench plot FILE.jsonl
---plot out.png`` plots saved results.
+into one line on rank 0 and exit code 2 on every rank. A benchmark that checks its results
+judges each record against a stated threshold (``check`` PASS/FAIL, ``check_thresh``:
+:func:`distla.bench.common.judge`); when any record FAILs, the command exits with code 3 (as
+``distla solve``) after printing and saving every record. ``python -m distla.bench plot
+FILE.jsonl --plot out.png`` plots saved results.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import importlib
 import json
 
 from ..runtime import (
+    EXIT_THRESH,
     ArgumentParser,
     CommandError,
     UsageError,
@@ -232,6 +236,7 @@ def _body(argv, prog) -> int:
             print(f"plot written to {args.plot}", flush=True)
         return 0
     mod = _load(args.bench)
+    _check_options(args)
     if args.plot:
         on_root(comm, _check_matplotlib)
     if args.json:
@@ -262,8 +267,32 @@ def _body(argv, prog) -> int:
             plot_records(allrecs, args.plot, args.bench)
             if not args.quiet:
                 print(f"plot written to {args.plot}", flush=True)
-    on_root(comm, report)
+        return _failures(recs)
+    failed = on_root(comm, report)
+    if failed:     # a wrong answer never exits 0 (the records above keep check=FAIL)
+        raise CommandError(failed, EXIT_THRESH)
     return 0
+
+
+def _check_options(args) -> None:
+    """CommandError (exit 2, before any work) for an option outside its range."""
+    from .common import check_options
+    try:
+        check_options(args)
+    except ValueError as e:
+        raise CommandError(str(e)) from None
+
+
+def _failures(recs) -> str:
+    """'' when no record FAILs its check, else the message naming the failed ones."""
+    bad = [r for r in recs if r.get("check") == "FAIL"]
+    what = "; ".join(f"{r.get('impl', '?')} n={r.get('n', '?')}"
+                     + "".join(f" {k}={r[k]}" for k in ("method", "pivoting", "precision",
+                                                         "factor_dtype", "cond", "phase")
+                               if k in r)
+                     + f" (threshold {r['check_thresh']:g})" for r in bad[:3])
+    return what and (f"{len(bad)} result{'s' * (len(bad) != 1)} FAILED the residual check: "
+                     f"{what}{' ...' if len(bad) > 3 else ''}")
 
 
 def main_argv(argv, prog: str = "python -m distla.bench") -> int:
@@ -292,6 +321,7 @@ def run_benchmark(name: str, argv=()) -> list[dict]:
     parser = build_parser(name=name)
     args = parser.parse_args([name, *map(str, argv)])
     mod = _load(name)
+    _check_options(args)
     with guarded(MPI.COMM_WORLD):
         records = mod.run(args)
     return MPI.COMM_WORLD.bcast([dict(r) for r in (records or [])], root=0)

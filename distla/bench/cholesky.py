@@ -13,7 +13,9 @@ time is the maximum over ranks. Rate: n^3/3 + n^2/2 flops. ``--inplace``: no cop
 repetition factors a freshly generated matrix in its own storage and the check regenerates A in
 slabs (:func:`distla.bench.common.regenerated_residual`), so one n x n matrix (plus O(n nb)
 workspace) is held: the largest n that fits. Records carry the peak memory per rank
-(``host_peak_mb``, on GPU ``device_peak_mb`` from the CuPy pool, ``local_mb``).
+(``host_peak_mb``, on GPU ``device_peak_mb`` from the CuPy pool, ``local_mb``). Checks (unless
+``--no-check``): the factor residual ``fresid`` and SRESID of one solve, PASS/FAIL against
+ScaLAPACK's threshold 3 (``check``, ``check_thresh``; a FAIL exits 3).
 ``--profile`` (``--trace``) adds the time per phase (panel, broadcasts, update) and the host
 overhead per step of one extra, separately run factorization (maximum over ranks).
 """
@@ -125,6 +127,8 @@ def _run(args) -> list[dict]:
             else:
                 rec["fresid"] = factor_residual_cholesky(A, L)
                 rec["sresid"] = solve_residual(A, X, B)
+            common.judge(rec, common.default_threshold("cholesky", {}, dtype), "fresid",
+                         "sresid")
         del L
         if args.profile:
             W = make() if A is None else A.copy()

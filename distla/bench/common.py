@@ -7,6 +7,10 @@
 * :func:`reference_rank0` -- run a single-process reference (NumPy / CuPy) on rank 0 while the
   other ranks wait without spinning.
 * :func:`flops`, :func:`tflops`, :func:`record` -- flop counts and result records.
+* :func:`default_threshold`, :func:`judge` -- PASS/FAIL of a record's residual checks against
+  a threshold (``check``, ``check_thresh``: what ``distla solve`` prints and records; the
+  framework exits 3 when a record FAILs).
+* :func:`check_options` -- the common options' ranges, checked before any work.
 * :func:`spd_matrix`, :func:`general_matrix`, :func:`covariance_matrix`, :func:`make_problem`
   -- test problems generated block by block from global indices (never formed on one rank; the
   same matrix whatever the grid, block size or device).
@@ -45,7 +49,8 @@ __all__ = ["parse_grid", "make_grid", "parse_sizes", "default_device", "sync", "
            "reference_rank0", "flops", "tflops", "record", "spd_matrix",
            "general_matrix", "covariance_matrix", "make_problem", "PROBLEM_KINDS",
            "add_problem_arguments", "format_table", "default_nb", "ranks_on_node",
-           "blas_threads", "global_normal", "problem_entries"]
+           "blas_threads", "global_normal", "problem_entries", "default_threshold", "judge",
+           "check_options"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -461,6 +466,72 @@ def record(bench: str, impl: str, *, n: int, seconds: float, nflops: float | Non
     if nflops is not None:
         rec["tflops"] = tflops(nflops, seconds)
     return rec
+
+
+# ---------------------------------------------------------------------------------------
+# checks: PASS / FAIL against a stated threshold
+# ---------------------------------------------------------------------------------------
+def default_threshold(method: str, kw: dict, dtype, A=None, X=None) -> float:
+    """The scaled residual's PASS/FAIL threshold: ScaLAPACK's testers use 3 for Cholesky and
+    1 for LU (SRESID is scaled by ``n eps``). A TLR solve is exact for ``A + E`` with
+    ``||E||_F <= tol ||A||_F``, so ``||B - A X||_inf <= ||B - A X||_2 <= tol ||A||_F
+    ||x||_2`` per column: its threshold is that bound in SRESID's units, ``3 max(1, tol
+    ||A||_F max_j(||x_j||_2 / ||x_j||_inf) / (||A||_inf eps n))`` (``tol`` from ``-O tol``,
+    else ``tlr.solve``'s default; None, fixed rank only, certifies nothing beyond eps), which
+    needs A and X (collective then: one pass over A for ``||A||_F``); without them the
+    loosest form of the bound, ``3 max(1, tol / eps)`` (``||A||_F <= sqrt(n) ||A||_inf``,
+    ``||x||_2 <= sqrt(n) ||x||_inf``). On covariance matrices the residuals measured
+    0.02-0.07 of the bound (tol 1e-2 .. 1e-8)."""
+    if method != "tlr":
+        return 3.0 if method == "cholesky" else 1.0
+    import inspect
+
+    from ..checks import eps as unit_roundoff
+    from ..tlr import solve as tlr_solve
+    tol = kw.get("tol", inspect.signature(tlr_solve).parameters["tol"].default)
+    eps = unit_roundoff(dtype)
+    if A is None or X is None or not tol or not A.n:
+        return 3.0 * max(1.0, (tol or eps) / eps)
+    x = np.asarray(X.to_global(None), dtype=np.complex128 if X.dtype.kind == "c"
+                   else np.float64)
+    xinf = np.abs(x).max(axis=0)
+    shape = np.where(xinf > 0, np.linalg.norm(x, axis=0) / np.where(xinf > 0, xinf, 1), 0)
+    bound = tol * A.norm("fro") * float(shape.max(initial=0.0)) / \
+        (A.norm(np.inf) * eps * A.n)
+    return 3.0 * max(1.0, bound) if np.isfinite(bound) else 3.0 * max(1.0, tol / eps)
+
+
+def judge(rec: dict, thresh: float, *keys) -> dict:
+    """Set ``rec["check"]`` to 'PASS' when every value ``rec[k]`` of ``keys`` (absent or None:
+    not measured, skipped) is at most ``thresh`` (NaN fails: :func:`distla.checks.passes`),
+    else 'FAIL', and ``rec["check_thresh"] = thresh``, as ``distla solve``'s record. Returns
+    ``rec``. Not collective."""
+    from ..checks import passes
+    vals = [rec[k] for k in keys if rec.get(k) is not None]
+    rec["check"] = "PASS" if all(passes(v, thresh) for v in vals) else "FAIL"
+    rec["check_thresh"] = float(thresh)
+    return rec
+
+
+# (option, smallest value, its wording): checked by check_options when the benchmark has it
+_RANGES = (("reps", 1, "positive"), ("repeat", 1, "positive"), ("warmup", 0, "non-negative"),
+           ("nb", 1, "positive"), ("tile", 1, "positive"), ("workspace", 1, "positive (MiB)"),
+           ("ref_threads", 1, "positive"), ("nrhs", 1, "positive"), ("depth", 0,
+           "non-negative"), ("max_rank", 0, "non-negative"), ("panel_leaf", 0,
+           "non-negative"), ("update_group", 1, "positive"), ("lookahead", 0, "non-negative"))
+
+
+def check_options(args) -> None:
+    """ValueError (before any work) for a common option outside its range (``--reps 0``,
+    ``--warmup -1``, ``--tile 0``, ...; an option left at None keeps its default). Not
+    collective (deterministic: the same outcome on every rank)."""
+    for name, low, words in _RANGES:
+        v = getattr(args, name, None)
+        if v is not None and v < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be {words}, not {v}")
+    tol = getattr(args, "tol", None)
+    if tol is not None and not 0 <= tol < 1:
+        raise ValueError(f"--tol must be in [0, 1), not {tol}")
 
 
 # ---------------------------------------------------------------------------------------

@@ -18,8 +18,17 @@ Phases (impl 'distla') and their floors (impl 'floor'):
 * ``solve`` (:func:`distla.linalg.solve`: factor + triangular solves) -- the factorization
   alone, run once more (what ``distla bench cholesky``/``lu`` measure);
 * ``residual`` (SRESID, BERR in one pass, as ``distla solve`` does) -- one local GEMV;
-* ``write`` (x to ``DIR/x.npy`` or ``x.h5:/x``) -- a sequential save of the same size;
+* ``write`` (x to ``DIR/distla-bench-job-KIND-nN-DTYPE-x.npy`` or ``...-x.h5:/x``) -- a
+  sequential save of the same size;
 * ``total`` -- the sum of the phases (generate excluded) and the sum of the floors.
+
+Files in ``--dir``: the matrix ``distla-bench-job-KIND-nN-DTYPE.npy`` (``.h5:/A``) and the
+solution (``...-x.npy``, ``...-x.h5:/x``). The benchmark never overwrites a file it did not
+write: ``DIR/.distla-bench-job.json`` lists the files it made there, and a target that exists
+without being listed there is refused before any work (exit 2), except an n x n matrix under
+the matrix's name, which is only read (e.g. one written by ``distla generate``). The residual
+check (SRESID) is judged against ``distla solve``'s threshold (``check``, ``check_thresh``; a
+FAIL exits 3).
 
 Repetitions (``--repeat``) run in this process: the first is labelled ``cache='first'`` (a
 fresh process: CuPy loads or compiles its kernels, creates handles and pools), the others
@@ -61,8 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cpu or gpu (default: gpu if CuPy sees one)")
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     parser.add_argument("--dir", default=None, metavar="DIR",
-                        help="where the matrix file lives (generated there if absent, reused "
-                             "otherwise; default: a temporary directory, removed after)")
+                        help="where the matrix distla-bench-job-KIND-nN-DTYPE.npy (.h5) and "
+                             "the solution ...-x.npy (.h5) are written (the matrix is reused "
+                             "by later runs, as is an n x n matrix of that name written "
+                             "otherwise; created if absent). Files of these names that this "
+                             "benchmark did not write (it lists its own in "
+                             "DIR/.distla-bench-job.json) are never overwritten: the run is "
+                             "refused. Default: a temporary directory, removed after")
     parser.add_argument("--format", choices=("npy", "h5"), default="npy")
     parser.add_argument("--method", "-m", choices=METHODS, default="cholesky")
     parser.add_argument("--repeat", type=int, default=2,
@@ -81,23 +95,79 @@ def _command() -> str:
     return "distla bench " + " ".join(argv)
 
 
+PREFIX = "distla-bench-job-"
+MANIFEST = ".distla-bench-job.json"     # in --dir: the files this benchmark wrote there
+
+
 def _paths(d: str, fmt: str, kind: str, n: int, dtype: str):
-    stem = os.path.join(d, f"job-{kind}-n{n}-{dtype}")
+    stem = os.path.join(d, f"{PREFIX}{kind}-n{n}-{dtype}")
     if fmt == "h5":
-        return f"{stem}.h5:/A", f"{os.path.join(d, 'x.h5')}:/x"
-    return f"{stem}.npy", os.path.join(d, "x.npy")
+        return f"{stem}.h5:/A", f"{stem}-x.h5:/x"
+    return f"{stem}.npy", f"{stem}-x.npy"
+
+
+def _file(path: str) -> str:
+    """The file of a matrix path (``f.h5:/x`` -> ``f.h5``)."""
+    from .. import h5io
+    return h5io.split_path(path)[0] if h5io.is_h5(path) else path
+
+
+def _ours(d: str) -> set:
+    """The names of the files this benchmark wrote in ``d`` (its manifest). Rank 0."""
+    import json
+    try:
+        with open(os.path.join(d, MANIFEST), encoding="utf-8") as f:
+            names = json.load(f)
+        return set(names) if isinstance(names, list) else set()
+    except (OSError, ValueError):
+        return set()
+
+
+def _claim(d: str, *paths) -> None:
+    """Record ``paths`` as written by this benchmark in ``d``'s manifest. Rank 0."""
+    import json
+    names = sorted(_ours(d) | {os.path.basename(_file(p)) for p in paths})
+    tmp = os.path.join(d, f".{MANIFEST}.{os.getpid()}.partial")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(names, f)
+    os.replace(tmp, os.path.join(d, MANIFEST))
+
+
+def _prepare_dir(d: str, n: int, apath: str, xpath: str) -> None:
+    """Create ``d`` (--dir) if needed, and refuse a target that exists but was not written by
+    this benchmark and would be overwritten: the solution ``xpath``, or a matrix ``apath``
+    that is not an n x n matrix to reuse (reading a matrix written otherwise, e.g. by
+    ``distla generate``, harms nothing). Rank 0; ValueError."""
+    if os.path.lexists(d) and not os.path.isdir(d):
+        raise ValueError(f"--dir {d}: exists and is not a directory")
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--dir {d}: cannot create the directory "
+                         f"({e.strerror or e})") from None
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise ValueError(f"--dir {d}: the directory is not writable")
+    ours = _ours(d)
+    for path in (apath, xpath):
+        p = _file(path)
+        if os.path.lexists(p) and os.path.basename(p) not in ours and \
+                not (path == apath and _have(apath, n, None)):
+            raise ValueError(f"--dir {d}: {os.path.basename(p)} exists and was not written "
+                             f"by distla bench job (not in {MANIFEST}); it is never "
+                             f"overwritten: move it or choose another --dir")
 
 
 def _have(path, n, comm) -> bool:
-    """Collective: whether ``path`` holds an n x n matrix already (checked on rank 0)."""
+    """Collective: whether ``path`` holds an n x n matrix already (checked on rank 0; not
+    collective with ``comm`` None)."""
     from .. import io
     ok = None
-    if comm.Get_rank() == 0:
+    if comm is None or comm.Get_rank() == 0:
         try:
             ok = io.inspect(path).shape == (n, n)
         except (OSError, ValueError):
             ok = False
-    return comm.bcast(ok, root=0)
+    return ok if comm is None else comm.bcast(ok, root=0)
 
 
 def _timed(fn, device, comm):
@@ -135,7 +205,8 @@ def _numpy_read(path: str) -> float:
 
 def _seq_write(d: str, fmt: str, shape, dtype) -> float:
     a = np.full(shape, 1.0, dtype=dtype)             # filled outside the timed region
-    path = os.path.join(d, f".floor-{os.getpid()}.{fmt}")
+    fd, path = tempfile.mkstemp(prefix=f".{PREFIX}floor-", suffix=f".{fmt}", dir=d)
+    os.close(fd)                                     # a new name: nobody's file
     try:
         t0 = time.perf_counter()
         if fmt == "h5":
@@ -189,6 +260,7 @@ def _job(args, grid, device, nb, apath, xpath, comm) -> tuple[dict, object, obje
     from .. import io
     from ..checks import product_and_norm, solve_checks
     from ..device import get_backend
+    from ..errors import on_root
     from ..linalg import solve
     from ..matrix import DistMatrix
     dtype = np.dtype(args.dtype)
@@ -204,6 +276,7 @@ def _job(args, grid, device, nb, apath, xpath, comm) -> tuple[dict, object, obje
     t["solve"], X = _timed(lambda: solve(A, B, method=args.method), device, comm)
     t["residual"], res = _timed(lambda: solve_checks(A, X, B, anorm=anorm), device, comm)
     t["write"], _ = _timed(lambda: io.write_matrix(xpath, X, vector=True), device, comm)
+    on_root(comm, lambda: _claim(os.path.dirname(_file(xpath)), xpath))
     return t, A, res
 
 
@@ -266,26 +339,25 @@ def run(args) -> list[dict]:
     from mpi4py import MPI
 
     from .. import io
+    from ..errors import on_root
     comm = MPI.COMM_WORLD
-    device = args.device or common.default_device()
-    grid = common.make_grid(args.grid, comm)
     n = args.n
     if n < 1 or args.repeat < 1:
         raise ValueError("--n and --repeat must be positive")
-    nb = args.nb or common.default_nb(n, device, grid)
-    dtype = np.dtype(args.dtype)
     kind = _KIND.get(args.method, "general")
     own = args.dir is None
-    d = comm.bcast((tempfile.mkdtemp(prefix="distla-job-") if own else args.dir)
-                   if comm.Get_rank() == 0 else None, root=0)
-    if comm.Get_rank() == 0:
-        os.makedirs(d, exist_ok=True)
-    comm.Barrier()
+    d = on_root(comm, lambda: tempfile.mkdtemp(prefix="distla-job-") if own else args.dir)
     apath, xpath = _paths(d, args.format, kind, n, args.dtype)
+    on_root(comm, lambda: _prepare_dir(d, n, apath, xpath))    # before any work
+    device = args.device or common.default_device()
+    grid = common.make_grid(args.grid, comm)
+    nb = args.nb or common.default_nb(n, device, grid)
+    dtype = np.dtype(args.dtype)
     base = dict(nb=nb, grid=f"{grid.nprow}x{grid.npcol}", ranks=comm.size,
                 device=device, dtype=dtype.name, method=args.method, format=args.format,
                 command=_command())
     nfl = common.flops(_FACTOR_FLOPS.get(args.method, "lu"), n)
+    thresh = common.default_threshold(args.method, {}, dtype)
     gemv_fl = 2.0 * n * n
 
     def rec(impl, phase, seconds, nflops=None, **extra):
@@ -302,6 +374,7 @@ def run(args) -> list[dict]:
             fn = problem_entries(kind, n, seed=args.seed)
             tg, _ = _timed(lambda: io.write_npy_generated(apath, grid, (n, n), (nb, nb), fn,
                                                           dtype=dtype), "cpu", comm)
+            on_root(comm, lambda: _claim(d, apath))
             rows.append(rec("distla", "generate", tg))
             if args.floors:
                 tw = common.reference_rank0(lambda: _seq_write(d, args.format, (n, n), dtype),
@@ -316,9 +389,11 @@ def run(args) -> list[dict]:
             cache = "first" if rep == 0 else "warm"
             fl = {"rhs": gemv_fl, "solve": nfl + 2.0 * n * n, "residual": 2 * gemv_fl}
             for ph, s in t.items():
-                extra = {"sresid": res["sresid"], "berr": res["berr"]} \
-                    if ph == "residual" else {}
-                rows.append(rec("distla", ph, s, fl.get(ph), cache=cache, rep=rep, **extra))
+                r = rec("distla", ph, s, fl.get(ph), cache=cache, rep=rep)
+                if ph == "residual":
+                    r.update(sresid=res["sresid"], berr=res["berr"])
+                    common.judge(r, thresh, "sresid")
+                rows.append(r)
             rows.append(rec("distla", "total", sum(t.values()), cache=cache, rep=rep))
         if args.floors:
             fr = common.reference_rank0(lambda: _seq_read(apath), comm)

@@ -18,7 +18,8 @@ O(n nb) workspace) is held: the largest n that fits. Records carry the peak memo
 factorization, swap, bcast waits, trsm, update; maximum over ranks) and the host overhead per
 step of one extra, separately run factorization (on GPU every phase synchronizes the device, so
 the phases add up to more than the timed run). Checks: SRESID of one solve and the growth
-factor max|U|/max|A|.
+factor max|U|/max|A|; SRESID PASS/FAIL against ScaLAPACK's threshold 1 (``check``,
+``check_thresh``; a FAIL exits 3: GENP, ``--pivoting none``, can fail on these matrices).
 """
 from __future__ import annotations
 
@@ -93,6 +94,8 @@ def _run(args) -> list[dict]:
 
     from ..linalg.lu import lu_factor, lu_solve
     comm = MPI.COMM_WORLD
+    if args.lookahead not in (0, 1):
+        raise ValueError(f"--lookahead must be 0 or 1, not {args.lookahead}")
     device = args.device or common.default_device()
     dtype = np.dtype(args.dtype)
     grid = common.make_grid(args.grid, comm, order=getattr(args, "order", "row"))
@@ -154,6 +157,7 @@ def _run(args) -> list[dict]:
                 else:
                     rec["growth"] = F.growth_factor()
                     rec["sresid"] = solve_residual(A, X, B)
+                common.judge(rec, common.default_threshold("gepp", {}, dtype), "sresid")
             del F
             if args.profile:
                 W = make() if A is None else A.copy()

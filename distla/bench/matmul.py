@@ -4,7 +4,8 @@ For every n: C = A B with n x n random A, B on the P x Q grid, best of --reps (d
 and ranks barriered around each run); then the same product by NumPy or CuPy on rank 0 alone
 (its one GPU, or as many BLAS threads as there are ranks on its node: the same cores) while
 the other ranks sleep. The distla row carries
-``speedup`` = reference seconds / distla seconds.
+``speedup`` = reference seconds / distla seconds. ``--check`` judges ``relerr`` against
+``3 n eps`` (``check``, ``check_thresh``; a FAIL exits 3).
 
     mpiexec -n 2 python -m distla.bench matmul --device gpu --n 32768 --nb 2048 --grid 1x2
 """
@@ -21,6 +22,7 @@ from .common import (
     default_device,
     default_nb,
     flops,
+    judge,
     make_grid,
     parse_sizes,
     ranks_on_node,
@@ -85,6 +87,7 @@ def run(args) -> list[dict]:
     """Collective over COMM_WORLD: the records (distla and reference) for every --n."""
     from mpi4py import MPI
 
+    from ..checks import eps
     from ..device import get_backend
     from ..errors import collective
     from ..matrix import DistMatrix
@@ -120,6 +123,7 @@ def run(args) -> list[dict]:
                                   device=device)
             y = matmul(A, matmul(B, x))
             rec["relerr"] = norm(matmul(C, x) - y, np.inf) / max(norm(y, np.inf), 1e-300)
+            judge(rec, 3 * n * eps(dtype), "relerr")
         del A, B, C
         _free(device)
         if not quiet and comm.Get_rank() == 0:

@@ -16,7 +16,8 @@ and cond (best of ``--reps``, device synchronized and ranks barriered, maximum o
 * ``distla-mixed-<factor_dtype>``: ``solve(..., precision='mixed', factor_dtype=...)``, with
   ``speedup`` (float64 seconds / mixed seconds), ``iters`` and ``gmres_it`` (refinement and
   Krylov iterations), ``fallback`` and ``reason``, ``berr`` (componentwise backward error)
-  beside the float64 solve's ``berr_double``;
+  beside the float64 solve's ``berr_double``; every solve's ``berr`` is judged against
+  ``3 n eps`` (``check``, ``check_thresh``; a FAIL exits 3);
 * the reference, once per n and method on rank 0 (``--no-ref`` skips it): cuSOLVER through
   CuPy on GPU (``cupy.linalg.solve``: getrf + getrs; Cholesky: potrf + two triangular solves),
   SciPy on CPU (with as many BLAS threads as ranks on the node).
@@ -76,8 +77,9 @@ def run(args) -> list[dict]:
         if bad:
             raise ValueError(f"--factor-dtype {' '.join(bad)}: {device} ranks factor in "
                              f"{', '.join(be.LOWP)}")
-        if args.reps < 1:
-            raise ValueError("--reps must be positive")
+        bad = [c for c in args.cond if not c >= 1]
+        if bad:
+            raise ValueError(f"--cond must be at least 1 (a condition number), not {bad[0]:g}")
     grid = common.make_grid(args.grid, comm)
     rows = []
     for n in common.parse_sizes(args.n):
@@ -92,7 +94,7 @@ def run(args) -> list[dict]:
 def _one(args, grid, n, nb, method, cond, fds, device, reference) -> list[dict]:
     """Collective: the float64 solve, each mixed solve and (``reference``) the one-device
     reference of one matrix; their records."""
-    from ..checks import backward_error
+    from ..checks import backward_error, eps
     from ..linalg import solve
     from ..matrix import DistMatrix
     from ..problems import conditioned_matrix
@@ -108,8 +110,10 @@ def _one(args, grid, n, nb, method, cond, fds, device, reference) -> list[dict]:
     t64, X = common.timed_result(lambda: solve(A, B, method=method, **kw), device, comm,
                                  reps=args.reps, warmup=1 if device == "gpu" else 0)
     berr64 = backward_error(A, X, B)
-    rows = [common.stream(args, common.record(NAME, "distla-double", n=n, seconds=t64,
-                                              nflops=nfl, **base, berr=berr64), comm)]
+    thresh = 3 * n * eps(np.float64)          # componentwise backward error: 3 n eps
+    rows = [common.stream(args, common.judge(common.record(
+        NAME, "distla-double", n=n, seconds=t64, nflops=nfl, **base, berr=berr64), thresh,
+        "berr"), comm)]
     for fd in fds:
         t, (X, info) = common.timed_result(
             lambda: solve(A, B, method=method, precision="mixed", factor_dtype=fd,
@@ -122,7 +126,7 @@ def _one(args, grid, n, nb, method, cond, fds, device, reference) -> list[dict]:
                             gmres_it=sum(info.gmres_iterations), fallback=fell,
                             reason=info.reason, berr=backward_error(A, X, B),
                             berr_double=berr64)
-        rows.append(common.stream(args, rec, comm))
+        rows.append(common.stream(args, common.judge(rec, thresh, "berr"), comm))
         _free(device)
         if not quiet and comm.rank == 0:
             print(f"mixed {method} n={n} cond={cond:.0e} {fd}: {t:.4g} s (float64 "

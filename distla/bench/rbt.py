@@ -17,7 +17,8 @@ barriered around each solve, maximum over ranks):
   ``t_transform`` (U^T A V and the right-hand-side butterflies), ``transform_pct`` (its share of
   the total), ``t_genp``, ``iters`` and ``t_refine`` (residuals + solves), ``fallback``,
   ``berr`` (LAPACK componentwise backward error) and ``sresid`` (ScaLAPACK SRESID) of X,
-  ``vs_gepp`` = GEPP seconds / RBT seconds (> 1: RBT faster), ``vs_ref``.
+  ``vs_gepp`` = GEPP seconds / RBT seconds (> 1: RBT faster), ``vs_ref``; ``check``: SRESID
+  PASS/FAIL against ScaLAPACK's LU threshold 1 (``check_thresh``; a FAIL exits 3), for GEPP too.
 * ``distla-gepp``: ``lu_factor(pivoting="partial")`` + ``lu_solve`` on the same matrix.
 * ``scipy`` (CPU: ``scipy.linalg.lu_factor`` + ``lu_solve`` with as many BLAS threads as ranks
   on the node) or ``cupy(cusolver)`` (GPU: ``cupyx.scipy.linalg.lu_factor`` + ``lu_solve``,
@@ -136,6 +137,7 @@ def run(args) -> list[dict]:
                        transform_pct=100.0 * tt.get("transform", 0.0) / best,
                        berr=info.backward_error, sresid=info.residual,
                        gmres_it=sum(info.gmres_iterations))
+            common.judge(rec, common.default_threshold("rbt", {}, dtype), "sresid")
             del X, keep
             _free(device)
             rows.append(rec)
@@ -159,6 +161,7 @@ def run(args) -> list[dict]:
                 best = min(best, t)
             rec = common.record(NAME, "distla-gepp", n=n, seconds=best, nflops=nfl, **base,
                                 berr=backward_error(A, X, B), sresid=solve_residual(A, X, B))
+            common.judge(rec, common.default_threshold("gepp", {}, dtype), "sresid")
             del X
             _free(device)
             rows.append(rec)

@@ -23,10 +23,13 @@ after factoring; accuracy: ``||A - L L^T||_2 / ||A||_2`` (10 steps of subspace i
 random probe vectors, a lower bound; with the exact dense A, or with the TLR matrix under
 ``--no-dense``), the compression error ``||A - A_tlr||_2 / ||A||_2`` (dense only), the
 log-determinant relative error against the dense factor, and the backward error ``||A x - b|| /
-(||A|| ||x||)`` of a TLR solve. Times are maxima over ranks. ``--profile`` adds
-``prof_<phase>`` seconds (bcast, update, reduce, panel, potrf, header, compress, trsm, store,
-...) of one extra factorization read from a :class:`distla.trace.Tracer` (device seconds on GPU
-ranks, maxima over ranks; ``prof_profiled`` is its wall time).
+(||A|| ||x||)`` of a TLR solve. The factor, compression and backward errors are judged against
+``3 max(tol, eps) sqrt(n)`` (the 2-norm image of the build's Frobenius-norm promise; ``check``,
+``check_thresh``; a FAIL, e.g. a ``--max-rank`` too small for ``tol``, exits 3). Times are
+maxima over ranks. ``--profile`` adds ``prof_<phase>`` seconds (bcast, update, reduce, panel,
+potrf, header, compress, trsm, store, ...) of one extra factorization read from a
+:class:`distla.trace.Tracer` (device seconds on GPU ranks, maxima over ranks;
+``prof_profiled`` is its wall time).
 """
 from __future__ import annotations
 
@@ -83,6 +86,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspace", type=int, default=None,
                         help="MiB of scratch per batched call (default: a quarter of the "
                              "free memory, see distla.tlr._memory)")
+
+
+def threshold(tol, n) -> float:
+    """The PASS/FAIL threshold of the relative 2-norm errors (factor, compression, backward):
+    the build promises ``||A - A_tlr||_F <= tol ||A||_F``, and ``||E||_2 <= ||E||_F``,
+    ``||A||_F <= sqrt(n) ||A||_2``, so ``3 max(tol, eps) sqrt(n)``. Not collective."""
+    from ..checks import eps
+    return 3.0 * max(tol or 0.0, eps(np.float64)) * math.sqrt(n)
 
 
 def common_xp(device):
@@ -179,6 +190,8 @@ def run(args) -> list[dict]:
         else:
             run.against_tlr(rec)
             rows.append(rec)
+        common.judge(rec, threshold(args.tol, n), "err_fact", "err_comp", "err_fact_vs_tlr",
+                     "backward")
         run = None  # free before the next size
         _free(common_xp(device))
     return rows
