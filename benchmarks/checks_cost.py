@@ -8,7 +8,7 @@ the solve with the default checks (check_finite, check_symmetric for Cholesky, t
 estimate) and the difference ("every check": a difference of two timings, noisy where the
 checks are a few percent), then each check alone timed by itself on the same matrix
 (check_finite; check_symmetric, also with finite=True, the one pass a checked Cholesky solve
-makes; the rcond estimate), and what the estimate adds to a solve with the factor when it
+makes; the rcond estimate; the element growth factor solve_lu checks), and what the estimate adds to a solve with the factor when it
 rides along (cho_solve_rcond / lu_solve_rcond against cho_solve / lu_solve), best of
 --reps. Prints seconds and the percentage of the plain solve.
 """
@@ -96,6 +96,7 @@ def main():
     t2 = best(lambda: (setattr(F, "_rcond", None), lu_solve_rcond(F, B, check_finite=False)),
               a.reps)
     rec("rcond added to lu_solve (fused)", max(t2 - t1, 1e-9), 0, t_lu)
+    rec("growth factor (LU)", best(F.growth_factor, a.reps), 0, t_lu)
     if comm.rank == 0:
         for r in rows:
             print(f"{r['impl']:<28} {r['seconds']:9.4f} s  {r['percent_of_solve']:6.2f} % "

@@ -630,3 +630,28 @@ def test_rank_cap_below_tol_warns():
         warnings.simplefilter("error", LinAlgWarning)
         tlr.from_kernel(g, x, k, 32, tol=None, max_rank=2)
         tlr.from_kernel(g, x, k, 32, tol=1e-8)
+
+
+@pytest.mark.mpi
+def test_replicated_rhs_checked_and_tol_floor_reported():
+    """A NaN in a replicated (array) right-hand side raised nothing (X all NaN): now a
+    ValueError on every rank from tlr.solve and tlr.cho_solve; a float32 build asked for
+    tol 1e-10 truncates at its precision's floor and reports that as its tol."""
+    from mpi4py import MPI
+
+    from distla import DistMatrix, tlr
+    from distla.grid import ProcessGrid
+    from distla.tlr.matrix import _EPS_FLOOR
+    g = ProcessGrid(comm=MPI.COMM_WORLD)
+    x, k = _problem(90, seed=5)
+    Ad = cov.entry_function(x, k)(np.arange(90)[:, None], np.arange(90)[None, :])
+    b = np.ones(90)
+    b[7] = np.nan
+    L = tlr.cholesky(tlr.from_kernel(g, x, k, 16))
+    with pytest.raises(ValueError, match=r"non-finite value at index \(7,\)"):
+        tlr.cho_solve(L, b)
+    with pytest.raises(ValueError, match="non-finite"):
+        tlr.solve(DistMatrix.from_global(g, Ad, block=16), b)
+    T = tlr.from_kernel(g, x, k, 16, tol=1e-10, dtype=np.float32)
+    assert T.tol == pytest.approx(_EPS_FLOOR * float(np.finfo(np.float32).eps))
+    assert tlr.from_kernel(g, x, k, 16, tol=1e-6).tol == 1e-6

@@ -83,7 +83,10 @@ def _finish(T, parts, tol, max_rank, F, t0, method, capped, delta1, peak):
     """Collective: truncate the compressed parts with what is left of the final delta, check
     that the stacks fit, store them, summarize."""
     xp = T.xp
-    T.tol, T.max_rank, T.norm_fro = tol, max_rank, F
+    # the accuracy achieved: a tol below the precision's floor is truncated at the floor
+    eps = float(np.finfo(T.dtype).eps)
+    T.tol = None if tol is None else max(float(tol), _EPS_FLOOR * eps)
+    T.max_rank, T.norm_fro = max_rank, F
     T.delta = _delta(T, tol, F)
     left = (max(T.delta - delta1, 0.0) if method == "aca"
             else math.sqrt(max(T.delta ** 2 - delta1 ** 2, 0.0)))

@@ -22,19 +22,37 @@ from .matrix import TLRMatrix
 __all__ = ["cho_solve", "solve", "norm1_estimate"]
 
 
-def cho_solve(L: TLRCholesky, B):
+def cho_solve(L: TLRCholesky, B, check_finite: bool = True):
     """Collective: ``X = A^-1 B`` with the TLR Cholesky factor ``L`` of ``A``.
 
     ``B`` is either a :class:`~distla.DistMatrix` with ``n`` rows on ``L``'s grid and device
     (any blocking; the result is a DistMatrix in ``B``'s layout; ``B`` is gathered to every
     rank for the solve), or an array of shape ``(n,)`` or ``(n, r)`` replicated on every rank
     (NumPy or CuPy; the result is replicated, same shape, on ``L``'s device).
+    ``check_finite``: NaN/Inf in B raise ValueError first (every rank).
     """
     with collective(getattr(getattr(L, "grid", None), "comm", None)):
         if not isinstance(L, TLRCholesky):
             raise TypeError(f"cho_solve needs a TLRCholesky factor (distla.tlr.cholesky), "
                             f"got {type(L).__name__}")
+    if check_finite:
+        _check_b(L, B, "tlr.cho_solve")
     return L.solve(B)
+
+
+def _check_b(T, B, what: str) -> None:
+    """Collective over T's grid: ValueError on every rank if B (a DistMatrix, or an array
+    replicated on every rank: checked locally) holds NaN or Inf."""
+    if isinstance(B, DistMatrix):
+        _check_finite(("B", B), what=what)
+        return
+    with collective(T.grid.comm):
+        xp = T.xp
+        bad = xp.argwhere(~xp.isfinite(xp.asarray(B)))
+        if bad.size:
+            at = tuple(int(i) for i in T.backend.to_host(bad[0]))
+            raise ValueError(f"{what}: B contains a non-finite value at index {at} "
+                             f"(check_finite=False skips this check)")
 
 
 def solve(A, B, *, tol=1e-8, max_rank=None, method="svd", overwrite=False,
@@ -81,11 +99,11 @@ def solve(A, B, *, tol=1e-8, max_rank=None, method="svd", overwrite=False,
             raise TypeError(f"solve needs a TLRMatrix or a DistMatrix, got {type(A).__name__}")
     elif check_rcond:
         anorm = norm1_estimate(A)
-    if check_finite and isinstance(B, DistMatrix):
-        _check_finite(("B", B), what="tlr.solve")
+    if check_finite:
+        _check_b(A, B, "tlr.solve")
     accuracy = A.tol
     L = cholesky(A, overwrite=overwrite)
-    X = cho_solve(L, B)
+    X = cho_solve(L, B, check_finite=False)
     if scale != 1.0:            # (2^-e A)^-1 B = 2^e A^-1 B
         X = X * scale
     if check_rcond:
