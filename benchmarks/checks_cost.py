@@ -8,9 +8,10 @@ the solve with the default checks (check_finite, check_symmetric for Cholesky, t
 estimate) and the difference ("every check": a difference of two timings, noisy where the
 checks are a few percent), then each check alone timed by itself on the same matrix
 (check_finite; check_symmetric, also with finite=True, the one pass a checked Cholesky solve
-makes; the rcond estimate; the element growth factor solve_lu checks), and what the estimate adds to a solve with the factor when it
-rides along (cho_solve_rcond / lu_solve_rcond against cho_solve / lu_solve), best of
---reps. Prints seconds and the percentage of the plain solve.
+makes; the rcond estimate; the element growth factor solve_lu checks), and what the
+estimate adds to a solve with the factor when it rides along (cho_solve_rcond /
+lu_solve_rcond against cho_solve / lu_solve), best of --reps. Prints seconds and the
+percentage of the plain solve.
 """
 import argparse
 import json
