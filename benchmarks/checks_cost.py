@@ -15,6 +15,7 @@ percentage of the plain solve.
 """
 import argparse
 import json
+import sys
 
 from mpi4py import MPI
 
@@ -65,7 +66,9 @@ def main():
         rows.append({"bench": "checks", "impl": impl, "n": n, "nb": nb, "ranks": comm.size,
                      "grid": f"{g.nprow}x{g.npcol}", "device": a.device, "seconds": sec,
                      "tflops": flops / sec / 1e12 if flops else None,
-                     "percent_of_solve": 100 * sec / ref})
+                     "percent_of_solve": 100 * sec / ref,
+                     "command": f"mpiexec -n {comm.size} python benchmarks/checks_cost.py "
+                                + " ".join(sys.argv[1:])})
 
     t_chol = best(lambda: solve_cholesky(A, B, check_symmetric=False, **off), a.reps)
     rec("solve_cholesky (no checks)", t_chol, n ** 3 / 3, t_chol)
