@@ -275,27 +275,50 @@ def _write_local(ds, S, c0: int, ndim: int, slab_bytes: int) -> None:
         ds.id.write(h5s.create_simple(host.shape), fs, host)
 
 
-def _copy_except(src, dst, dset: str) -> None:
+def _copy_except(src, dst, dset: str) -> list:
     """Copy every object of the open file ``src`` into ``dst`` except the dataset ``dset``
     (which is about to be rewritten; copying the whole file and deleting it would leave its
-    old space in the file, growing it at every rewrite). Root attributes come along."""
+    old space in the file, growing it at every rewrite), keeping the file's structure: soft
+    and external links stay links (a dangling one too), an object reachable by several hard
+    links is copied once and linked again, attributes come along. Returns the other paths
+    that are hard links to ``dset``'s object: the caller links them to the new dataset, as
+    rewriting it in place would have shown them the new values."""
+    import h5py
     for k, v in src.attrs.items():
         dst.attrs[k] = v
     want = "/" + dset.strip("/")
+    old = src.get(want)
+    target = old.id if isinstance(old, h5py.Dataset) else None
+    seen, aliases = {}, []
 
     def walk(g_src, g_dst, prefix):
-        for name in g_src:
+        for name in g_src:                    # names only: no link is followed here
             path = f"{prefix}/{name}"
             if path == want:
                 continue
-            if want.startswith(path + "/"):
-                sub = g_dst.require_group(name)
-                for k, v in g_src[name].attrs.items():
+            link = g_src.get(name, getlink=True)
+            if isinstance(link, h5py.SoftLink):
+                g_dst[name] = h5py.SoftLink(link.path)
+                continue
+            if isinstance(link, h5py.ExternalLink):
+                g_dst[name] = h5py.ExternalLink(link.filename, link.path)
+                continue
+            obj = g_src[name]
+            if target is not None and obj.id == target:
+                aliases.append(path)
+            elif obj.id in seen:              # another hard link to an object copied
+                g_dst[name] = g_dst.file[seen[obj.id]]
+            elif isinstance(obj, h5py.Group):
+                seen[obj.id] = path
+                sub = g_dst.create_group(name)
+                for k, v in obj.attrs.items():
                     sub.attrs[k] = v
-                walk(g_src[name], sub, path)
+                walk(obj, sub, path)
             else:
-                g_src.copy(g_src[name], g_dst, name=name)
+                seen[obj.id] = path
+                g_src.copy(obj, g_dst, name=name)
     walk(src, dst, "")
+    return aliases
 
 
 def _check_target(old, fpath, dset, h5py) -> None:
@@ -347,8 +370,12 @@ def write_slabs(path, grid, shape, dtype, slabs, *, slab_bytes: int = 1 << 27) -
                                           f"file ({e}); remove it or write elsewhere") from None
                 with old:
                     _check_target(old, fpath, dset, h5py)
-                    _copy_except(old, f, dset)
+                    aliases = _copy_except(old, f, dset)
+            else:
+                aliases = []
             f.create_dataset(dset, shape=tuple(shape), dtype=dtype)
+            for alias in aliases:             # other hard links to the rewritten dataset
+                f[alias] = f[dset]
 
     def write(tmp):
         on_root(comm, lambda: create(tmp))

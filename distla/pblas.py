@@ -22,6 +22,7 @@ import numpy as np
 from . import layout
 from .errors import collective, signature
 from .matrix import DistMatrix, check_compatible
+from .validate import check_flags
 
 __all__ = ["matmul", "triangular_solve", "norm", "normalize_trans", "inverted_diagonal_solves"]
 
@@ -110,9 +111,15 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
 def _scalar_for(A, v, name: str, what: str):
     """The scalar ``v`` for products with A's dtype: for a real A, a complex ``v`` (of any
     Python or NumPy kind) with a nonzero imaginary part is a TypeError (it would be dropped),
-    one without becomes a float. Local (every rank raises alike)."""
-    if A.dtype.kind == "c" or not np.iscomplexobj(v):
-        return v
+    one without becomes a float; anything but a number (None, a string, an array) is a
+    TypeError. Local (every rank raises alike)."""
+    import numbers
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Complex):
+        raise TypeError(f"{what}: {name} must be a number, not {v!r}")
+    if A.dtype.kind == "c":
+        return complex(v)
+    if not np.iscomplexobj(v):
+        return float(v)
     if np.imag(v) != 0:
         raise TypeError(f"{what}: {name}={v!r} is complex but the matrices are {A.dtype} "
                         f"(convert them with astype(complex) first)")
@@ -222,6 +229,8 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=
             "triangular_solve", A, B, lower=lower, trans=trans, unit_diagonal=unit_diagonal,
             side=side, alpha=alpha, overwrite_b=overwrite_b)):
         t = normalize_trans(trans)
+        check_flags("triangular_solve", lower=lower, unit_diagonal=unit_diagonal,
+                    overwrite_b=overwrite_b)
         check_compatible(A, B, "triangular_solve")
         if A.m != A.n:
             raise ValueError(f"triangular_solve: A must be square, got {A.shape}")

@@ -93,10 +93,23 @@ def global_max(grid, value: float) -> float:
     return float(grid.allreduce(float("inf") if value != value else float(value), "max"))
 
 
+def _rows_like(A: DistMatrix, B: DistMatrix, what: str) -> None:
+    """ValueError unless B's rows are blocked like A's on A's grid (descriptors only: the
+    same answer on every rank, no communication)."""
+    if not (B.grid == A.grid and B.m == A.m and (B.mb, B.rsrc) == (A.mb, A.rsrc)):
+        raise ValueError(f"{what}: B ({B.m} rows, mb={B.mb}, rsrc={B.rsrc}) must have A's "
+                         f"rows ({A.m}, mb={A.mb}, rsrc={A.rsrc}) on A's grid; redistribute "
+                         f"it (B.redistribute(block=(A.mb, B.nb), src=(A.rsrc, B.csrc)))")
+
+
 def column_dots(Xs: list, Y: DistMatrix) -> np.ndarray:
     """Collective: ``X_i[:, c]^H Y[:, c]`` for every X_i (same layout as Y) and column c, as a
     host array (len(Xs), ncols), summed over the grid in one allreduce."""
     from mpi4py import MPI
+    for X in Xs:          # descriptors only: every rank raises alike
+        if not X.same_layout(Y):
+            raise ValueError(f"column_dots: every X must have Y's layout ({Y.shape}, block "
+                             f"{Y.block}, src {Y.src}); got {X.shape}, {X.block}, {X.src}")
     xp = Y.xp
     out = np.zeros((len(Xs), Y.n), dtype=np.result_type(Y.dtype, np.float64))
     if Y.local.size and len(Xs):
@@ -157,6 +170,7 @@ def residual(A: DistMatrix, X: DistMatrix, B: DistMatrix, with_abs: bool = False
     in the same pass over A (:meth:`distla.device.base.Backend.gemv_abs`: real A, CPU or GPU), else
     ``(R, None)``."""
     xp = A.xp
+    _rows_like(A, B, "residual")
     y, ya = _gemv_rows(A, X, absolute=False, pair=with_abs)
     R = B.copy()
     cols = xp.asarray(B.col_indices())
@@ -170,6 +184,7 @@ def residual(A: DistMatrix, X: DistMatrix, B: DistMatrix, with_abs: bool = False
 def abs_product(A: DistMatrix, X: DistMatrix, B: DistMatrix):
     """Collective: ``|A| |X|`` as B's local array (B's rows blocked like A's), real, by the
     same data movement as :func:`residual`."""
+    _rows_like(A, B, "abs_product")
     y, _ = _gemv_rows(A, X, absolute=True)
     return y[:, A.xp.asarray(B.col_indices())]
 
@@ -181,6 +196,9 @@ def componentwise_error(A: DistMatrix, X: DistMatrix, B: DistMatrix, R: DistMatr
     :func:`distla.checks.backward_error`, without moving A). ``absax``: ``|A| |X|`` when
     already computed (``residual(..., with_abs=True)``), else one more pass over A."""
     xp = A.xp
+    _rows_like(A, B, "componentwise_error")
+    if not R.same_layout(B):
+        raise ValueError("componentwise_error: R must have B's layout")
     den = (abs_product(A, X, B) if absax is None else absax) + xp.abs(B.local)
     num = xp.abs(R.local)
     real = np.finfo(A.dtype).dtype

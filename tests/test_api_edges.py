@@ -305,3 +305,46 @@ def test_storage_growth_scale_and_zero_residual_checks_on_gpu_ranks(grids):
         np.testing.assert_allclose(X.to_global(None), np.ones((n, 1)), rtol=1e-12)
         zero = solve_checks(dm(a), dm(np.zeros(n)), dm(np.zeros(n)), berr=True)
         assert zero["sresid"] == 0 and zero["berr"] == 0
+
+
+@pytest.mark.mpi
+def test_fifth_sweep_api_edges(grids):
+    """triangular_solve(lower=None) solved the upper triangle on one rank and another on
+    several (error 4e-2); vector.residual with B's rows blocked unlike A's returned a wrong
+    B - A X; column_dots with X in another layout hung; alpha=None gave NaN; GENP of an empty
+    matrix blamed growth; rcond with another matrix's factor returned 6.8. Each is now right
+    or refused, the same on every rank."""
+    from distla.linalg import lu_factor, rcond
+    from distla.vector import column_dots, residual
+    r = np.random.default_rng(8)
+    n = 10
+    a = r.standard_normal((n, n)) + n * np.eye(n)
+    b = r.standard_normal((n, 2))
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=3)
+        B = DistMatrix.from_global(g, b, block=3)
+        for flag in ({"lower": None}, {"unit_diagonal": "no"}, {"overwrite_b": 1}):
+            with pytest.raises(TypeError, match="must be True or False"):
+                triangular_solve(A, B, **flag)
+        for v in (None, "2", [2.0], np.array([2.0]), True):
+            with pytest.raises(TypeError, match="must be a number"):
+                matmul(A, B, alpha=v)
+            with pytest.raises(TypeError, match="must be a number"):
+                triangular_solve(A, B, alpha=v)
+        np.testing.assert_allclose(matmul(A, B, alpha=np.float32(2)).to_global(None),
+                                   2 * a @ b, rtol=1e-12)
+        Bother = DistMatrix.from_global(g, b, block=(2, 3))
+        with pytest.raises(ValueError, match="must have A's rows"):
+            residual(A, B, Bother)
+        R = residual(A, B, B)
+        np.testing.assert_allclose(R.to_global(None), b - a @ b, atol=1e-12)
+        with pytest.raises(ValueError, match="layout"):
+            column_dots([Bother], B)
+        for shape in ((0, 5), (5, 0)):
+            for piv in ("partial", "tournament", "none"):
+                F = lu_factor(DistMatrix.zeros(g, shape, (2, 2)), pivoting=piv)
+                assert F.piv.shape == (0,)
+        other = DistMatrix.from_global(g, np.eye(n) * 1e-3, block=3)   # ||.||_1 small
+        with pytest.raises(ValueError, match="another matrix"):
+            rcond(other, lu_factor(A))
+        assert rcond(A, lu_factor(A)) == pytest.approx(1 / np.linalg.cond(a, 1), rel=2)

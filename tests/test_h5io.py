@@ -269,3 +269,37 @@ def test_cli_solve_h5_in_h5_out(tmp_path):
     np.testing.assert_allclose(A @ x, b, rtol=1e-10)
     p = run(["solve", "--matrix", f"{a}:/missing"], n=2)
     assert p.returncode == 2 and "no dataset" in p.stdout + p.stderr
+
+
+@pytest.mark.mpi
+def test_writing_a_dataset_keeps_the_files_links(comm, grids, mpi_tmp_path):
+    """Writing /B into a file with a soft link, an external link, a dangling link and a
+    second hard link to /A kept them all (they became copies, the external data was pulled
+    in, a dangling link made every write fail with h5py's KeyError); rewriting /A shows the
+    new values through the soft and hard links, as rewriting it in place would."""
+    from distla import DistMatrix, io
+    f = str(mpi_tmp_path / "links.h5")
+    ext = str(mpi_tmp_path / "other.h5")
+    if comm.rank == 0:
+        with h5py.File(ext, "w") as e:
+            e["X"] = np.arange(3.0)
+        with h5py.File(f, "w") as h:
+            h["A"] = np.ones((4, 4))
+            h["hard"] = h["A"]
+            h["alias"] = h5py.SoftLink("/A")
+            h["ext"] = h5py.ExternalLink(ext, "/X")
+            h["dangling"] = h5py.SoftLink("/nowhere")
+            h.create_group("g").attrs["note"] = "kept"
+    comm.Barrier()
+    g = grids[0]
+    io.write_matrix(f + ":/B", DistMatrix.from_global(g, np.full((3, 3), 2.0), block=2))
+    io.write_matrix(f + ":/A", DistMatrix.from_global(g, np.full((4, 4), 5.0), block=2))
+    if comm.rank == 0:
+        with h5py.File(f, "r") as h:
+            assert isinstance(h.get("alias", getlink=True), h5py.SoftLink)
+            assert isinstance(h.get("ext", getlink=True), h5py.ExternalLink)
+            assert isinstance(h.get("dangling", getlink=True), h5py.SoftLink)
+            assert h["hard"].id == h["A"].id
+            assert np.all(h["alias"][...] == 5.0) and np.all(h["hard"][...] == 5.0)
+            assert np.all(h["B"][...] == 2.0) and h["g"].attrs["note"] == "kept"
+    comm.Barrier()

@@ -311,6 +311,7 @@ def _check_factor_input(A, lookahead, gemm="native", **options):
                                            **options)):
         _validate_factor_input(A, lookahead)
         check_gemm_mode(gemm, A)
+        check_flags("cholesky", **options)
 
 
 def _check_values(A, finite: bool, symmetric: bool, what: str):

@@ -262,7 +262,9 @@ def _check_growth(F, threshold: float) -> None:
     """Collective: raise SingularMatrixError on every rank if GENP's element growth
     ``max |U| / max |A|`` exceeds ``1 / threshold``: its multipliers can all be moderate
     while U grows (Wilkinson's matrix: multipliers 1, growth 2^(n-1)), and the backward error
-    grows with it (docs/lu.md)."""
+    grows with it (docs/lu.md). An empty (or zero) A has no growth."""
+    if not F.max_abs_a > 0:
+        return
     g = F.growth_factor()
     err = None
     if not g <= 1.0 / threshold:
@@ -279,6 +281,8 @@ def warn_if_large_growth(F, what: str) -> None:
     growth of F's elimination exceeds ``1 / sqrt(eps)``: the backward error bound
     ``n growth eps`` then leaves less than half of the digits (GEPP's rare worst cases,
     such as Wilkinson's matrix with growth 2^(n-1); LAPACK's xGESVX reports it as RPVGRW)."""
+    if not F.max_abs_a > 0:
+        return
     g = F.growth_factor()
     limit = 1.0 / np.sqrt(np.finfo(F.lu.dtype).eps)
     if not g <= limit:

@@ -117,8 +117,21 @@ def rcond(A, factor=None) -> float:
             factor = lu_factor(A)
         except SingularMatrixError:     # an exactly zero pivot (raised on every rank)
             return 0.0
+    given = factor is not None
     if isinstance(factor, LUFactor):
         factor.anorm = anorm
         factor._rcond = None
-        return factor.rcond()
-    return cho_rcond(factor, anorm)     # a bare factor is L (cho_solve refuses a bare U)
+        rc = factor.rcond()
+    else:
+        rc = cho_rcond(factor, anorm)   # a bare factor is L (cho_solve refuses a bare U)
+    # every vector has ||A^-1 x||_1 >= ||x||_1 / ||A||_1, so A's own factors never estimate
+    # above 1 (beyond rounding): more means the factor is another matrix's
+    if given and rc > FOREIGN_FACTOR_RCOND:
+        with collective(A.grid.comm):
+            raise ValueError(f"rcond: the estimate {rc:.3g} exceeds 1, which A's own factor "
+                             f"cannot give: the factor was computed from another matrix")
+    return rc
+
+
+#: an rcond estimate above this from a given factor proves it is not A's (see :func:`rcond`)
+FOREIGN_FACTOR_RCOND = 1.5
