@@ -178,7 +178,9 @@ def build_parser() -> ArgumentParser:
                        "small size so that CuPy's persistent kernel cache (CUPY_CACHE_DIR, "
                        "default ~/.cupy/kernel_cache) holds every kernel a job needs: later "
                        "one-shot runs pay no compilation. Run once per machine or image.")
-    w.add_argument("--device", choices=("cpu", "gpu"), default="gpu")
+    w.add_argument("--device", choices=("cpu", "gpu"), default="gpu",
+                   help="gpu (default: what there is to compile) or cpu (runs the CPU paths "
+                        "once, e.g. to check an installation)")
     w.add_argument("--n", type=int, default=512, help="problem size (default 512)")
     w.add_argument("--n-large", type=int, default=None, metavar="N",
                    help="second problem size, for the kernels CuPy keys by size class "
@@ -800,6 +802,8 @@ def cmd_warmup(args, comm) -> int:
     _check_device(args.device, comm)
     if args.n < 8:
         raise CommandError(f"--n must be at least 8, not {args.n}")
+    if args.n_large is not None and args.n_large < 0:
+        raise CommandError(f"--n-large must be >= 0 (0 skips it), not {args.n_large}")
     t = time.perf_counter()
     with guarded(comm):
         warmup(comm, device=args.device, n=args.n, nb=max(4, min(128, args.n // 4)),

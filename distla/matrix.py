@@ -292,8 +292,15 @@ class DistMatrix:
         """Collective: entries from a counter-based generator of (seed, i, j): the same matrix
         whatever the grid, block size, source process or device. ``distribution`` is
         'normal' (standard normal) or 'uniform' ([0, 1))."""
-        if distribution not in ("normal", "uniform"):
-            raise ValueError("distribution must be 'normal' or 'uniform'")
+        with collective(grid.comm if isinstance(grid, ProcessGrid) else None,
+                        signature("DistMatrix.random", seed=seed, distribution=distribution)):
+            if distribution not in ("normal", "uniform"):
+                raise ValueError("distribution must be 'normal' or 'uniform'")
+            if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral) \
+                    or seed < 0:
+                raise TypeError(f"DistMatrix.random: seed must be a non-negative int (the same "
+                                f"on every rank), not {seed!r}")
+        seed = int(seed)                      # (a NumPy integer overflowed in the hash)
         from .random import hashed_normal, hashed_uniform
         f = hashed_normal if distribution == "normal" else hashed_uniform
         return cls.from_function(grid, shape, block, lambda I, J: f(seed, I, J), dtype=dtype,
@@ -529,6 +536,44 @@ class DistMatrix:
 
     def __neg__(self):
         return self._like(local=-self.local)
+
+    # In place, as NumPy's: a view (sub()) writes through to its parent's storage. Local.
+    def __iadd__(self, other):
+        if not isinstance(other, DistMatrix):
+            raise _operand_error("+=", other)
+        self._check_same(other, "+=")
+        self._keeps_dtype(other.dtype, "+=")
+        self.local += other.local
+        return self
+
+    def __isub__(self, other):
+        if not isinstance(other, DistMatrix):
+            raise _operand_error("-=", other)
+        self._check_same(other, "-=")
+        self._keeps_dtype(other.dtype, "-=")
+        self.local -= other.local
+        return self
+
+    def __imul__(self, alpha):
+        if not isinstance(alpha, numbers.Number):
+            return NotImplemented
+        self._keeps_dtype(np.result_type(alpha), "*=")
+        self.local *= alpha
+        return self
+
+    def __itruediv__(self, alpha):
+        if not isinstance(alpha, numbers.Number):
+            return NotImplemented
+        self._keeps_dtype(np.result_type(alpha), "/=")
+        self.local /= alpha
+        return self
+
+    def _keeps_dtype(self, other, op: str) -> None:
+        """TypeError if ``op`` in place would need a complex result in a real matrix (its
+        imaginary part would be dropped). Local (every rank alike)."""
+        if np.dtype(other).kind == "c" and self.dtype.kind != "c":
+            raise TypeError(f"{op}: a complex operand for the {self.dtype} matrix would drop "
+                            f"its imaginary part; convert with astype(complex) first")
 
     _matmul = None   # distla.pblas.matmul, installed by distla.pblas (a higher layer)
 

@@ -25,7 +25,7 @@
 #   NCCL_NVLS_ENABLE  defaults to 0 here (NVLink SHARP/multicast off; see README)
 set -euo pipefail
 
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 RANKS=""
 MODE=""

@@ -348,3 +348,40 @@ def test_fifth_sweep_api_edges(grids):
         with pytest.raises(ValueError, match="another matrix"):
             rcond(other, lu_factor(A))
         assert rcond(A, lu_factor(A)) == pytest.approx(1 / np.linalg.cond(a, 1), rel=2)
+
+
+@pytest.mark.mpi
+def test_in_place_operators_write_through_views(grids):
+    """``V *= 2`` on a sub() view rebound the name to a new matrix, so the parent never
+    changed; in-place operators now work in place, as NumPy's do (and refuse a complex
+    operand for a real matrix)."""
+    a = np.arange(48.0).reshape(8, 6)
+    for g in grids:
+        P = DistMatrix.from_global(g, a, block=2)
+        V = P.sub(1, 3, 0, 2)                    # rows 2..5, columns 0..3
+        W = V
+        V *= 2
+        V += DistMatrix.from_global(g, np.ones((4, 4)), block=2, src=V.src)
+        V /= 4
+        V -= V.copy()
+        assert W is V
+        want = a.copy()
+        want[2:6, 0:4] = 0.0
+        np.testing.assert_array_equal(P.to_global(None), want)
+        with pytest.raises(TypeError, match="imaginary"):
+            V *= 1j
+
+
+@pytest.mark.mpi
+def test_random_seeds_are_checked_and_agreed(grids, comm):
+    """DistMatrix.random with a different seed on each rank built a patchwork of matrices;
+    seed=None or 1.5 gave raw errors. Now the same clear error on every rank."""
+    g = grids[0]
+    for bad in (None, 1.5, -1, True):
+        with pytest.raises(TypeError, match="seed must be a non-negative int"):
+            DistMatrix.random(g, (6, 6), (2, 2), seed=bad)
+    if comm.size > 1:
+        with pytest.raises(ValueError, match="different arguments"):
+            DistMatrix.random(g, (6, 6), (2, 2), seed=comm.rank)
+    a = DistMatrix.random(g, (6, 6), (2, 2), seed=np.int64(4)).to_global(None)
+    np.testing.assert_array_equal(a, DistMatrix.random(g, (6, 6), (3, 3), seed=4).to_global(None))

@@ -79,8 +79,8 @@ def sbatch(tmp_path, *cmd, **env):
     b = fake_bin(tmp_path, srun=SRUN)
     log = tmp_path / "srun.log"
     log.unlink(missing_ok=True)
-    base = dict(SRUN_LOG=str(log), SLURM_NTASKS="2", SLURM_CPUS_PER_TASK="1",
-                SLURM_JOB_NUM_NODES="1")
+    base = dict(SRUN_LOG=str(log), SLURM_JOB_ID="7", SLURM_NTASKS="2",
+                SLURM_CPUS_PER_TASK="1", SLURM_JOB_NUM_NODES="1")
     base.update(env)
     p = subprocess.run(["bash", str(ROOT / "launch" / "slurm.sbatch"), *cmd],
                        env=env_with(b, **base), capture_output=True, text=True, timeout=120,
@@ -159,3 +159,18 @@ def test_readme_shows_the_ci_commands(script, section):
     assert not missing, f"README commands not run by tests/integration/{script}: {missing}"
     for c in cmds:   # and the script runs them (the head word of each appears in its body)
         assert c.split()[0] in src.split("set -euo pipefail", 1)[1], c
+
+
+def test_slurm_script_outside_an_allocation_says_so(tmp_path):
+    """Run by hand (no sbatch), the script died on 'SLURM_NTASKS: unbound variable'."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    p = subprocess.run(["bash", str(ROOT / "launch" / "slurm.sbatch"), "distla", "info"],
+                       env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == 2 and "not inside a SLURM job allocation" in p.stderr, p.stderr
+
+
+def test_local_help_is_the_usage_only():
+    p = subprocess.run(["bash", str(ROOT / "launch" / "local.sh"), "--help"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "launch/local.sh [-n RANKS]" in p.stdout
+    assert "set -euo" not in p.stdout
