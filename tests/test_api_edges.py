@@ -385,3 +385,21 @@ def test_random_seeds_are_checked_and_agreed(grids, comm):
             DistMatrix.random(g, (6, 6), (2, 2), seed=comm.rank)
     a = DistMatrix.random(g, (6, 6), (2, 2), seed=np.int64(4)).to_global(None)
     np.testing.assert_array_equal(a, DistMatrix.random(g, (6, 6), (3, 3), seed=4).to_global(None))
+
+
+@pytest.mark.mpi
+def test_logdet_of_a_non_positive_diagonal_is_refused(grids):
+    """logdet of a 'factor' with a diagonal entry <= 0 returned NaN (NumPy's warning on the
+    ranks holding it only): now a ValueError on every rank; a real factor agrees with
+    NumPy's slogdet."""
+    from distla.linalg import cholesky, logdet
+    r = np.random.default_rng(3)
+    a = r.standard_normal((9, 9))
+    s = a @ a.T + 9 * np.eye(9)
+    bad = np.linalg.cholesky(s)
+    bad[4, 4] = -1.0
+    for g in grids:
+        L = cholesky(DistMatrix.from_global(g, s, block=2))
+        assert logdet(L) == pytest.approx(np.linalg.slogdet(s)[1], rel=1e-12)
+        with pytest.raises(ValueError, match="<= 0"):
+            logdet(DistMatrix.from_global(g, bad, block=2))

@@ -276,12 +276,21 @@ def logdet(L: DistMatrix) -> float:
                              f"shape {L.shape}, blocks {L.block}")
     xp = L.xp
     total = xp.zeros((), dtype=np.float64)
+    low = xp.full((), np.inf, dtype=np.float64)        # the smallest diagonal entry here
     for j, cs, w in L.my_block_cols():
         if L.row_owner(j * L.nb) == L.grid.myrow:
             rs = L.local_row_start(j * L.nb)
-            d = xp.diagonal(L.local[rs:rs + w, cs:cs + w])
-            total = total + xp.sum(xp.log(d.astype(np.float64)))
-    return 2.0 * L.grid.allreduce(float(L.backend.to_host(total)), "sum")
+            d = xp.diagonal(L.local[rs:rs + w, cs:cs + w]).astype(np.float64)
+            low = xp.minimum(low, xp.min(d))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                total = total + xp.sum(xp.log(d))
+    both = L.backend.to_host(xp.stack([total, -low]))
+    s, m = L.grid.allreduce(float(both[0]), "sum"), -L.grid.allreduce(float(both[1]), "max")
+    with collective(L.grid.comm):
+        if not m > 0:     # NaN too; every rank has the same m
+            raise ValueError(f"logdet: the factor's diagonal has an entry {m:.3g} <= 0 (or "
+                             f"NaN): not a Cholesky factor of a positive definite matrix")
+    return 2.0 * s
 
 
 # ---------------------------------------------------------------------------------------
