@@ -14,13 +14,12 @@ lu_solve_rcond against cho_solve / lu_solve), best of --reps. Prints seconds and
 percentage of the plain solve.
 """
 import argparse
-import json
 import sys
 
 from mpi4py import MPI
 
 from distla import DistMatrix, ProcessGrid
-from distla.bench.common import timed
+from distla.bench.common import append_jsonl, timed
 from distla.linalg import (
     cho_rcond,
     cho_solve,
@@ -105,10 +104,7 @@ def main():
         for r in rows:
             print(f"{r['impl']:<28} {r['seconds']:9.4f} s  {r['percent_of_solve']:6.2f} % "
                   f"of the solve")
-        if a.json:
-            with open(a.json, "a") as f:
-                for r in rows:
-                    f.write(json.dumps(r) + "\n")
+        append_jsonl(a.json, rows)
     g.free() if hasattr(g, "free") else None
 
 

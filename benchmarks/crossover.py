@@ -7,7 +7,6 @@ Cholesky and LU with partial pivoting, in the same run, one JSON line per (n, ki
 from __future__ import annotations
 
 import argparse
-import json
 
 from mpi4py import MPI
 
@@ -49,10 +48,7 @@ def main(argv=None):
                       f"{rec['tflops']:7.2f} TFLOP/s", flush=True)
             del A
     _local.LOCAL_UP_TO = table
-    if a.json:
-        with open(a.json, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+    common.append_jsonl(a.json, rows)
 
 
 if __name__ == "__main__":

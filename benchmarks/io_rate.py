@@ -19,7 +19,6 @@ carries the command line, and ``--variant`` (a label, e.g. the DISTLA_IO_WRITE t
 ``write_slab_bytes`` (``--write-slab-mib``); ``--no-read`` keeps the write rows only.
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -28,7 +27,7 @@ import numpy as np
 from mpi4py import MPI
 
 from distla import DistMatrix, ProcessGrid, io
-from distla.bench.common import best_local, timed, timed_result
+from distla.bench.common import append_jsonl, best_local, timed, timed_result
 
 
 def main():
@@ -144,10 +143,7 @@ def main():
         os.unlink(path)
         for r in rows:
             print(f"{r['impl']:<26} {r['seconds']:8.4f} s  {r['gbytes_per_s']:6.2f} GB/s")
-        if a.json:
-            with open(a.json, "a") as f:
-                for r in rows:
-                    f.write(json.dumps(r) + "\n")
+        append_jsonl(a.json, rows)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ onto 1 x R, nothing written), ``write slab K MiB`` (io.WRITE_SLAB_BYTES = K MiB)
 ``np.save (rank 0)`` of the same matrix. Rows carry ``grid`` and the DISTLA_* variables set.
 """
 import argparse
-import json
 import os
 import sys
 
@@ -16,7 +15,7 @@ import numpy as np
 from mpi4py import MPI
 
 from distla import DistMatrix, ProcessGrid, io
-from distla.bench.common import best_local, timed, timed_result
+from distla.bench.common import append_jsonl, best_local, timed, timed_result
 
 
 def main():
@@ -81,10 +80,7 @@ def main():
         for r in rows:
             print(f"{r['impl']:<22} {r['grid']:>6} {r['seconds']:8.4f} s "
                   f"{r['gbytes_per_s']:6.2f} GB/s")
-        if a.json:
-            with open(a.json, "a") as f:
-                for r in rows:
-                    f.write(json.dumps(r) + "\n")
+        append_jsonl(a.json, rows)
 
 
 if __name__ == "__main__":

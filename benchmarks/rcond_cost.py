@@ -13,7 +13,6 @@ and CPU seconds (summed over ranks: steadier on a shared machine), each also as 
 the factorization; --json appends one record per row.
 """
 import argparse
-import json
 import shlex
 import sys
 import time
@@ -21,6 +20,7 @@ import time
 from mpi4py import MPI
 
 from distla import DistMatrix, ProcessGrid, pblas
+from distla.bench.common import append_jsonl
 from distla.linalg import cho_rcond, cho_solve, cholesky, lu_factor
 from distla.linalg.condition import solve_and_rcond
 from distla.linalg.lu import _inverse_ops
@@ -131,10 +131,7 @@ def main():
             print(f"{r['n']:<6} {r['impl']:<40} {r['seconds']:9.4f} "
                   f"{r['percent_of_factorization']:10.2f}% {r['cpu_seconds']:9.4f} "
                   f"{r['cpu_percent_of_factorization']:10.2f}%")
-        if a.json:
-            with open(a.json, "a") as f:
-                for r in rows:
-                    f.write(json.dumps(r) + "\n")
+        append_jsonl(a.json, rows)
 
 
 if __name__ == "__main__":

@@ -455,6 +455,17 @@ def jsonable(v):
 STREAMED = "_streamed"   # record key: already written by stream()
 
 
+def append_jsonl(path, rows) -> None:
+    """Append each record of ``rows`` to the JSON-lines file ``path`` (nothing when ``path``
+    is None). Not collective: the caller's rank writes."""
+    if not path:
+        return
+    import json
+    with open(path, "a", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, default=jsonable) + "\n")
+
+
 def record(bench: str, impl: str, *, n: int, seconds: float, nflops: float | None = None,
            **extra) -> dict:
     """One result row: ``{"bench", "impl", "n", ..., "seconds", "tflops"}`` plus ``extra``
