@@ -477,7 +477,7 @@ def cmd_solve(args, comm) -> int:
                         block=xtrue.block, src=xtrue.src)
                     ferr = norm(Xm - xtrue, np.inf) / norm(xtrue, np.inf)
         thresh = args.thresh if args.thresh is not None else \
-            default_threshold(args.method, kw, dtype, A, X)
+            default_threshold(args.method, kw, dtype, A, X, anorm=res["anorm"])
         result["sresid"] = sresid
         verdict = judge(result, thresh, "sresid")["check"]
         say("scaled residual  ||B - A X||_inf / (||A||_inf ||X||_inf eps n) = "

@@ -139,7 +139,8 @@ def _overlaps(C, *others) -> list:
     from mpi4py import MPI
     mine = np.array([X is C or bool(C.xp.may_share_memory(C.local, X.local)) for X in others],
                     dtype=bool)
-    C.grid.comm.Allreduce(MPI.IN_PLACE, mine, op=MPI.LOR)
+    if C.grid.size > 1:            # (one process: its answer is everyone's; refinement's
+        C.grid.comm.Allreduce(MPI.IN_PLACE, mine, op=MPI.LOR)    # solves ask per apply)
     return mine.tolist()
 
 

@@ -482,14 +482,15 @@ def record(bench: str, impl: str, *, n: int, seconds: float, nflops: float | Non
 # ---------------------------------------------------------------------------------------
 # checks: PASS / FAIL against a stated threshold
 # ---------------------------------------------------------------------------------------
-def default_threshold(method: str, kw: dict, dtype, A=None, X=None) -> float:
+def default_threshold(method: str, kw: dict, dtype, A=None, X=None, anorm=None) -> float:
     """The scaled residual's PASS/FAIL threshold: ScaLAPACK's testers use 3 for Cholesky and
     1 for LU (SRESID is scaled by ``n eps``). A TLR solve is exact for ``A + E`` with
     ``||E||_F <= tol ||A||_F``, so ``||B - A X||_inf <= ||B - A X||_2 <= tol ||A||_F
     ||x||_2`` per column: its threshold is that bound in SRESID's units, ``3 max(1, tol
     ||A||_F max_j(||x_j||_2 / ||x_j||_inf) / (||A||_inf eps n))`` (``tol`` from ``-O tol``,
     else ``tlr.solve``'s default; None, fixed rank only, certifies nothing beyond eps), which
-    needs A and X (collective then: one pass over A for ``||A||_F``); without them the
+    needs A and X (collective then: one pass over A for ``||A||_F``, and one for
+    ``||A||_inf`` unless ``anorm`` gives it, as the residual check does); without them the
     loosest form of the bound, ``3 max(1, tol / eps)`` (``||A||_F <= sqrt(n) ||A||_inf``,
     ``||x||_2 <= sqrt(n) ||x||_inf``). On covariance matrices the residuals measured
     0.02-0.07 of the bound (tol 1e-2 .. 1e-8)."""
@@ -507,8 +508,8 @@ def default_threshold(method: str, kw: dict, dtype, A=None, X=None) -> float:
                    else np.float64)
     xinf = np.abs(x).max(axis=0)
     shape = np.where(xinf > 0, np.linalg.norm(x, axis=0) / np.where(xinf > 0, xinf, 1), 0)
-    bound = tol * A.norm("fro") * float(shape.max(initial=0.0)) / \
-        (A.norm(np.inf) * eps * A.n)
+    anorm = A.norm(np.inf) if anorm is None else anorm
+    bound = tol * A.norm("fro") * float(shape.max(initial=0.0)) / (anorm * eps * A.n)
     return 3.0 * max(1.0, bound) if np.isfinite(bound) else 3.0 * max(1.0, tol / eps)
 
 

@@ -47,6 +47,7 @@ from ._potrf_loop import PotrfLoop
 from .condition import (
     rcond_estimate,
     solve_and_rcond,
+    subnormal_floor,
     warn_if_ill_conditioned,
     warn_if_subnormal_scale,
 )
@@ -199,8 +200,7 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
         anorm = norm(A, np.inf)
     if overwrite_a and shares_storage(B, A):   # factoring in place would overwrite B
         B, overwrite_b = B.copy(), True
-    small = float(np.finfo(A.dtype).tiny / np.finfo(A.dtype).eps)  # max|a| >= ||A||_inf / n
-    if anorm is not None and anorm < small * A.n:
+    if anorm is not None and anorm < subnormal_floor(A.dtype) * A.n:   # max|a| >= ||A||_inf/n
         warn_if_subnormal_scale(A.norm("max"), A.dtype, "solve_cholesky")
     L = cholesky(A, lower=True, overwrite_a=overwrite_a, lookahead=lookahead,
                  check_finite=False, check_symmetric=False)

@@ -263,16 +263,23 @@ def warn_if_ill_conditioned(rc: float, dtype, what: str = "solve",
                       f"be accurate", LinAlgWarning, stacklevel=3)
 
 
+def subnormal_floor(dtype) -> float:
+    """``tiny / eps`` of ``dtype``'s precision (9.9e-32 in float32, 2e-292 in float64): below
+    it, a matrix's largest entry leaves its elimination in gradual underflow."""
+    fi = np.finfo(dtype)
+    return float(fi.tiny / fi.eps)
+
+
 def warn_if_subnormal_scale(max_abs: float, dtype, what: str = "solve") -> None:
     """Warn with :class:`distla.LinAlgWarning` (every rank, given the same ``max_abs``) when
     A's largest entry is below ``tiny / eps`` of its precision (9.9e-32 in float32, 2e-292 in
     float64): its elimination then runs in gradual underflow, where every operation loses
     digits, and the answer can be wrong at any condition number (float32 entries near 1e-39
     gave errors of 2 at cond 76, as LAPACK's do). Scaling A by a power of 2 is exact."""
-    fi = np.finfo(dtype)
-    small = float(fi.tiny / fi.eps)
+    small = subnormal_floor(dtype)
     if 0 < max_abs < small:
-        warnings.warn(f"{what}: the matrix's largest entry ({max_abs:.3g}) is below {fi.dtype}'s "
+        warnings.warn(f"{what}: the matrix's largest entry ({max_abs:.3g}) is below "
+                      f"{np.finfo(dtype).dtype}'s "
                       f"normal range over its precision ({small:.2g}): the factorization "
                       f"runs in gradual underflow and the result may not be accurate; scale "
                       f"A (and B) by a power of 2 first", LinAlgWarning, stacklevel=3)

@@ -244,16 +244,16 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     F = A if overwrite_a else A.copy()
     drv = LULoop(F, pivoting, tree, int(lookahead), compute=gemm)
     piv = drv.run()
+    out = LUFactor(F, piv, pivoting, max_a, tree if pivoting == "tournament" else None)
+    out.anorm = anorm
+    genp_checks = pivoting == "none" and pivot_threshold > 0
     with trace("check"):
         drv.agree_singular()
-        if pivoting == "none" and pivot_threshold > 0:
+        if genp_checks:
             _check_pivots(F, min(F.m, F.n), float(pivot_threshold))
         if check_finite:   # finite input: non-finite factors mean overflow
             check_finite_result(F, "lu_factor")
-    out = LUFactor(F, piv, pivoting, max_a, tree if pivoting == "tournament" else None)
-    out.anorm = anorm
-    if pivoting == "none" and pivot_threshold > 0:
-        with trace("check"):
+        if genp_checks:
             _check_growth(out, float(pivot_threshold))
     return out
 

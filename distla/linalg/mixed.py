@@ -26,6 +26,7 @@ from ..errors import ConvergenceError, DistlaError
 from ..matrix import DistMatrix
 from ..pblas import inverted_diagonal_solves
 from ..trace import trace
+from .condition import refined_rcond, subnormal_floor
 from .methods import FACTOR_DTYPES
 from .refine import refine
 
@@ -165,7 +166,7 @@ def _factor_low(A, factor, factor_dtype, info):
     big = float(np.finfo(low).max) / 4      # (max|a_ij| <= ||A||_inf: one pass usually)
     if info.anorm >= big and A.norm("max") >= big:
         return None, f"{label}: max|A| overflows {low}"
-    small = float(np.finfo(low).tiny / np.finfo(low).eps)   # (max|a_ij| >= ||A||_inf / n)
+    small = subnormal_floor(low)                      # (max|a_ij| >= ||A||_inf / n)
     if info.anorm < small * A.n and not A.norm("max") >= small:
         return None, (f"{label}: max|A| is below {low}'s normal range over its precision "
                       f"({small:.2g}): the copy's entries would lose their digits")
@@ -216,7 +217,6 @@ def verified_rcond(A: DistMatrix, apply, apply_h=None):
     that cannot see it (the full-precision fallback then warns). ``apply_h(F, C)``: ``A^-H
     C`` (None: A is Hermitian, ``apply`` serves both, and ``||A||_1`` is the
     ``||A||_inf`` that :func:`mixed_solve` passes)."""
-    from .condition import refined_rcond
     low = low_dtype(A.dtype)
 
     def rc(F, anorm_inf):
