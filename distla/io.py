@@ -145,11 +145,13 @@ def read_matrix(path, grid, block=(64, 64), *, device="cpu", dtype=None, src=(0,
     and bools become float64). A 1-D .npy vector of length n becomes n x 1. ``info`` (from
     :func:`inspect`, the same on every rank) skips re-reading the header.
 
-    .npy: each rank memory-maps the file and copies out only its own blocks, one block row
-    (``chunk_rows`` rows, default the row block size) at a time.
-    .mtx: rank 0 parses the whole file and scatters it.
+    .npy: each rank reads only its own blocks through an MPI-IO file view
+    (:func:`_read_npy_mpiio`); with ``chunk_rows`` (or a dtype MPI cannot describe) it
+    memory-maps the file and copies its blocks out ``chunk_rows`` rows at a time.
+    .h5: each rank reads its own hyperslabs. .mtx: rank 0 parses the whole file and scatters it.
+    A narrower ``dtype`` than the file's (float32 for float64) that turns values into inf
+    raises ValueError on every rank.
     """
-    from .matrix import DistMatrix
     comm = grid.comm
     if info is None:
         info = on_root(comm, lambda: inspect(path))
@@ -157,6 +159,16 @@ def read_matrix(path, grid, block=(64, 64), *, device="cpu", dtype=None, src=(0,
     if np.dtype(info.dtype).kind == "c" and dt.kind != "c":
         raise TypeError(f"{info.path} holds {np.dtype(info.dtype)} values: reading them as "
                         f"{dt} would drop their imaginary parts (ask for a complex dtype)")
+    with np.errstate(over="ignore"):        # an overflowing cast: reported just below
+        A = _read(info, grid, block, device, dt, src, chunk_rows)
+    _check_narrowing(A, info)
+    return A
+
+
+def _read(info, grid, block, device, dt, src, chunk_rows):
+    """Collective: read_matrix's reading, by format."""
+    from .matrix import DistMatrix
+    comm = grid.comm
     if info.format == "mtx":
         a, err = None, None
         if comm.Get_rank() == 0:
@@ -200,6 +212,21 @@ def read_matrix(path, grid, block=(64, 64), *, device="cpu", dtype=None, src=(0,
         err = e
     agree(comm, err)
     return A
+
+
+def _check_narrowing(A, info) -> None:
+    """Collective: ValueError on every rank when a file read into a narrower floating type
+    (float64 as float32) gave infinite entries: values beyond the narrower type's range
+    would otherwise enter the matrix as inf."""
+    from mpi4py import MPI
+    fdt = np.dtype(info.dtype)
+    if fdt.kind not in "fc" or A.dtype.kind not in "fc" or A.dtype.itemsize >= fdt.itemsize:
+        return
+    bad = bool(A.xp.isinf(A.local).any()) if A.local.size else False
+    if A.grid.comm.allreduce(bad, op=MPI.LOR):
+        raise ValueError(f"{info.path}: holds values that are infinite as {A.dtype} (beyond "
+                         f"its largest value {np.finfo(A.dtype).max:.3g}, or infinite in the "
+                         f"file); read it as {fdt.name}")
 
 
 # ---------------------------------------------------------------------------------------

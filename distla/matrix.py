@@ -97,6 +97,20 @@ def _operand_error(op: str, other) -> TypeError:
                      f"from an array; scalars multiply: alpha * A)")
 
 
+def _scalar(alpha):
+    """``alpha`` as a scalar NumPy multiplies arrays by without changing their kind: Python
+    and NumPy numbers as they are, other real / complex numbers (``fractions.Fraction``) as
+    float / complex; None for anything else (``decimal.Decimal``, which is no complex number,
+    arrays, strings): the operator then raises TypeError on every rank alike."""
+    if isinstance(alpha, (int, float, complex, np.number, np.bool_)):
+        return alpha
+    if isinstance(alpha, numbers.Real):
+        return float(alpha)
+    if isinstance(alpha, numbers.Complex):
+        return complex(alpha)
+    return None
+
+
 class DistMatrix:
     """A 2D block-cyclic distributed matrix.
 
@@ -523,16 +537,18 @@ class DistMatrix:
         raise _operand_error("-", other)
 
     def __mul__(self, alpha):
-        if isinstance(alpha, numbers.Number):
-            return self._like(local=self.local * alpha)
-        return NotImplemented
+        alpha = _scalar(alpha)
+        if alpha is None:
+            return NotImplemented
+        return self._like(local=self.local * alpha)
 
     __rmul__ = __mul__
 
     def __truediv__(self, alpha):
-        if isinstance(alpha, numbers.Number):
-            return self._like(local=self.local / alpha)
-        return NotImplemented
+        alpha = _scalar(alpha)
+        if alpha is None:
+            return NotImplemented
+        return self._like(local=self.local / alpha)
 
     def __neg__(self):
         return self._like(local=-self.local)
@@ -555,14 +571,16 @@ class DistMatrix:
         return self
 
     def __imul__(self, alpha):
-        if not isinstance(alpha, numbers.Number):
+        alpha = _scalar(alpha)
+        if alpha is None:
             return NotImplemented
         self._keeps_dtype(np.result_type(alpha), "*=")
         self.local *= alpha
         return self
 
     def __itruediv__(self, alpha):
-        if not isinstance(alpha, numbers.Number):
+        alpha = _scalar(alpha)
+        if alpha is None:
             return NotImplemented
         self._keeps_dtype(np.result_type(alpha), "/=")
         self.local /= alpha
@@ -586,7 +604,10 @@ class DistMatrix:
     def add(self, other: "DistMatrix", alpha=1.0, beta=1.0) -> "DistMatrix":
         """``alpha * self + beta * other`` (pdgeadd; same layout; local)."""
         self._check_same(other, "add")
-        return self._like(local=alpha * self.local + beta * other.local)
+        a, b = _scalar(alpha), _scalar(beta)
+        if a is None or b is None:
+            raise TypeError(f"add: alpha and beta must be numbers, not {alpha!r} and {beta!r}")
+        return self._like(local=a * self.local + b * other.local)
 
     def norm(self, ord="fro"):
         """Collective: 'fro', 1, inf (np.inf or 'inf') or 'max' norm, as a Python float on

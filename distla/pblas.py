@@ -20,7 +20,7 @@ import contextvars
 import numpy as np
 
 from . import layout
-from .errors import collective, signature
+from .errors import SingularMatrixError, collective, signature
 from .matrix import DistMatrix, check_compatible
 from .validate import check_flags
 
@@ -244,6 +244,8 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=
         if need != A.n:
             raise ValueError(f"triangular_solve: A is {A.shape} but B is {B.shape} "
                              f"(side={side!r})")
+        if not unit_diagonal:
+            _check_diagonal(A)
     if overwrite_b:          # X written over B while A is read: never into A's storage
         overwrite_b = not shares_storage(B, A)
     if t == "C" and A.dtype.kind == "c":   # A^H X = a B <=> A^T conj(X) = conj(a) conj(B)
@@ -288,6 +290,22 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=
     if X.block != B.block or X.src != B.src:
         X = X.redistribute(block=B.block, src=B.src)
     return X
+
+
+def _check_diagonal(A) -> None:
+    """SingularMatrixError when A's diagonal holds an exact zero (as LAPACK's xTRTRS and
+    ``scipy.linalg.solve_triangular``): the solve would return inf/NaN. Local (each rank its
+    own diagonal entries, O(n / p)); callers agree on the outcome."""
+    idx, li, lj = np.intersect1d(A.row_indices(), A.col_indices(), assume_unique=True,
+                                 return_indices=True)
+    if not idx.size:
+        return
+    d = A.backend.to_host(A.local[A.backend.asarray(li), A.backend.asarray(lj)])
+    zero = np.flatnonzero(d == 0)
+    if zero.size:
+        j = int(idx[zero[0]])
+        raise SingularMatrixError(j, f"triangular_solve: A is singular: A[{j}, {j}] is "
+                                     f"exactly zero (0-based); the solve would divide by it")
 
 
 def _solve_by_inverses(A, B, inverses, lower, trans, unit, alpha, overwrite_b):

@@ -373,6 +373,27 @@ def test_in_place_operators_write_through_views(grids):
 
 
 @pytest.mark.mpi
+def test_scalar_operands_behave_alike_on_every_rank(grids):
+    """``A * Decimal(2)`` raised on ranks holding entries and returned on the others (empty
+    local arrays); a Fraction made object arrays. Decimal (no complex number) is a TypeError
+    everywhere; Fraction acts as its float; the dtype stays."""
+    from decimal import Decimal
+    from fractions import Fraction
+    a = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=2)     # some ranks hold nothing on 4 ranks
+        for op in (lambda: A * Decimal(2), lambda: Decimal(2) * A, lambda: A / Decimal(2)):
+            with pytest.raises(TypeError, match="Decimal"):
+                op()
+        C = A.copy()
+        with pytest.raises(TypeError, match="Decimal"):
+            C *= Decimal(2)
+        for B in (A * Fraction(1, 2), Fraction(1, 2) * A, A / Fraction(2)):
+            assert B.dtype == np.float32 and B.local.dtype == np.float32
+            np.testing.assert_array_equal(B.to_global(None), a / 2)
+
+
+@pytest.mark.mpi
 def test_random_seeds_are_checked_and_agreed(grids, comm):
     """DistMatrix.random with a different seed on each rank built a patchwork of matrices;
     seed=None or 1.5 gave raw errors. Now the same clear error on every rank."""

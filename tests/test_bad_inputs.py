@@ -151,6 +151,22 @@ def test_empty_matrix_is_a_clear_error(comm):
         solve(A, B)
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize("method", ["cholesky", "gepp", "calu", "genp", "rbt"])
+def test_zero_column_rhs_still_factors_and_checks(comm, method):
+    """B with no columns: every method still factors (and checks) A, so a singular A raises
+    for each alike (rbt returned an empty X without looking at A); a good A gives n x 0."""
+    g = ProcessGrid(comm=comm)
+    B = DistMatrix.zeros(g, (N, 0), (5, 5), src=(g.nprow - 1, 0))
+    bad = DistMatrix.from_global(g, np.ones((N, N)), block=5)
+    with pytest.raises((SingularMatrixError, NotPositiveDefiniteError)):
+        solve(bad, B, method=method)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        X = solve(DistMatrix.from_global(g, _spd(), block=5), B, method=method)
+    assert X.shape == (N, 0) and X.same_layout(B)
+
+
 # ---- the same sweep through the command line ---------------------------------------------
 # Each row: (name, ranks, arguments after ``distla``, exit code (distla.runtime.EXIT_*), regex
 # the one ``distla: error:`` line (or, for exit 0, stderr) must match, extra check or None).

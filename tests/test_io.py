@@ -270,6 +270,40 @@ def test_complex_file_is_never_read_as_real(comm, mpi_tmp_path, name):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("name", ["big.npy", "big.mtx", "big.h5:/a", "bigc.npy"])
+def test_narrowing_read_that_overflows_raises(comm, mpi_tmp_path, name):
+    """A float64 file with a value beyond float32's range, read as float32 (complex128 as
+    complex64), raises ValueError on every rank naming the range, whichever rank holds
+    the value (it became inf silently); in range it reads as the rounded values."""
+    import scipy.io
+
+    from distla import ProcessGrid
+    if name.endswith(".h5:/a"):
+        pytest.importorskip("h5py")
+    a = np.arange(30.0).reshape(5, 6) / 7
+    a[3, 4] = 1e300
+    if name.startswith("bigc"):
+        a = a + 0.5j
+    path, file = str(mpi_tmp_path / name), mpi_tmp_path / name.split(":")[0]
+    if comm.rank == 0:
+        if name.endswith(".npy"):
+            np.save(file, a)
+        elif name.endswith(".mtx"):
+            scipy.io.mmwrite(file, a)
+        else:
+            import h5py
+            with h5py.File(file, "w") as f:
+                f["a"] = a
+    comm.Barrier()
+    grid = ProcessGrid(comm=comm)
+    small = np.complex64 if a.dtype.kind == "c" else np.float32
+    with pytest.raises(ValueError, match="infinite as"):
+        io.read_matrix(path, grid, (2, 2), dtype=small, src=(grid.nprow - 1, 0))
+    A = io.read_matrix(path, grid, (2, 2))
+    np.testing.assert_array_equal(A.to_global(None), a)
+
+
+@pytest.mark.mpi
 def test_read_errors_on_every_rank(comm, mpi_tmp_path):
     from distla import ProcessGrid
     grid = ProcessGrid(comm=comm)

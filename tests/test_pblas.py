@@ -243,6 +243,29 @@ def test_triangular_solve_all_grids(grids, side, lower, trans, unit, nrhs):
             np.testing.assert_array_equal(B.to_global(None), b)  # B kept
 
 
+@pytest.mark.parametrize("j", [0, 6, 13])
+def test_triangular_solve_exact_zero_diagonal_raises(grids, j):
+    """An exact zero on the diagonal raises SingularMatrixError naming it on every rank, as
+    scipy.linalg.solve_triangular does (the solve would return inf/NaN); with
+    unit_diagonal the diagonal is not read, and the solve is right."""
+    from distla import SingularMatrixError
+    n = 14
+    a = triangle(n, True, seed=8)
+    a[j, j] = 0.0
+    b = rand((n, 2), seed=9)
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=3, src=corner(g))
+        B = DistMatrix.from_global(g, b, block=3)
+        for side, BB in (("left", B), ("right", B.transpose())):
+            with pytest.raises(SingularMatrixError, match=rf"A\[{j}, {j}\] is exactly zero") \
+                    as e:
+                triangular_solve(A, BB, side=side, trans=j % 2 == 0)
+            assert e.value.index == j
+        X = triangular_solve(A, B, unit_diagonal=True)
+        close(X.to_global(None), sla.solve_triangular(a, b, lower=True, unit_diagonal=True),
+              np.float64)
+
+
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("trans", [False, True])
 def test_triangular_solve_skips_zero_blocks_of_b(grids, lower, trans):

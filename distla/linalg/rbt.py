@@ -363,6 +363,10 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     info = RBTInfo(depth=int(depth), seed=seed, n_pad=padded_size(A.n, int(depth)),
                    precision=precision, compute=compute or str(A.dtype))
     if A.n == 0 or B.n == 0:  # nothing to solve
+        if A.n:               # but A is factored and checked, as the other methods do
+            _solve(A, DistMatrix.zeros(A.grid, (A.n, 1), B.block, dtype=B.dtype,
+                                       device=B.device, src=B.src), info,
+                   int(max_iter) if refine else 0, fallback, check_rcond)
         X = B0.copy()
         info.converged = True
         if return_info:
