@@ -540,6 +540,8 @@ def _target(path, dataset=None):
     """``(resolved file, dataset or None)`` that a matrix path names (None: the whole file,
     e.g. a .npy). Not collective (resolves links on the file system)."""
     from . import h5io
+    if h5io.is_h5(path) and dataset is None:       # an output: where its write would land
+        return h5io.resolve(path)
     split = h5io.split_path(path)
     if split is not None:
         path = split[0]

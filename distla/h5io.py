@@ -50,10 +50,71 @@ def split_path(path) -> tuple[str, str] | None:
             best = (i, suf)
     if best is not None:
         i, suf = best
-        return p[:i + len(suf)], p[i + len(suf) + 1:]
+        return p[:i + len(suf)], _normalized(p[i + len(suf) + 1:])
     if low.endswith(SUFFIXES):
         return p, ""
     return None
+
+
+def _normalized(name: str) -> str:
+    """A dataset path as HDF5 resolves it: repeated ``/`` and ``.`` components dropped
+    (``/g//A`` and ``/g/./A`` are ``/g/A``), so that two spellings of one dataset compare
+    equal; ``''`` stays ``''`` (the file's only dataset). Not collective."""
+    parts = [c for c in name.split("/") if c not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"HDF5 dataset path {name!r}: '..' is not a parent group in HDF5; "
+                         f"name the dataset by its absolute path")
+    return "/" + "/".join(parts) if parts else ("/" if name.strip() else "")
+
+
+def check_output(path) -> None:
+    """Raise before any work when the dataset ``path`` (``file.h5:/name``) cannot be written:
+    no dataset named, the name taken by a group, or a parent on the way a dataset. The file
+    itself is checked by :func:`distla.filebase.check_writable`. Not collective."""
+    fpath, dset = split_path(path) or (os.fspath(path), "")
+    dset = dset or DEFAULT_DATASET
+    if not dset.strip("/"):
+        raise MatrixFileError(f"{path}: name a dataset after the ':' (e.g. {fpath}:/A)")
+    if not os.path.isfile(fpath):
+        return
+    h5py = _h5py()
+    try:
+        f = h5py.File(fpath, "r")
+    except OSError as e:
+        raise MatrixFileError(f"{fpath}: exists and is not a readable HDF5 file ({e}); "
+                              f"remove it or write elsewhere") from None
+    with f:
+        parts = dset.strip("/").split("/")
+        for k in range(1, len(parts) + 1):
+            name = "/" + "/".join(parts[:k])
+            obj = f.get(name)
+            if obj is None:
+                return
+            last = k == len(parts)
+            if last and isinstance(obj, h5py.Group):
+                raise MatrixFileError(f"{fpath}:{name} is a group; name a dataset inside it "
+                                      f"or another name")
+            if not last and isinstance(obj, h5py.Dataset):
+                raise MatrixFileError(f"{fpath}:{name} is a dataset, so {dset} cannot be "
+                                      f"created under it")
+
+
+def resolve(path) -> tuple[str, str]:
+    """``(absolute file, dataset)`` that a written ``file.h5:/name`` lands in: through an
+    existing external link, the other file's dataset (a write follows links). Not
+    collective."""
+    fpath, dset = split_path(path) or (os.fspath(path), "")
+    dset = dset or DEFAULT_DATASET
+    if os.path.isfile(fpath):
+        try:
+            import h5py
+            with h5py.File(fpath, "r") as f:
+                obj = f.get(dset)
+                if obj is not None:
+                    return os.path.realpath(obj.file.filename), obj.name
+        except (ImportError, OSError):
+            pass
+    return os.path.realpath(fpath), dset
 
 
 def is_h5(path) -> bool:
@@ -113,6 +174,10 @@ def inspect(path) -> MatrixInfo:
                                   f"{_listing(_datasets(obj, h5py))}")
         dtype, shape = obj.dtype, obj.shape
         name = obj.name
+        # an external link leads to a dataset of another file: its name is in that file
+        target = os.path.abspath(obj.file.filename)
+        if target != os.path.abspath(fpath):
+            fpath = target
     if dtype.fields is not None or dtype.kind not in "biufc":
         raise MatrixFileError(f"{fpath}:{name} holds {dtype} data; a matrix must be numeric "
                               f"(float32/64, complex64/128, integers)")

@@ -22,6 +22,9 @@ h5py = pytest.importorskip("h5py")
     ("c:/data/a.hdf5", ("c:/data/a.hdf5", "")),
     ("a.npy", None),
     ("a.h5x", None),
+    ("a.h5:/g//x", ("a.h5", "/g/x")),      # spellings of one dataset compare equal
+    ("a.h5:/g/./x/", ("a.h5", "/g/x")),
+    ("a.h5:x", ("a.h5", "/x")),
 ])
 def test_split_path(path, want):
     assert h5io.split_path(path) == want
@@ -269,6 +272,50 @@ def test_cli_solve_h5_in_h5_out(tmp_path):
     np.testing.assert_allclose(A @ x, b, rtol=1e-10)
     p = run(["solve", "--matrix", f"{a}:/missing"], n=2)
     assert p.returncode == 2 and "no dataset" in p.stdout + p.stderr
+
+
+def test_external_link_reads_its_target_and_guards_it(tmp_path):
+    """A dataset reached through an external link is the other file's: it was read from the
+    linking file under the target's name (another, unrelated dataset: a silent wrong solve),
+    and `--out` naming the real input was let through. Also: output names that a group
+    holds, that pass through a dataset, or that use '..' are refused before any work."""
+    import os
+
+    from test_cli import MPIEXEC, run
+    n = 12
+    a = np.random.default_rng(0).standard_normal((n, n))
+    a = a @ a.T + n * np.eye(n)
+    with h5py.File(tmp_path / "target.h5", "w") as f:
+        f["x"] = a
+    with h5py.File(tmp_path / "main.h5", "w") as f:
+        f["x"] = 3.0 * np.eye(n)                        # same name, unrelated data
+        f["A"] = h5py.ExternalLink(str(tmp_path / "target.h5"), "/x")
+        f["b"] = a @ np.ones(n)
+        f["g/y"] = np.ones(2)
+    info = h5io.inspect(f"{tmp_path}/main.h5:/A")
+    assert (os.path.realpath(info.path), info.dataset) == \
+        (os.path.realpath(tmp_path / "target.h5"), "/x")
+    assert h5io.resolve(f"{tmp_path}/main.h5:/A")[0] == os.path.realpath(tmp_path / "target.h5")
+    for bad, needle in ((f"{tmp_path}/main.h5:/g", "is a group"),
+                        (f"{tmp_path}/main.h5:/b/c", "is a dataset, so"),
+                        (f"{tmp_path}/main.h5:/g/../b", "'..'")):
+        with pytest.raises((io.MatrixFileError, ValueError), match=needle):
+            io.check_writable(bad)
+    io.check_writable(f"{tmp_path}/main.h5:/g//z")
+    if not os.path.exists(MPIEXEC):
+        pytest.skip("no mpiexec")
+    m = f"{tmp_path}/main.h5"
+    p = run(["solve", "--matrix", f"{m}:/A", "--rhs", f"{m}:/b", "--out",
+             f"{tmp_path / 'x.npy'}"], n=2)
+    assert p.returncode == 0, p.stdout + p.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "x.npy"), np.ones(n), rtol=1e-10)
+    for out in (f"{tmp_path}/target.h5:/x", f"{m}:/A"):
+        p = run(["solve", "--matrix", f"{m}:/A", "--rhs", f"{m}:/b", "--out", out], n=2)
+        assert p.returncode == 2 and "same dataset" in p.stdout + p.stderr, p.stderr
+    with h5py.File(tmp_path / "target.h5") as f:
+        np.testing.assert_array_equal(f["x"][...], a)
+    p = run(["solve", "--matrix", f"{m}:/A", "--rhs", f"{m}:/b", "--out", f"{m}:/g/"], n=2)
+    assert p.returncode == 2 and "is a group" in p.stdout + p.stderr
 
 
 @pytest.mark.mpi
