@@ -102,7 +102,10 @@ def _inspect_npy(path: str) -> MatrixInfo:
     if len(shape) not in (1, 2):
         raise MatrixFileError(f"{path}: holds a {len(shape)}-D array of shape {shape}; "
                               f"expected a matrix (2-D) or a vector (1-D)")
-    need = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if any(int(d) < 0 for d in shape):
+        raise MatrixFileError(f"{path}: not a valid .npy file (its header gives the negative "
+                              f"shape {tuple(shape)})")
+    need = offset + int(np.prod(shape, dtype=object)) * dtype.itemsize   # Python ints: exact
     have = os.path.getsize(path)
     if have != need:
         raise MatrixFileError(f"{path}: {'truncated' if have < need else 'oversized'} .npy "
@@ -340,8 +343,11 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
         fh = MPI.File.Open(comm, info.path, MPI.MODE_RDONLY, _hints())
         etype, ftype = _filetype(A, fdt, info.fortran_order)
         fh.Set_view(info.offset, etype, ftype)
+        _check_size(info, fh.Get_size())
     except MPI.Exception as e:
         err = failed(e)
+    except MatrixFileError as e:
+        err = e
     if comm.allreduce(err is None, op=MPI.LAND):
         read = fh.Read_at_all if collective else fh.Read_at
         slabs = range(0, ext, width)
@@ -356,7 +362,13 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
                     def fill(buf, at=l0 * across):
                         nonlocal joins
                         joins += 1
-                        read(at, [buf, etype])
+                        status = MPI.Status()
+                        read(at, [buf, etype], status)
+                        got = status.Get_count(etype)
+                        if got != buf.size:     # the file shrank after its header was read
+                            raise MatrixFileError(
+                                f"{info.path}: read {got} of {buf.size} entries: the file "
+                                f"is shorter than its header says (changed while being read?)")
                     try:
                         if err is None:
                             put(A.local[:, l0:l1] if info.fortran_order else
@@ -368,11 +380,26 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
         # a rank that failed joins the collective reads it missed, with nothing to read
         for _ in range(len(slabs) - joins if collective else 0):
             read(0, [np.empty(0, fdt), etype])
+        if err is None:      # a file that shrank during the read left parts unread (MPI-IO
+            try:             # need not report short reads through a file view)
+                _check_size(info, fh.Get_size())
+            except MatrixFileError as e:
+                err = e
     if ftype is not None:
         ftype.Free()
     if fh is not None:
         fh.Close()
     agree(comm, err)
+
+
+def _check_size(info, size: int) -> None:
+    """MatrixFileError when the .npy file holds fewer bytes than its header (read by
+    :func:`inspect`) promises: it changed since (truncated or being rewritten). Local."""
+    need = info.offset + int(np.prod(info.shape, dtype=object)) * np.dtype(info.dtype).itemsize
+    if size < need:
+        raise MatrixFileError(f"{info.path}: holds {size} bytes but its header promises "
+                              f"{need}: the file changed after its header was read "
+                              f"(truncated or being rewritten?)")
 
 
 def _npy_header(shape, dtype: np.dtype, fortran: bool) -> bytes:
@@ -644,11 +671,45 @@ def write_npy_generated(path, grid, shape, block, fn, *, dtype=np.float64,
     return b
 
 
+def _check_mtx_values(path: str, layout: str, field: str) -> None:
+    """MatrixFileError naming the line when a data line of the Matrix Market file ``path``
+    is not what its header says: SciPy's reader takes a number's prefix, so ``4,5`` read as
+    4, ``0x10`` as 0 and ``4 junk`` as 4 -- a wrong matrix, silently. Every data line must be
+    exactly its indices (coordinate) and value(s) (none for pattern, two for complex), each a
+    plain decimal number (integers for indices and integer fields). Local (rank 0)."""
+    values = {"pattern": 0, "complex": 2}.get(field, 1)
+    want = values + (2 if layout == "coordinate" else 0)
+    ints = 2 if layout == "coordinate" else 0
+    with open(path) as f:
+        seen_size = False
+        for k, line in enumerate(f, start=1):
+            text = line.strip()
+            if not text or text.startswith("%"):
+                continue
+            if not seen_size:
+                seen_size = True
+                continue
+            tokens = text.split()
+            try:
+                if len(tokens) != want:
+                    raise ValueError(f"{len(tokens)} fields, expected {want}")
+                for t in tokens[:ints] + (tokens[ints:] if field == "integer" else []):
+                    int(t)
+                for t in tokens[ints:]:
+                    float(t)
+            except ValueError as e:
+                raise MatrixFileError(f"{path}: line {k} ({text[:60]!r}) is not an entry of "
+                                      f"a Matrix Market file of format '{layout} {field}' "
+                                      f"({e})") from None
+
+
 def _read_mtx(path: str) -> np.ndarray:
     import scipy.io
     info = _inspect_mtx(path)
     if 0 in info.shape:    # (scipy.io.mmread of a 0-row file died with SIGFPE in SciPy 1.17)
         return np.zeros(info.shape, dtype=info.dtype)
+    _, _, _, layout, field, _ = scipy.io.mminfo(path)
+    _check_mtx_values(path, layout, field)
     try:
         a = scipy.io.mmread(path)
     except Exception as e:  # noqa: BLE001

@@ -766,3 +766,75 @@ def test_shared_write_failing_mid_file(comm, mpi_tmp_path, monkeypatch, where):
         np.testing.assert_array_equal(np.load(target), A.to_global(root=None))
         comm.Barrier()
 
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("collective", ["0", "1"])
+def test_file_truncated_after_its_header_was_read(comm, mpi_tmp_path, monkeypatch,
+                                                  collective):
+    """A .npy that shrinks between inspect() and the read (another job rewriting it) was read
+    as garbage (uninitialized memory, no error: MPI-IO does not report short reads through a
+    file view); now the same MatrixFileError on every rank naming both sizes."""
+    from distla import ProcessGrid
+    monkeypatch.setenv("DISTLA_IO_COLLECTIVE_READ", collective)
+    p = mpi_tmp_path / f"shrink{collective}.npy"
+    if comm.rank == 0:
+        np.save(p, np.arange(1.0, 101.0).reshape(10, 10))
+    comm.Barrier()
+    info = io.inspect(p)
+    comm.Barrier()
+    if comm.rank == 0:
+        os.truncate(p, info.offset + 8 * 50)
+    comm.Barrier()
+    with pytest.raises(io.MatrixFileError, match=r"holds \d+ bytes but its header promises"):
+        io.read_matrix(p, ProcessGrid(comm=comm), (3, 3), info=info)
+
+
+def test_npy_header_with_negative_or_huge_shape(tmp_path):
+    """A header with a negative shape passed the size check (the solve banner printed '-5 x
+    -5'); one whose element count overflows int64 defeated it. Both are now refused by
+    inspect, naming the file."""
+    for shape, needle in (((-5, -5), "negative shape"), ((2 ** 32, 2 ** 32), "truncated")):
+        f = tmp_path / f"h{abs(shape[0])}.npy"
+        with open(f, "wb") as fh:
+            np.lib.format.write_array_header_1_0(
+                fh, {"descr": "<f8", "fortran_order": False, "shape": shape})
+        with pytest.raises(io.MatrixFileError, match=needle) as e:
+            io.inspect(f)
+        assert str(f) in str(e.value)
+
+
+@pytest.mark.parametrize("layout, field, line", [
+    ("array", "real", "4,5"), ("array", "real", "0x10"), ("array", "real", "4 junk"),
+    ("array", "real", "1 2"), ("coordinate", "real", "1 1 1,25"),
+    ("coordinate", "real", "1.5 1 3"), ("coordinate", "real", "1 1"),
+    ("coordinate", "integer", "1 1 2.5"), ("coordinate", "pattern", "1 1 7"),
+    ("array", "complex", "1.0"),
+])
+def test_matrix_market_entries_are_parsed_strictly(tmp_path, layout, field, line):
+    """SciPy's reader takes a number's prefix ('4,5' read as 4, '0x10' as 0, '4 junk' as 4):
+    a wrong matrix that solved and passed. Every data line must be exactly its fields;
+    otherwise a MatrixFileError names the line. Well-formed files read as SciPy reads them."""
+    import scipy.io
+    from mpi4py import MPI
+
+    from distla import ProcessGrid
+    grid = ProcessGrid(comm=MPI.COMM_SELF)
+    good = {"array": {"real": "2.5", "complex": "2.5 -1"},
+            "coordinate": {"real": "2 2 2.5", "integer": "2 2 3", "pattern": "2 2"}}
+    for k, bad in enumerate((line, None)):
+        f = tmp_path / f"m{k}.mtx"
+        if layout == "array":
+            body = ["2 2"] + [good[layout][field]] * 3 + [bad or good[layout][field]]
+        else:
+            body = ["2 2 2", bad or good[layout][field], "1 1" + ("" if field == "pattern"
+                                                                 else " 1")]
+        f.write_text(f"%%MatrixMarket matrix {layout} {field} general\n% c\n"
+                     + "\n".join(body) + "\n")
+        if bad is not None:
+            with pytest.raises(io.MatrixFileError, match=r"line \d+ .* is not an entry"):
+                io.read_matrix(f, grid, (2, 2))
+        else:
+            want = scipy.io.mmread(f)
+            want = want.toarray() if hasattr(want, "toarray") else np.asarray(want)
+            np.testing.assert_array_equal(io.read_matrix(f, grid, (2, 2)).to_global(), want)
