@@ -296,6 +296,8 @@ def _check_solver_options(method: str, kw: dict) -> None:
         fns = (tlr_solve,)
     takes = {p for f in fns for p in inspect.signature(f).parameters} - \
         {"A", "B", "kw", "pivoting"} - set(_CLI_OWNED)
+    if method == "tlr":        # solve(method='tlr') names the compression's method so
+        takes = takes - {"method"} | {"compression"}
     bad = sorted(set(kw) - takes)
     if method == "cholesky" and "lower" in kw and _SOLVE_ONLY & kw.keys():
         raise CommandError(f"-O lower cannot be combined with -O "

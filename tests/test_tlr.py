@@ -1,6 +1,7 @@
 """Tests of distla.tlr: batched kernels (serial) and the distributed TLR matrix, Cholesky,
 log-determinant and solves (mpi), against SciPy/NumPy on the gathered matrix."""
 import math
+import os
 
 import numpy as np
 import pytest
@@ -655,3 +656,35 @@ def test_replicated_rhs_checked_and_tol_floor_reported():
     T = tlr.from_kernel(g, x, k, 16, tol=1e-10, dtype=np.float32)
     assert T.tol == pytest.approx(_EPS_FLOOR * float(np.finfo(np.float32).eps))
     assert tlr.from_kernel(g, x, k, 16, tol=1e-6).tol == 1e-6
+
+
+@pytest.mark.mpi
+def test_solve_names_the_compression_method_compression(tmp_path_factory):
+    """tlr.solve's ``method`` (the compression) collided with solve(method='tlr'): the CLI
+    advertised ``-O method=svd`` and then failed with 'got multiple values'. It is
+    ``compression=`` through solve() and the CLI; other methods refuse it."""
+    from mpi4py import MPI
+
+    from distla import DistMatrix
+    from distla.grid import ProcessGrid
+    from distla.linalg import solve
+    g = ProcessGrid(comm=MPI.COMM_WORLD)
+    x, k = _problem(90, seed=2)
+    a = cov.entry_function(x, k)(np.arange(90)[:, None], np.arange(90)[None, :])
+    A = DistMatrix.from_global(g, a, block=16)
+    B = DistMatrix.from_global(g, a @ np.ones((90, 1)), block=16)
+    for c in ("svd", "aca"):
+        X = solve(A, B, method="tlr", compression=c, tol=1e-10)
+        np.testing.assert_allclose(X.to_global(None), np.ones((90, 1)), rtol=1e-5)
+    with pytest.raises(ValueError, match="compression= is an option of method='tlr'"):
+        solve(A, B, method="gepp", compression="svd")
+    if MPI.COMM_WORLD.size == 1:
+        from test_cli import MPIEXEC, run
+        if not os.path.exists(MPIEXEC):
+            pytest.skip("no mpiexec")
+        d = tmp_path_factory.mktemp("tlrcli")
+        np.save(d / "A.npy", a)
+        p = run(["solve", "--matrix", d / "A.npy", "-m", "tlr", "-O", "compression=aca"], n=2)
+        assert p.returncode == 0, p.stdout + p.stderr
+        p = run(["solve", "--matrix", d / "A.npy", "-m", "tlr", "-O", "method=svd"], n=2)
+        assert p.returncode == 2 and "compression" in p.stderr and "multiple" not in p.stderr

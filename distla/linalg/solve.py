@@ -4,7 +4,8 @@ Methods (``method=``): the table in :mod:`distla.linalg.methods` (cholesky, gepp
 tlr, with aliases).
 
 Extra keywords go to the family's driver (e.g. ``lookahead``, ``tree``, ``depth``, ``seed``,
-``tol``, ``max_rank``; ``precision='mixed'``, ``factor_dtype``, ``return_info`` for every
+``tol``, ``max_rank``, ``compression`` (:func:`distla.tlr.solve`'s ``method``: the
+method picks the solver here); ``precision='mixed'``, ``factor_dtype``, ``return_info`` for every
 family but TLR: docs/mixed.md). Collective over A's grid.
 """
 from __future__ import annotations
@@ -41,12 +42,17 @@ def solve(A, B, method: str = "gepp", **kw):
                 raise TypeError(f"solve: {name} must be a DistMatrix, not {type(X).__name__}")
         if A.m == 0 or A.n == 0:
             raise ValueError(f"solve: A is empty ({A.m} x {A.n})")
+        if m != "tlr" and "compression" in kw:
+            raise ValueError(f"solve: compression= is an option of method='tlr', not "
+                             f"{m!r}")
         if m == "tlr" and kw.get("precision", "double") != "double":
             raise ValueError("solve: method='tlr' has no mixed precision (its accuracy is "
                              "tol=...); precision='mixed' is for cholesky, gepp, calu, "
                              "genp and rbt")
-    if m == "tlr":
+    if m == "tlr":          # tlr.solve's own ``method`` (the compression) is ``compression``
         kw.pop("precision", None)
+        if "compression" in kw:
+            kw["method"] = kw.pop("compression")
     if m == "cholesky":
         return solve_cholesky(A, B, **kw)
     if m in ("gepp", "calu", "genp"):
