@@ -37,6 +37,11 @@ class MatrixInfo:
 
 
 def _check_writable(path: str) -> None:
+    if os.path.islink(path):
+        if not os.path.exists(path):
+            raise MatrixFileError(f"{path}: is a dangling symbolic link (to "
+                                  f"{os.readlink(path)}); remove it or write elsewhere")
+        path = os.path.realpath(path)        # written through, as np.save does
     d = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(d):
         raise FileNotFoundError(f"{path}: directory {d} does not exist")
@@ -96,13 +101,16 @@ def _naming(e: Exception, tmp: str, path: str) -> Exception:
 
 
 def atomic_output(path: str, comm, write) -> None:
-    """Collective: ``write(tmp)`` (collective) writes to a temporary file beside ``path``; the
-    temporary becomes ``path`` (one rename on rank 0) only after every rank agreed that its part
-    succeeded. On an error, SIGTERM or SIGINT the temporary is removed and nothing exists under
-    ``path`` (an older file there is left as it was)."""
+    """Collective: ``write(tmp)`` (collective) writes to a temporary file beside ``path`` (beside
+    its target when ``path`` is a symbolic link: the link is written through, not replaced);
+    the temporary becomes ``path`` (one rename on rank 0) only after every rank agreed that
+    its part succeeded. On an error, SIGTERM or SIGINT the temporary is removed and nothing
+    exists under ``path`` (an older file there is left as it was)."""
     import signal
     import threading
     path = os.fspath(path)
+    if os.path.islink(path) and os.path.exists(path):
+        path = os.path.realpath(path)        # a symbolic link is written through
     d, name = os.path.split(os.path.abspath(path))
     tag = comm.bcast(os.urandom(6).hex() if comm.Get_rank() == 0 else None, root=0)
     tmp = os.path.join(d, f".{name}.{tag}.partial")

@@ -85,6 +85,10 @@ class ProcessGrid:
     def __init__(self, nprow: int | None = None, npcol: int | None = None, comm=None,
                  order: str = "row"):
         comm = _world() if comm is None else comm
+        from mpi4py import MPI
+        if comm == MPI.COMM_NULL:
+            raise ValueError("ProcessGrid: comm is MPI.COMM_NULL (this rank is not in the "
+                             "communicator): only its members build the grid")
         size, rank = comm.Get_size(), comm.Get_rank()
         if _world().Get_size() > 1:   # an uncaught exception on one rank ends the job
             install_excepthook()

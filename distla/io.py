@@ -284,11 +284,34 @@ def _hints():
     spec = os.environ.get("DISTLA_IO_HINTS", _DEFAULT_HINTS)
     if not spec:
         return MPI.INFO_NULL
+    pairs = _parse_hints(spec)
     info = MPI.Info.Create()
-    for kv in spec.split(","):
-        k, _, v = kv.partition("=")
-        info.Set(k.strip(), v.strip())
+    for k, v in pairs:
+        info.Set(k, v)
     return info
+
+
+#: ROMIO / OMPIO hints whose values are sizes or counts: a bad one makes ROMIO abort the job
+_COUNT_HINTS = ("cb_buffer_size", "cb_nodes", "ind_rd_buffer_size", "ind_wr_buffer_size",
+                "striping_factor", "striping_unit", "cb_config_list_size")
+
+
+def _parse_hints(spec: str) -> list:
+    """``[(key, value)]`` from DISTLA_IO_HINTS's "key=value,key=value" (empty items, such as
+    a trailing comma, skipped); ValueError naming the variable for an item without a key or
+    a value, or a size/count hint that is not a positive integer. Local."""
+    pairs = []
+    for kv in spec.split(","):
+        if not kv.strip():
+            continue
+        k, eq, v = (x.strip() for x in kv.partition("="))
+        if not k or not eq or not v:
+            raise ValueError(f"DISTLA_IO_HINTS={spec!r}: {kv.strip()!r} is not key=value")
+        if k in _COUNT_HINTS and not (v.isdigit() and int(v) > 0):
+            raise ValueError(f"DISTLA_IO_HINTS={spec!r}: {k} must be a positive integer, "
+                             f"not {v!r}")
+        pairs.append((k, v))
+    return pairs
 
 
 READ_SLAB_BYTES = 1 << 26     # per rank: one slab of a read (GPU ranks: two pinned)
@@ -564,9 +587,12 @@ def _write_npy_shared(path: str, comm, shape, nb: int, dtype, slabs) -> None:
     m, n = shape[0], (shape[1] if len(shape) > 1 else 1)
 
     def create():
-        with open(path, "wb") as f:
-            f.write(header)
-            f.truncate(len(header) + m * n * dtype.itemsize)
+        try:
+            with open(path, "wb") as f:
+                f.write(header)
+                f.truncate(len(header) + m * n * dtype.itemsize)
+        except OSError as e:            # (truncate's 'File too large' names no file)
+            raise OSError(e.errno, e.strerror, path) from None
     on_root(comm, create)
     err = nodewrite.write_slabs(path, comm, len(header), m, nb, dtype, slabs, n)
     agree(comm, err)

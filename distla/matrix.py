@@ -327,7 +327,8 @@ class DistMatrix:
         pass None) into block-cyclic layout. ``shape``/``dtype`` default to ``a``'s."""
         with collective(grid.comm if isinstance(grid, ProcessGrid) else None):
             _check_layout(grid, (0, 0), block, src)
-            if not (isinstance(root, numbers.Integral) and 0 <= root < grid.size):
+            if not (isinstance(root, numbers.Integral) and not isinstance(root, bool)
+                    and 0 <= root < grid.size):
                 raise ValueError(f"root {root!r} is not a rank of the {grid.size}-rank grid")
         comm = grid.comm
         meta, err = None, None
@@ -345,6 +346,8 @@ class DistMatrix:
                 if shape is not None and tuple(_pair(shape, "shape")) != a.shape:
                     raise ValueError(f"shape {tuple(shape)} does not match the array's "
                                      f"{a.shape}")
+                if not a.dtype.isnative:        # big-endian data (from a file): native
+                    a = a.astype(a.dtype.newbyteorder("="))
                 dt = _check_dtype(a.dtype if dtype is None else dtype)
                 if dt.kind != "c" and a.dtype.kind == "c":
                     raise TypeError(f"complex array for a {dt} matrix")
@@ -446,8 +449,10 @@ class DistMatrix:
         from mpi4py import MPI
         grid, comm = self.grid, self.grid.comm
         with collective(comm, signature("to_global", self, root=root)):
-            if root is not None and not (0 <= root < grid.size):
-                raise ValueError(f"root {root} is not a rank of the {grid.size}-rank grid")
+            if root is not None and not (isinstance(root, numbers.Integral) and
+                                         not isinstance(root, bool) and 0 <= root < grid.size):
+                raise ValueError(f"root {root!r} is not a rank of the {grid.size}-rank grid "
+                                 f"(an int, or None for every rank)")
         mine = np.asarray(self.backend.to_host(self.local), order="F").ravel(order="F")
         shapes = [(layout.numroc(self.m, self.mb, pr, self.rsrc, grid.nprow),
                    layout.numroc(self.n, self.nb, pc, self.csrc, grid.npcol))

@@ -424,3 +424,25 @@ def test_logdet_of_a_non_positive_diagonal_is_refused(grids):
         assert logdet(L) == pytest.approx(np.linalg.slogdet(s)[1], rel=1e-12)
         with pytest.raises(ValueError, match="<= 0"):
             logdet(DistMatrix.from_global(g, bad, block=2))
+
+
+@pytest.mark.mpi
+def test_roots_null_communicators_and_big_endian_arrays(grids, comm):
+    """to_global(root='0') failed with "'<=' not supported"; ProcessGrid(comm=COMM_NULL) with
+    a raw MPI error; from_global of a big-endian ('>f8', as read from some files) array was
+    refused as an unsupported dtype. Now clear errors, and big-endian data is converted."""
+    from mpi4py import MPI
+
+    from distla import ProcessGrid
+    g = grids[0]
+    a = np.arange(12.0).reshape(3, 4)
+    A = DistMatrix.from_global(g, a.astype(">f8"), block=2)
+    assert A.dtype == np.float64
+    np.testing.assert_array_equal(A.to_global(None), a)
+    for root in ("0", 1.0, True, comm.size):
+        with pytest.raises(ValueError, match="is not a rank"):
+            A.to_global(root)
+        with pytest.raises(ValueError, match="is not a rank"):
+            DistMatrix.from_global(g, a, block=2, root=root)
+    with pytest.raises(ValueError, match="COMM_NULL"):
+        ProcessGrid(comm=MPI.COMM_NULL)

@@ -838,3 +838,41 @@ def test_matrix_market_entries_are_parsed_strictly(tmp_path, layout, field, line
             want = scipy.io.mmread(f)
             want = want.toarray() if hasattr(want, "toarray") else np.asarray(want)
             np.testing.assert_array_equal(io.read_matrix(f, grid, (2, 2)).to_global(), want)
+
+
+def test_symbolic_links_as_outputs(tmp_path):
+    """An output path that is a symbolic link is written through (the link was replaced by a
+    file, unlike np.save); a dangling one is refused before work with a message saying so
+    (it was called 'a device, FIFO or socket')."""
+    from mpi4py import MPI
+
+    from distla import DistMatrix, ProcessGrid
+    real = tmp_path / "real.npy"
+    np.save(real, np.zeros(2))
+    link = tmp_path / "link.npy"
+    link.symlink_to(real)
+    A = DistMatrix.from_global(ProcessGrid(comm=MPI.COMM_SELF), np.eye(3), block=2)
+    io.check_writable(link)
+    io.write_npy(link, A)
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    np.testing.assert_array_equal(np.load(real), np.eye(3))
+    dangling = tmp_path / "dangling.npy"
+    dangling.symlink_to(tmp_path / "nowhere" / "x.npy")
+    with pytest.raises(io.MatrixFileError, match="dangling symbolic link"):
+        io.check_writable(dangling)
+
+
+@pytest.mark.parametrize("spec, ok", [
+    ("romio_cb_write=disable,", [("romio_cb_write", "disable")]),
+    (" a = b ,, c=d", [("a", "b"), ("c", "d")]),
+    ("cb_buffer_size=-5", "positive integer"), ("cb_nodes=x", "positive integer"),
+    ("=v", "not key=value"), ("k", "not key=value"), ("k=", "not key=value"),
+])
+def test_io_hints_are_parsed_strictly(spec, ok):
+    """DISTLA_IO_HINTS with a trailing comma failed as 'A.npy: cannot read (Invalid key)',
+    blaming the file; a negative cb_buffer_size made ROMIO abort the job."""
+    if isinstance(ok, list):
+        assert io._parse_hints(spec) == ok
+    else:
+        with pytest.raises(ValueError, match=f"DISTLA_IO_HINTS=.*{ok}"):
+            io._parse_hints(spec)
