@@ -183,7 +183,10 @@ def _summa(A, B, C, alpha):
         bpiece = bbuf if w == kb else be.empty((w, nbl), A.dtype)
         if grid.mycol == pc:
             c0 = A.local_col_start(g0)
-            apiece = A.local[:, c0:c0 + w]          # a column slice is contiguous already
+            apiece = A.local[:, c0:c0 + w]          # contiguous, unless A is a view (sub())
+            if not apiece.flags.f_contiguous:       # whose leading dimension is its parent's
+                abuf[:, :w] = apiece
+                apiece = abuf[:, :w]
         else:
             apiece = abuf[:, :w]
         if grid.myrow == pr:

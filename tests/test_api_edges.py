@@ -446,3 +446,112 @@ def test_roots_null_communicators_and_big_endian_arrays(grids, comm):
             DistMatrix.from_global(g, a, block=2, root=root)
     with pytest.raises(ValueError, match="COMM_NULL"):
         ProcessGrid(comm=MPI.COMM_NULL)
+
+
+@pytest.mark.mpi
+def test_matmul_with_a_view_as_left_operand(grids):
+    """A sub() view as A with more than 16 columns in B hung: only the ranks holding a block
+    of A raised 'communication buffers must be contiguous' (a view's columns are strided by
+    its parent's leading dimension); the product is now computed."""
+    a = np.random.default_rng(3).standard_normal((40, 40))
+    b = np.random.default_rng(4).standard_normal((24, 20))     # > 16 columns: SUMMA
+    c = np.random.default_rng(5).standard_normal((12, 33))
+    for g in grids:
+        P = DistMatrix.from_global(g, a, block=3)
+        V = P.sub(1, 12, 1, 9)                        # rows 3..35, columns 3..26
+        Bm = DistMatrix.from_global(g, b, block=3, src=V.src)
+        np.testing.assert_allclose((V @ Bm).to_global(None), a[3:36, 3:27] @ b,
+                                   rtol=1e-12, atol=1e-12)
+        W = DistMatrix.from_global(g, c, block=3)
+        np.testing.assert_allclose((W @ V).to_global(None), c @ a[3:36, 3:27],
+                                   rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.mpi
+def test_refinement_accepts_solutions_with_exact_zeros(grids):
+    """B with an all-zero column, or x with exact zero blocks (block-diagonal A, B = I[:, :4]):
+    rows with |A||x| + |b| = 0 or at rounding level counted as backward error 1, so rbt_solve
+    and every mixed solve fell back claiming A numerically singular (and raised with
+    fallback=False). They now converge with no warning; x is right."""
+    import warnings
+
+    from distla.linalg import rbt_solve, solve
+    rng = np.random.default_rng(0)
+    n = 48
+    a1 = rng.standard_normal((n, n)) + n * np.eye(n)
+    b1 = rng.standard_normal((n, 2))
+    b1[:, 0] = 0.0
+    a2 = np.zeros((n, n))
+    a2[:24, :24] = rng.standard_normal((24, 24))
+    a2[24:, 24:] = rng.standard_normal((24, 24))
+    a2 = (a2 + a2.T) / 2 + n * np.eye(n)
+    b2 = np.eye(n)[:, :4]
+    for g in grids[:3]:
+        for a, b in ((a1, b1), (a2, b2)):
+            A = DistMatrix.from_global(g, a, block=8)
+            B = DistMatrix.from_global(g, b, block=8)
+            want = np.linalg.solve(a, b)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                runs = [rbt_solve(A, B, return_info=True, fallback=False),
+                        solve(A, B, method="gepp", precision="mixed", return_info=True,
+                              fallback=False)]
+                if a is a2:
+                    runs.append(solve(A, B, method="cholesky", precision="mixed",
+                                      return_info=True, fallback=False))
+            for X, info in runs:
+                assert not info.fallback and info.reason is None, info.reason
+                np.testing.assert_allclose(X.to_global(None), want, atol=1e-13)
+
+
+@pytest.mark.mpi
+def test_cholesky_factor_used_as_the_other_triangle_is_refused(grids):
+    """cho_solve((U, True), B) with U from cholesky(A, lower=False) gave errors of 2e-2 and
+    rcond(A, (U, True)) a wrong estimate, silently (only the bare U was refused); (L, False)
+    likewise. Factors from cholesky now know their triangle."""
+    from distla.linalg import cho_solve, cholesky, rcond
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((14, 14))
+    a = a @ a.T + 14 * np.eye(14)
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=4)
+        B = DistMatrix.from_global(g, np.ones((14, 2)), block=4)
+        U, L = cholesky(A, lower=False), cholesky(A)
+        for bad, needle in (((U, True), "upper factor"), ((L, False), "lower factor"),
+                            (U, "upper factor")):
+            with pytest.raises(ValueError, match=needle):
+                cho_solve(bad, B)
+            with pytest.raises(ValueError, match=needle):
+                rcond(A, bad)
+        for good in ((U, False), (L, True), L):
+            np.testing.assert_allclose(cho_solve(good, B).to_global(None),
+                                       np.linalg.solve(a, np.ones((14, 2))), rtol=1e-12)
+            assert rcond(A, good) == pytest.approx(1 / np.linalg.cond(a, 1), rel=2)
+
+
+@pytest.mark.mpi
+def test_solve_options_logdet_of_lu_and_rcond_grids(grids):
+    """solve(method='gepp', lower=False) raised Python's 'lu_factor() got an unexpected
+    keyword argument' (an internal name); logdet(F.lu) of an LU factor returned 2 sum log
+    U[i, i], not log det A; rcond(A, F) with F on another grid was accepted (lu_solve refuses
+    it)."""
+    from distla.linalg import logdet, lu_factor, rcond, solve
+    a = np.random.default_rng(2).standard_normal((10, 10)) + 10 * np.eye(10)
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=3)
+        B = DistMatrix.from_global(g, np.ones((10, 1)), block=3)
+        for m, bad in (("gepp", "lower"), ("cholesky", "tree"), ("rbt", "lookahead"),
+                       ("tlr", "depth")):
+            with pytest.raises(TypeError, match=f"solve: method='{m}' takes no option '{bad}'"):
+                solve(A, B, method=m, **{bad: 1})
+        C = DistMatrix.from_global(g, a + 1j * np.eye(10), block=3)
+        with pytest.raises(TypeError, match="TLR supports real"):   # not 'not Hermitian'
+            solve(C, B.astype(np.complex128), method="tlr")
+        F = lu_factor(A)
+        with pytest.raises(ValueError, match="logdet: this is lu_factor's LU matrix"):
+            logdet(F.lu)
+        other = [h for h in grids if h is not g and (h.nprow, h.npcol) != (g.nprow, g.npcol)]
+        if other:
+            A2 = DistMatrix.from_global(other[0], a, block=3)
+            with pytest.raises(ValueError, match="different grids"):
+                rcond(A2, F)

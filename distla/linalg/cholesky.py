@@ -100,11 +100,12 @@ def cholesky(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
         _potrf_lower(L, int(lookahead), gemm)
         _zero_upper(L)
         U = L.transpose()
-        U.cholesky_upper = True     # cho_solve / rcond refuse it alone (it needs (U, False))
+        U.cholesky_lower = False    # cho_solve / rcond refuse it as a lower factor
         return U
     L = A if overwrite_a else A.copy()
     _potrf_lower(L, int(lookahead), gemm)
     _zero_upper(L)
+    L.cholesky_lower = True         # ... and this one as an upper factor
     return L
 
 
@@ -113,6 +114,18 @@ def cho_factor(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
     """Collective: ``(factor, lower)`` for :func:`cho_solve` (like scipy.linalg.cho_factor)."""
     return cholesky(A, lower=lower, overwrite_a=overwrite_a, lookahead=lookahead,
                     check_finite=check_finite, check_symmetric=check_symmetric), bool(lower)
+
+
+def check_triangle(C, lower: bool, what: str) -> None:
+    """ValueError when ``C`` is a factor from :func:`cholesky` of the other triangle than
+    ``lower`` says (an upper factor solved as a lower one gave errors of 1e-2, silently).
+    Local: every rank alike."""
+    made = getattr(C, "cholesky_lower", None)
+    if made is not None and bool(made) != bool(lower):
+        name = "L" if made else "U"
+        raise ValueError(f"{what}: this is the {'lower' if made else 'upper'} factor of "
+                         f"cholesky(A, lower={made}), used as {'lower' if lower else 'upper'}; "
+                         f"pass ({name}, {made}), as cho_factor(A, lower={made}) returns")
 
 
 def cho_rcond(c_and_lower, anorm: float) -> float:
@@ -142,9 +155,7 @@ def cho_solve(c_and_lower, B: DistMatrix, overwrite_b: bool = False,
     if not isinstance(lower, (bool, np.bool_)):
         raise TypeError(f"cho_solve: the factor's 'lower' flag must be True or False, not "
                         f"{lower!r}")
-    if lower and not isinstance(c_and_lower, tuple) and getattr(C, "cholesky_upper", False):
-        raise ValueError("cho_solve: this is the upper factor of cholesky(A, lower=False); "
-                         "pass (U, False), as cho_factor(A, lower=False) returns")
+    check_triangle(C, lower, "cho_solve")
     with collective(C.grid.comm, signature("cho_solve", C, B, lower=lower,
                                            overwrite_b=overwrite_b, check_finite=check_finite)):
         _check_rhs(C, B, "cho_solve")
@@ -274,6 +285,10 @@ def logdet(L: DistMatrix) -> float:
         if L.m != L.n or L.mb != L.nb:
             raise ValueError(f"logdet: the factor must be square with square blocks, got "
                              f"shape {L.shape}, blocks {L.block}")
+        if getattr(L, "lu_factor", False):
+            raise ValueError("logdet: this is lu_factor's LU matrix; logdet takes a Cholesky "
+                             "factor (2 sum log L[i, i]); an LU factor's sum log |U[i, i]| "
+                             "needs the pivots' sign as well")
     xp = L.xp
     total = xp.zeros((), dtype=np.float64)
     low = xp.full((), np.inf, dtype=np.float64)        # the smallest diagonal entry here

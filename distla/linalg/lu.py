@@ -103,6 +103,7 @@ class LUFactor:
     def __init__(self, lu: DistMatrix, piv: np.ndarray, pivoting: str, max_abs_a: float,
                  tree: str | None = None):
         self.lu = lu
+        lu.lu_factor = True         # (logdet, which reads a Cholesky factor, refuses it)
         self.piv = piv
         self.pivoting = pivoting
         self.tree = tree

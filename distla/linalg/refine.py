@@ -235,8 +235,10 @@ def _accept(A, B, R, out: Refinement, anorm, eps, label, rcond, absax=None) -> R
     (when given) at least eps."""
     # (LAPACK's guard against tiny denominators distorts the componentwise error of matrices
     # near the underflow threshold: checked above it only)
-    scaled_ok = anorm * out.x.norm("max") >= np.finfo(A.dtype).tiny / eps
-    berr = componentwise_error(A, out.x, B, R, absax) if scaled_ok else 0.0
+    scale = anorm * out.x.norm("max")
+    scaled_ok = scale >= np.finfo(A.dtype).tiny / eps
+    berr = componentwise_error(A, out.x, B, R, absax, sparse_scale=scale) if scaled_ok \
+        else 0.0
     if not berr <= max(10.0, math.sqrt(A.n)) * eps:
         out.reason = (f"{label}: componentwise backward error {berr:.3g} is not at working "
                       f"precision (A is numerically singular or the factors too inaccurate)")

@@ -14,12 +14,39 @@ from ..errors import SingularMatrixError, collective
 from ..matrix import DistMatrix
 from ..pblas import norm
 from ..validate import signature
-from .cholesky import cho_rcond, solve_cholesky
+from .cholesky import check_triangle, cho_rcond, solve_cholesky
 from .lu import LUFactor, lu_factor, solve_lu
 from .methods import LU_PIVOTING, METHODS, method_name
 
 __all__ = ["solve", "rcond", "METHODS"]
 
+
+
+def _options(m: str) -> set:
+    """The keywords ``solve(method=m)`` passes on (its family's driver's parameters)."""
+    import inspect
+    if m == "tlr":
+        from ..tlr import solve as tlr_solve
+        return set(inspect.signature(tlr_solve).parameters) - {"A", "B", "method"} | \
+            {"compression", "precision"}
+    if m == "rbt":
+        from .rbt import rbt_solve
+        fns = (rbt_solve,)
+    elif m == "cholesky":
+        fns = (solve_cholesky,)
+    else:
+        fns = (solve_lu, lu_factor)             # solve_lu passes the rest to lu_factor
+    return {p.name for f in fns for p in inspect.signature(f).parameters.values()
+            if p.kind is not p.VAR_KEYWORD} - {"A", "B", "pivoting"}
+
+
+def _check_options(m: str, kw: dict) -> None:
+    """TypeError naming ``solve`` and the method (not an internal function, as Python's own
+    error did) for a keyword that method does not take. Local."""
+    bad = sorted(set(kw) - _options(m))
+    if bad:
+        raise TypeError(f"solve: method={m!r} takes no option {bad[0]!r} (its options: "
+                        f"{', '.join(sorted(_options(m)))})")
 
 
 def solve(A, B, method: str = "gepp", **kw):
@@ -45,6 +72,7 @@ def solve(A, B, method: str = "gepp", **kw):
         if m != "tlr" and "compression" in kw:
             raise ValueError(f"solve: compression= is an option of method='tlr', not "
                              f"{m!r}")
+        _check_options(m, kw)
         if m == "tlr" and kw.get("precision", "double") != "double":
             raise ValueError("solve: method='tlr' has no mixed precision (its accuracy is "
                              "tol=...); precision='mixed' is for cholesky, gepp, calu, "
@@ -104,9 +132,14 @@ def rcond(A, factor=None) -> float:
         if isinstance(dense, DistMatrix) and A is not None and dense.shape != A.shape:
             raise ValueError(f"rcond: the factor is {dense.shape[0]} x {dense.shape[1]}, "
                              f"A {A.shape[0]} x {A.shape[1]}: not A's factor")
-        if isinstance(factor, DistMatrix) and getattr(factor, "cholesky_upper", False):
-            raise ValueError("rcond: this is the upper factor of cholesky(A, lower=False); "
-                             "pass (U, False), as cho_factor(A, lower=False) returns")
+        if isinstance(dense, DistMatrix) and isinstance(A, DistMatrix) and \
+                (dense.grid != A.grid or dense.device != A.device):
+            raise ValueError("rcond: A and the factor live on different grids or devices (as "
+                             "lu_solve and cho_solve, rcond needs them together)")
+        if isinstance(factor, DistMatrix):
+            check_triangle(factor, True, "rcond")
+        elif isinstance(factor, tuple) and len(factor) == 2:
+            check_triangle(factor[0], factor[1], "rcond")
     if tlr:
         anorm = None if A is None else (A.norm(1) if isinstance(A, DistMatrix) else
                                         tlr_norm1(A))

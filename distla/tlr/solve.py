@@ -79,6 +79,9 @@ def solve(A, B, *, tol=1e-8, max_rank=None, method="svd", overwrite=False,
             if tol is not None and not (isinstance(tol, numbers.Real) and 0 < tol < 1):
                 raise ValueError(f"tlr.solve: tol must be a number in (0, 1) or None, not "
                                  f"{tol!r}")
+            if A.dtype not in (np.float32, np.float64):      # before the symmetry check,
+                raise TypeError(f"TLR supports real float32/float64 matrices, not "  # whose
+                                f"{A.dtype}")       # advice (check_symmetric=False) won't help
         if check_symmetric and A.n:
             _check_symmetric(A, what="tlr.solve", finite=check_finite)
         elif check_finite:
