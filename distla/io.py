@@ -35,7 +35,7 @@ import os
 
 import numpy as np
 
-from . import h5io, nodewrite
+from . import h5io
 from .errors import agree, on_root
 from .filebase import (  # noqa: F401 - re-exported: distla.io is their public home
     MatrixFileError,
@@ -437,38 +437,20 @@ def _npy_header(shape, dtype: np.dtype, fortran: bool) -> bytes:
 WRITE_SLAB_BYTES = 1 << 26    # per rank: the slabs of a write regrouped into whole columns
 
 
-_WRITE_MODES = ("auto", "shared", "thread", "sync")
-
-
-def _write_setting() -> str:
-    mode = os.environ.get("DISTLA_IO_WRITE", "auto")
-    if mode not in _WRITE_MODES:
-        raise ValueError(f"DISTLA_IO_WRITE={mode!r}: expected one of {', '.join(_WRITE_MODES)}")
-    return mode
-
-
 def _write_mode() -> str:
-    """How the MPI-IO path's slab writes overlap the next slab's regrouping: 'thread' (blocking
+    """How a slab's writes overlap the next slab's regrouping: 'thread' (the default: blocking
     ``MPI_File_write_at`` calls on one writer thread; needs MPI_THREAD_MULTIPLE, which mpi4py
     asks for, else 'sync') or 'sync' (DISTLA_IO_WRITE=sync: in the caller's thread, no
     overlap). Nonblocking ``MPI_File_iwrite_at`` was measured too and lost on 16 ranks (one
-    H200 machine, 16 cores, n = 16384: 1.27 s against 0.75 s; docs/job.md)."""
+    H200 machine, 16 cores, n = 16384: 1.27 s against 0.75 s), and so did one writer per node
+    fed through MPI shared memory (2-core machine: docs/job.md)."""
     from mpi4py import MPI
-    mode = _write_setting()
-    if mode == "sync" or MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+    mode = os.environ.get("DISTLA_IO_WRITE", "thread")
+    if mode not in ("thread", "sync"):
+        raise ValueError(f"DISTLA_IO_WRITE={mode!r}: expected 'thread' or 'sync'")
+    if mode == "thread" and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
         return "sync"
-    return "thread"
-
-
-def _shared_write(comm, column_bytes: int) -> bool:
-    """Collective: whether a .npy write goes through one writer per node
-    (:mod:`distla.nodewrite`): DISTLA_IO_WRITE=auto (the default) when there are several
-    ranks, all on one node with room in its shared memory; 'shared' also for one rank;
-    'thread' / 'sync' never (MPI-IO from every rank)."""
-    mode = _write_setting()
-    if mode in ("thread", "sync") or (mode == "auto" and comm.Get_size() == 1):
-        return False
-    return nodewrite.usable(comm, column_bytes)
+    return mode
 
 
 def _column_slabs(A):
@@ -577,27 +559,6 @@ def _write_columns(fh, at, column_bytes, slabs, comm):
     return err
 
 
-def _write_npy_shared(path: str, comm, shape, nb: int, dtype, slabs) -> None:
-    """Collective over one node's ranks: create the Fortran-ordered .npy ``path`` of ``shape``
-    and ``dtype`` (rank 0: header and size) and write the ``(first global column, S)`` of
-    ``slabs`` (S: any layout) through one writer (:func:`distla.nodewrite.write_slabs`); an
-    error on any rank is raised on every rank."""
-    header = comm.bcast(_npy_header(shape, dtype, True) if comm.Get_rank() == 0 else None,
-                        root=0)
-    m, n = shape[0], (shape[1] if len(shape) > 1 else 1)
-
-    def create():
-        try:
-            with open(path, "wb") as f:
-                f.write(header)
-                f.truncate(len(header) + m * n * dtype.itemsize)
-        except OSError as e:            # (truncate's 'File too large' names no file)
-            raise OSError(e.errno, e.strerror, path) from None
-    on_root(comm, create)
-    err = nodewrite.write_slabs(path, comm, len(header), m, nb, dtype, slabs, n)
-    agree(comm, err)
-
-
 def _write_npy_mpiio(path: str, A, shape) -> None:
     """Collective: write A as a Fortran-ordered .npy (no transposition) with MPI-IO.
 
@@ -608,9 +569,6 @@ def _write_npy_mpiio(path: str, A, shape) -> None:
     machine 0.41 GB/s against np.save's 2.15), so each slab is first regrouped onto a
     1 x (P Q) grid (:func:`_column_slabs`) while the previous one is being written
     (benchmarks/io_rate.py, docs/job.md)."""
-    if A.m and A.n and _shared_write(A.grid.comm, A.m * A.dtype.itemsize):
-        _write_npy_shared(path, A.grid.comm, shape, A.nb, A.dtype, [(0, A)])
-        return
     _write_npy_columns(path, A.grid.comm, shape, A.dtype,
                        _column_slabs(A) if A.m and A.n else ())
 
@@ -682,9 +640,6 @@ def write_npy_generated(path, grid, shape, block, fn, *, dtype=np.float64,
                 yield c0 + c1, T
     if h5io.is_h5(path):
         h5io.write_slabs(path, grid, (m, n), dtype, slabs)
-    elif m and n and _shared_write(comm, m * dtype.itemsize):
-        atomic_output(path, comm, lambda tmp: _write_npy_shared(
-            tmp, comm, (m, n), nb, dtype, slabs()))
     else:
         atomic_output(path, comm, lambda tmp: _write_npy_columns(
             tmp, comm, (m, n), dtype, whole_columns()))

@@ -565,7 +565,7 @@ def test_write_failing_on_one_rank_mid_file(comm, mpi_tmp_path, monkeypatch, mod
 
 def test_write_mode_must_be_known(monkeypatch):
     monkeypatch.setenv("DISTLA_IO_WRITE", "async")
-    with pytest.raises(ValueError, match="DISTLA_IO_WRITE='async'.*auto, shared, thread, sync"):
+    with pytest.raises(ValueError, match="DISTLA_IO_WRITE='async'"):
         io._write_mode()
 
 
@@ -667,105 +667,6 @@ def test_mpiio_read_by_slabs(comm, mpi_tmp_path, monkeypatch, fortran, slab_byte
             np.testing.assert_array_equal(A.backend.to_host(A.local),
                                           a[np.ix_(A.row_indices(), A.col_indices())]
                                           .astype(dt))
-
-
-# ---- one writer per node through shared memory (distla.nodewrite) ------------------------
-@pytest.mark.mpi
-@pytest.mark.parametrize("slab_bytes", [1, 200, 1 << 24])
-def test_shared_write_roundtrip_every_grid(comm, mpi_tmp_path, monkeypatch, slab_bytes):
-    """DISTLA_IO_WRITE=shared (the default's choice on several ranks of one node): every grid
-    shape and rank order, blocks not dividing the sizes (partial cycles in both axes), a
-    source process in the corner, rectangular blocks, one column per slab up to one slab for
-    everything, float32 / complex, a vector: the file equals the matrix."""
-    from distla import DistMatrix, ProcessGrid, nodewrite
-    from distla.testing import grid_shapes
-    monkeypatch.setenv("DISTLA_IO_WRITE", "shared")
-    monkeypatch.setattr(nodewrite, "SLAB_BYTES", slab_bytes)
-    calls = []
-    real = nodewrite.write_slabs
-    monkeypatch.setattr(nodewrite, "write_slabs", lambda *a: calls.append(1) or real(*a))
-    for p, q in grid_shapes(comm.size):
-        for order in ("row", "col"):
-            grid = ProcessGrid(p, q, comm=comm, order=order)
-            for dtype, shape, block in ((np.float64, (19, 13), (4, 3)),
-                                        (np.complex64, (24, 18), (3, 3)),
-                                        (np.float32, (5, 31), (2, 7))):
-                A = DistMatrix.random(grid, shape, block, seed=5, src=(p - 1, q - 1),
-                                      dtype=dtype)
-                f = mpi_tmp_path / f"s{p}{q}{order}{A.m}.npy"
-                io.write_npy(f, A)
-                got = np.load(f)
-                assert got.dtype == dtype
-                np.testing.assert_array_equal(got, A.to_global(root=None))
-            x = DistMatrix.random(grid, (11, 1), (3, 3), seed=6, src=(p - 1, 0))
-            io.write_npy(mpi_tmp_path / f"xs{p}{q}{order}.npy", x, vector=True)
-            np.testing.assert_array_equal(np.load(mpi_tmp_path / f"xs{p}{q}{order}.npy"),
-                                          x.to_global(root=None)[:, 0])
-            comm.Barrier()
-    assert calls                       # the shared path ran
-
-
-@pytest.mark.mpi
-def test_shared_generated_file_equals_the_problem(comm, mpi_tmp_path, monkeypatch):
-    """distla generate's writer through shared memory: the file equals the matrix built in
-    memory, with row sums, for slabs smaller than a generated slab."""
-    from distla import DistMatrix, ProcessGrid, nodewrite
-    monkeypatch.setenv("DISTLA_IO_WRITE", "shared")
-    monkeypatch.setattr(nodewrite, "SLAB_BYTES", 300)
-    grid = ProcessGrid(comm=comm)
-
-    def fn(i, j):
-        return np.sin(i * 7.0 + j) + (i == j) * 3.0
-    b = io.write_npy_generated(mpi_tmp_path / "gen.npy", grid, (23, 17), (4, 3), fn,
-                               slab_bytes=200, row_sums=True)
-    want = DistMatrix.from_function(grid, (23, 17), (4, 3), fn).to_global(root=None)
-    np.testing.assert_array_equal(np.load(mpi_tmp_path / "gen.npy"), want)
-    np.testing.assert_allclose(b.to_global(root=None)[:, 0], want.sum(axis=1), rtol=1e-13)
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("where", ["fill", "pwrite"])
-def test_shared_write_failing_mid_file(comm, mpi_tmp_path, monkeypatch, where):
-    """A fill failing on the last rank in its second slab, or rank 0's write failing there,
-    stops every rank at that slab, raises the same error everywhere and leaves no file (and no
-    temporary); the next write works."""
-    from distla import DistMatrix, ProcessGrid, nodewrite
-    from distla.testing import grid_shapes
-    monkeypatch.setenv("DISTLA_IO_WRITE", "shared")
-    monkeypatch.setattr(nodewrite, "SLAB_BYTES", 1)
-    real_fill, real_pwrite = nodewrite.fill, os.pwrite
-    for p, q in grid_shapes(comm.size):
-        grid = ProcessGrid(p, q, comm=comm)
-        A = DistMatrix.random(grid, (23, 40), (3, 4), seed=2)
-        calls = []
-
-        def fill(slab, S):
-            calls.append(1)
-            if comm.rank == comm.size - 1 and len(calls) == 2:
-                raise MemoryError("simulated")
-            real_fill(slab, S)
-
-        def pwrite(fd, data, offset):
-            calls.append(1)
-            if len(calls) == 2:
-                raise OSError(28, "No space left on device (simulated)")
-            return real_pwrite(fd, data, offset)
-        if where == "fill":
-            monkeypatch.setattr(nodewrite, "fill", fill)
-        else:
-            monkeypatch.setattr(nodewrite.os, "pwrite", pwrite)
-        target = mpi_tmp_path / f"sfail{p}{q}{where}.npy"
-        with pytest.raises(MemoryError if where == "fill" else OSError, match="simulated"):
-            io.write_npy(target, A)
-        comm.Barrier()
-        assert not target.exists()
-        assert not [f for f in os.listdir(mpi_tmp_path) if f.startswith(f".sfail{p}{q}")]
-        monkeypatch.setattr(nodewrite, "fill", real_fill)
-        monkeypatch.setattr(nodewrite.os, "pwrite", real_pwrite)
-        io.write_npy(target, A)
-        np.testing.assert_array_equal(np.load(target), A.to_global(root=None))
-        comm.Barrier()
-
 
 
 @pytest.mark.mpi
