@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 
 import numpy as np
 
@@ -299,16 +300,27 @@ def _check_diagonal(A) -> None:
     """SingularMatrixError when A's diagonal holds an exact zero (as LAPACK's xTRTRS and
     ``scipy.linalg.solve_triangular``): the solve would return inf/NaN. Local (each rank its
     own diagonal entries, O(n / p)); callers agree on the outcome."""
-    idx, li, lj = np.intersect1d(A.row_indices(), A.col_indices(), assume_unique=True,
-                                 return_indices=True)
+    g = A.grid
+    idx, li, lj = _local_diagonal(A.m, A.n, A.mb, A.nb, A.rsrc, A.csrc, g.nprow, g.npcol,
+                                  g.myrow, g.mycol)
     if not idx.size:
         return
-    d = A.backend.to_host(A.local[A.backend.asarray(li), A.backend.asarray(lj)])
+    be = A.backend
+    d = be.to_host(A.local[be.asarray(li), be.asarray(lj)] if be.is_gpu else A.local[li, lj])
     zero = np.flatnonzero(d == 0)
     if zero.size:
         j = int(idx[zero[0]])
         raise SingularMatrixError(j, f"triangular_solve: A is singular: A[{j}, {j}] is "
                                      f"exactly zero (0-based); the solve would divide by it")
+
+
+@functools.lru_cache(maxsize=64)
+def _local_diagonal(m, n, mb, nb, rsrc, csrc, nprow, npcol, myrow, mycol):
+    """``(global index, local row, local column)`` arrays of the diagonal entries stored on
+    the process at (myrow, mycol) of a block-cyclic layout (cached: the same per layout)."""
+    rows = layout.local_indices(m, mb, myrow, rsrc, nprow)
+    cols = layout.local_indices(n, nb, mycol, csrc, npcol)
+    return np.intersect1d(rows, cols, assume_unique=True, return_indices=True)
 
 
 def _solve_by_inverses(A, B, inverses, lower, trans, unit, alpha, overwrite_b):
