@@ -534,8 +534,11 @@ def _check_solve_options(args) -> None:
         raise CommandError(f"--nrhs must be positive, not {args.nrhs}")
     if args.thresh is not None and not args.thresh >= 0:
         raise CommandError(f"--thresh must be a number >= 0, not {args.thresh}")
-    if args.progress is not None and not args.progress >= 0:
-        raise CommandError(f"--progress must be >= 0 seconds (0: none), not {args.progress}")
+    from .progress import check_interval
+    try:
+        check_interval(args.progress, "--progress")
+    except (TypeError, ValueError) as e:
+        raise CommandError(str(e)) from None
 
 
 def _target(path, dataset=None):
@@ -613,8 +616,11 @@ def cmd_generate(args, comm) -> int:
     args.kernel = args.kernel or "sqexp"
     args.length = 0.1 if args.length is None else args.length
     args.nugget = 1e-2 if args.nugget is None else args.nugget
-    if not 0 < args.length < math.inf:
-        raise CommandError(f"--length must be a finite number > 0, not {args.length}")
+    from .covariance import SCALE_RANGE
+    if not SCALE_RANGE[0] <= args.length <= SCALE_RANGE[1]:
+        raise CommandError(f"--length must be a number in [{SCALE_RANGE[0]:.3g}, "
+                           f"{SCALE_RANGE[1]:.3g}] (its square must be a normal float64), not "
+                           f"{args.length}")
     if not 0 <= args.nugget < math.inf:
         raise CommandError(f"--nugget must be a finite number >= 0, not {args.nugget}")
     for opt, path in (("--out", args.out), ("--rhs-out", args.rhs_out)):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,11 +91,16 @@ def points(n: int, dim: int = 2, kind: str = "jittered", seed: int = 0,
     in lexicographic order are used (as STARS-H does). ``morton=True`` sorts the points along
     the Z-order curve. Same ``seed`` -> same points on every rank.
     """
+    for name, v in (("n", n), ("dim", dim), ("seed", seed)):
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+            raise TypeError(f"{name} must be an int, not {v!r}")
     n, dim = int(n), int(dim)
     if n < 0:
         raise ValueError(f"n must be non-negative, got {n}")
     if dim not in (2, 3):
         raise ValueError(f"dim must be 2 or 3, got {dim}")
+    if seed < 0:
+        raise ValueError(f"seed must be a non-negative int, not {seed}")
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {_KINDS}, not {kind!r}")
     rng = np.random.default_rng(seed)
@@ -116,6 +122,27 @@ def points(n: int, dim: int = 2, kind: str = "jittered", seed: int = 0,
 
 # ---- kernels ---------------------------------------------------------------------------
 
+#: sigma and beta are squared (sigma^2, 1 / beta^2) in float64: each square must be a normal
+#: float64, finite and nonzero, so each parameter lies in about [1.5e-154, 1.3e154]
+SCALE_RANGE = (math.sqrt(np.finfo(np.float64).tiny), math.sqrt(np.finfo(np.float64).max))
+
+
+def _real(kind, name, v):
+    """``v`` itself if a real number (not a bool, not a string), else TypeError."""
+    if not isinstance(v, numbers.Real) or isinstance(v, bool):
+        raise TypeError(f"{kind}: {name} must be a real number, not {v!r}")
+    return float(v)
+
+
+def _check_scale(kind, name, v):
+    """ValueError/TypeError unless ``v`` is a real number in :data:`SCALE_RANGE`."""
+    x = _real(kind, name, v)
+    lo, hi = SCALE_RANGE
+    if not (lo <= x <= hi and np.finfo(np.float64).tiny <= x * x < math.inf):
+        raise ValueError(f"{kind}: {name} must be a finite number > 0 whose square is a "
+                         f"normal float64 (about {lo:.2g} to {hi:.2g}), not {v!r}")
+
+
 def _xp_of(a):
     if isinstance(a, np.ndarray) or np.isscalar(a):
         return np
@@ -135,10 +162,14 @@ class Kernel:
     nugget: float = 0.0
 
     def __post_init__(self):
-        if not (0 < self.sigma < math.inf and 0 < self.beta < math.inf and
-                0 <= self.nugget < math.inf):
-            raise ValueError(f"kernel parameters need finite sigma > 0, beta > 0, nugget >= 0;"
-                             f" got sigma={self.sigma}, beta={self.beta}, nugget={self.nugget}")
+        for name in ("sigma", "beta"):
+            _check_scale(type(self).__name__, name, getattr(self, name))
+        v = _real(type(self).__name__, "nugget", self.nugget)
+        if not 0 <= v < math.inf:
+            raise ValueError(f"{type(self).__name__}: nugget must be a finite number >= 0, "
+                             f"not {self.nugget!r}")
+        for name in ("sigma", "beta", "nugget"):      # plain floats (not NumPy scalars)
+            object.__setattr__(self, name, float(getattr(self, name)))
 
     def from_sqdist(self, r2):
         """Kernel values (no nugget) for squared distances ``r2`` (NumPy or CuPy array)."""
@@ -213,8 +244,10 @@ class Matern(Kernel):
 
     def __post_init__(self):
         super().__post_init__()
-        if not 0 < self.nu < math.inf:
-            raise ValueError(f"Matern needs a finite nu > 0, got {self.nu}")
+        nu = _real("Matern", "nu", self.nu)
+        if not 0 < nu < math.inf:
+            raise ValueError(f"Matern: nu must be a finite number > 0, not {self.nu!r}")
+        object.__setattr__(self, "nu", nu)
 
     def from_sqdist(self, r2):
         xp = _xp_of(r2)

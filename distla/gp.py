@@ -34,6 +34,7 @@ Every function and call here is collective over the grid; all ranks get the same
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 
@@ -90,8 +91,8 @@ class _Likelihood:
 
     def __init__(self, grid, pts, y, kernel, tile, *, device="cpu"):
         with collective(grid.comm):
-            pts = np.ascontiguousarray(pts, dtype=np.float64)
-            y = np.asarray(y, dtype=np.float64)
+            tile = _positive_int("tile", tile)
+            pts, y = _real_array("points", pts), _real_array("y", y)
             if pts.ndim != 2 or y.shape != (pts.shape[0],):
                 raise ValueError(f"need points n x d and y of n entries, got {pts.shape} and "
                                  f"{y.shape}")
@@ -109,7 +110,7 @@ class _Likelihood:
             self.backend = get_backend(device, grid.comm)
         self.grid, self.pts, self.y, self.n = grid, pts, y, len(y)
         self.kernel = kernel.replace(sigma=1.0)
-        self.tile, self.device, self.xp = int(tile), device, self.backend.xp
+        self.tile, self.device, self.xp = tile, device, self.backend.xp
         amax = float(np.max(np.abs(y))) if y.size else 0.0
         self.yscale = amax if amax > 0 else 1.0     # computed with y / yscale: no overflow
         self.y_dev = self.xp.asarray(y / self.yscale)
@@ -117,8 +118,10 @@ class _Likelihood:
         self.report = None
 
     def __call__(self, beta: float, keep: bool = False) -> Evaluation:
-        """Collective: evaluate the profile log-likelihood at ``beta``."""
-        kern = self.kernel.replace(beta=float(beta))
+        """Collective: evaluate the profile log-likelihood at ``beta`` (a real number in
+        :data:`distla.covariance.SCALE_RANGE`, else ValueError/TypeError on every rank)."""
+        with collective(self.grid.comm):
+            kern = self.kernel.replace(beta=_real("beta", beta))
         t = [time.perf_counter()]
         factor, rank, ok = None, 0.0, True
         try:
@@ -187,6 +190,14 @@ class TLRLikelihood(_Likelihood):
 
     def __init__(self, grid, pts, y, kernel, tile, *, tol=1e-8, method="auto", device="cpu",
                  seed=0):
+        with collective(grid.comm):
+            if not 0 < _real("tol", tol) < 1:
+                raise ValueError(f"tol must be a number in (0, 1), not {tol!r}")
+            from .tlr.build import BUILD_METHODS
+            if method not in BUILD_METHODS:
+                raise ValueError(f"method must be one of {BUILD_METHODS}, not {method!r}")
+            if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
+                raise ValueError(f"seed must be a non-negative int, not {seed!r}")
         super().__init__(grid, pts, y, kernel, tile, device=device)
         self.tol, self.method, self.seed = tol, method, seed
 
@@ -265,13 +276,29 @@ class Fit:
 def fit(lik: _Likelihood, bounds=(0.02, 0.5), xatol: float = 1e-5) -> Fit:
     """Collective: maximize ``lik``'s profile log-likelihood over ``beta`` in ``bounds``
     (Brent's bounded method on ``log beta``, to ``xatol`` in ``log beta``, i.e. relative in
-    beta); ``sigma^2`` is the profiled estimate at the optimum."""
+    beta); ``sigma^2`` is the profiled estimate at the optimum. ``bounds``: two real numbers
+    ``0 < lo < hi`` in the kernel's range of beta (:data:`distla.covariance.SCALE_RANGE`);
+    ``xatol``: a finite number > 0; anything else raises ValueError/TypeError on every rank
+    before the first evaluation."""
     from mpi4py import MPI
     from scipy.optimize import minimize_scalar
-    lo, hi = map(float, bounds)
     with collective(lik.grid.comm):
+        if isinstance(bounds, (str, bytes)) or not hasattr(bounds, "__len__") or \
+                len(bounds) != 2:
+            raise ValueError(f"bounds must be two numbers (lo, hi), not {bounds!r}")
+        lo, hi = _real("bounds[0]", bounds[0]), _real("bounds[1]", bounds[1])
         if not 0 < lo < hi < math.inf:
-            raise ValueError(f"bounds must be finite with 0 < lo < hi, got {bounds}")
+            raise ValueError(f"bounds must be finite with 0 < lo < hi, got {tuple(bounds)}")
+        for b in (lo, hi):
+            try:
+                lik.kernel.replace(beta=b)
+            except ValueError:
+                raise ValueError(f"bounds must lie in the kernel's range of beta (about "
+                                 f"{cov.SCALE_RANGE[0]:.2g} to {cov.SCALE_RANGE[1]:.2g}), got "
+                                 f"{tuple(bounds)}") from None
+        if not 0 < _real("xatol", xatol) < math.inf:
+            raise ValueError(f"xatol must be a finite number > 0, not {xatol!r}")
+        xatol = float(xatol)
         if not np.any(lik.y):
             raise ValueError("y is zero: sigma^2 = y^T C^-1 y / n = 0 for every beta, so the "
                              "likelihood has no maximum (give the observations)")
@@ -305,11 +332,14 @@ def predict(lik: _Likelihood, beta: float, new_pts, slab: int | None = None):
     """Collective: kriging at ``new_pts`` (``m x d``, identical on every rank) with the model
     at ``beta`` (``sigma^2`` profiled): ``(mean, var, ev)`` with ``mean``, ``var`` (of the
     field, not of a new observation) host arrays of ``m`` on every rank and ``ev`` the
-    evaluation at ``beta``. ``slab``: new points per cross-covariance slab (default: the
-    slab's ``n x slab`` array ~ 256 MiB). Negative variances (rounding, TLR truncation) are
-    set to 0 with a ``RuntimeWarning`` (as scikit-learn does)."""
-    new = np.asarray(new_pts, dtype=np.float64)
+    evaluation at ``beta``. ``slab``: new points per cross-covariance slab, an int >= 1
+    (default: the slab's ``n x slab`` array ~ 256 MiB). Negative variances (rounding, TLR
+    truncation) are set to 0 with a ``RuntimeWarning`` (as scikit-learn does)."""
     with collective(lik.grid.comm):
+        new = _real_array("new points", new_pts)
+        if slab is not None:
+            slab = _positive_int("slab", slab)
+        _real("beta", beta)
         if new.ndim != 2 or new.shape[1] != lik.pts.shape[1]:
             raise ValueError(f"new points must be m x {lik.pts.shape[1]}, got {new.shape}")
         bad = np.argwhere(~np.isfinite(new))
@@ -323,7 +353,7 @@ def predict(lik: _Likelihood, beta: float, new_pts, slab: int | None = None):
     xp, m = lik.xp, new.shape[0]
     kern = lik.kernel.replace(beta=float(beta))
     c0 = float(kern(np.zeros(1))[0])
-    slab = int(slab or max(1, (256 << 20) // (8 * max(1, lik.n))))
+    slab = slab or max(1, (256 << 20) // (8 * max(1, lik.n)))
     mean, var = np.empty(m), np.empty(m)
     for s0 in range(0, m, slab):
         Ks = cov.cross_covariance(new[s0:s0 + slab], lik.pts, kern, xp)    # (s, n)
@@ -340,6 +370,33 @@ def predict(lik: _Likelihood, beta: float, new_pts, slab: int | None = None):
                       f"factor's truncation); set to 0", RuntimeWarning, stacklevel=2)
         var[neg] = 0.0
     return mean, var, ev
+
+
+def _real(name, v) -> float:
+    """``v`` as a float if it is a real number (not a bool or a string), else TypeError."""
+    if not isinstance(v, numbers.Real) or isinstance(v, bool):
+        raise TypeError(f"{name} must be a real number, not {v!r}")
+    return float(v)
+
+
+def _positive_int(name, v) -> int:
+    """``v`` as an int if it is an int >= 1 (not a bool, float or string), else an error."""
+    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+        raise TypeError(f"{name} must be an int >= 1, not {v!r}")
+    if v < 1:
+        raise ValueError(f"{name} must be an int >= 1, not {v!r}")
+    return int(v)
+
+
+def _real_array(name, a) -> np.ndarray:
+    """``a`` as a float64 NumPy array; TypeError for complex or non-numeric data (a cast
+    would drop the imaginary part, or turn text into numbers)."""
+    arr = np.asarray(a.get() if hasattr(a, "__cuda_array_interface__") else a)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must be real numbers, not {arr.dtype} data"
+                        + (" (complex: give the real part explicitly)"
+                           if arr.dtype.kind == "c" else ""))
+    return np.ascontiguousarray(arr, dtype=np.float64)
 
 
 def _refuse_coinciding(pts) -> None:

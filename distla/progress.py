@@ -19,16 +19,35 @@ collective over that communicator).
 from __future__ import annotations
 
 import contextlib
+import numbers
 import sys
 import threading
 import time
 
 from .trace import trace
 
-__all__ = ["Progress", "Timings", "update", "update_columns", "current",
-           "format_seconds", "format_rate"]
+__all__ = ["MAX_INTERVAL", "Progress", "Timings", "check_interval", "update",
+           "update_columns", "current", "format_seconds", "format_rate"]
 
 _active_progress: "Progress | None" = None
+
+#: the longest interval between progress lines, in seconds (one day)
+MAX_INTERVAL = 86400.0
+
+
+def check_interval(interval, name: str = "interval") -> float | None:
+    """``interval`` as a float (None stays None: the default): seconds between progress
+    lines, finite, in ``[0, MAX_INTERVAL]``, 0 meaning no lines. TypeError or ValueError
+    naming ``name`` and the value otherwise. Not collective."""
+    if interval is None:
+        return None
+    if not isinstance(interval, numbers.Real) or isinstance(interval, bool):
+        raise TypeError(f"{name} must be a number of seconds, not {interval!r}")
+    v = float(interval)
+    if not 0 <= v <= MAX_INTERVAL:     # (NaN fails too)
+        raise ValueError(f"{name} must be a finite number of seconds in [0, {MAX_INTERVAL:g}]"
+                         f" (0: no progress lines), not {interval!r}")
+    return v
 
 
 def format_seconds(s: float) -> str:
@@ -57,13 +76,15 @@ class Progress:
 
     ``enabled`` (default: rank 0 of ``comm``, or True without a communicator) says whether this
     rank prints. ``tty`` (default: ``stream.isatty()``) picks the redrawn bar or plain lines;
-    ``interval`` is the seconds between reports (default 0.5 on a terminal, 30 otherwise).
-    Not collective. While entered, it is the target of :func:`update`.
+    ``interval`` is the seconds between reports (default 0.5 on a terminal, 30 otherwise; 0:
+    none; at most :data:`MAX_INTERVAL`, anything else is a ValueError, see
+    :func:`check_interval`). Not collective. While entered, it is the target of :func:`update`.
     """
 
     def __init__(self, total: float, label: str = "", *, comm=None, enabled: bool | None = None,
                  stream=None, tty: bool | None = None, interval: float | None = None,
                  width: int = 30):
+        interval = check_interval(interval)
         self.total = float(total)
         self.label = label
         self.stream = sys.stderr if stream is None else stream
@@ -76,7 +97,7 @@ class Progress:
             except Exception:  # noqa: BLE001 - closed or odd streams
                 tty = False
         self.tty = tty
-        self.interval = (0.5 if tty else 30.0) if interval is None else float(interval)
+        self.interval = (0.5 if tty else 30.0) if interval is None else interval
         self.width = width
         self.done = 0.0
         self.t0 = None

@@ -23,13 +23,21 @@ random points (--predict) are held out for the prediction step.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 
 import _env  # noqa: F401  (threads per rank; must come before NumPy and MPI)
 import numpy as np
+from _args import (
+    Parser,
+    length_scale,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    unit_interval,
+)
 from mpi4py import MPI
 
 from distla import covariance as cov
@@ -42,29 +50,38 @@ KERNELS = {"sqexp": cov.SquaredExponential, "exp": cov.Exponential,
 
 
 def parse(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--n", type=int, default=1600, help="training points (default 1600)")
-    p.add_argument("--tile", type=int, default=None,
+    p = Parser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=positive_int, default=1600,
+                   help="training points (default 1600)")
+    p.add_argument("--tile", type=positive_int, default=None,
                    help="tile size (default 100 on cpu, 2048 on gpu; at most n)")
-    p.add_argument("--tol", type=float, default=1e-8, help="TLR accuracy (default 1e-8)")
-    p.add_argument("--predict", type=int, default=200, metavar="M",
+    p.add_argument("--tol", type=unit_interval, default=1e-8,
+                   help="TLR accuracy (default 1e-8)")
+    p.add_argument("--predict", type=nonnegative_int, default=200, metavar="M",
                    help="held-out points to predict (default 200; 0: no prediction)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--no-dense", dest="dense", action="store_false",
                    help="skip the dense fit and the dense kriging check")
     p.add_argument("--kernel", choices=tuple(KERNELS), default="sqexp")
-    p.add_argument("--beta-true", type=float, default=0.1)
-    p.add_argument("--sigma-true", type=float, default=1.5)
-    p.add_argument("--tau", type=float, default=1e-2,
+    p.add_argument("--beta-true", type=length_scale, default=0.1)
+    p.add_argument("--sigma-true", type=length_scale, default=1.5)
+    p.add_argument("--tau", type=nonnegative_float, default=1e-2,
                    help="nugget / sigma^2, known (default 1e-2)")
-    p.add_argument("--bounds", type=float, nargs=2, default=(0.02, 0.5), metavar=("LO", "HI"),
-                   help="search interval for beta (default 0.02 0.5)")
-    p.add_argument("--xatol", type=float, default=1e-5,
+    p.add_argument("--bounds", type=length_scale, nargs=2, default=(0.02, 0.5),
+                   metavar=("LO", "HI"), help="search interval for beta (default 0.02 0.5)")
+    p.add_argument("--xatol", type=positive_float, default=1e-5,
                    help="optimizer tolerance in log(beta) (default 1e-5)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--json", metavar="FILE", help="append one JSON line per fit/prediction")
     p.add_argument("--quiet", action="store_true", help="no line per evaluation")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    lo, hi = args.bounds
+    if not lo < hi:
+        p.fail(f"argument --bounds: LO must be below HI, not {lo:g} {hi:g}")
+    if not np.isfinite(args.sigma_true ** 2 * args.tau):
+        p.fail(f"argument --tau: the nugget sigma_true^2 tau = {args.sigma_true:g}^2 "
+               f"{args.tau:g} overflows")
+    return args
 
 
 def synthetic(grid, args, corr):

@@ -15,13 +15,13 @@ method the table shows the time, the rate (2n^3/3 flops), ScaLAPACK's scaled res
 ||b - A x||_inf / (||A||_inf ||x||_inf eps n) (pass: <= 1, the LU tester's threshold, 16 for
 RBT which stops refining at a backward error near eps) and the componentwise backward error.
 """
-import argparse
 import sys
 import time
 import warnings
 
 import _env  # noqa: F401  (threads per rank; must come before NumPy and MPI)
 import numpy as np
+from _args import Parser, nonnegative_int, positive_int
 from mpi4py import MPI
 
 import distla
@@ -42,12 +42,12 @@ def solve(method, A, b):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=1000)
-    p.add_argument("--nb", type=int, default=32)
+    p = Parser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=positive_int, default=1000)
+    p.add_argument("--nb", type=positive_int, default=32)
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--methods", nargs="+", choices=tuple(THRESH), default=list(THRESH))
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=nonnegative_int, default=0)
     args = p.parse_args()
 
     comm = MPI.COMM_WORLD

@@ -12,14 +12,15 @@ speedup, and the parallel efficiency speedup / ranks. Appending the records of r
 4, ... ranks to one --json file gives the data for a strong-scaling plot (rate vs ranks).
 Extra options after ``--`` go to the benchmark, e.g. ``-- --device gpu --nb 512``.
 """
-import argparse
 import json
 import sys
 
 import _env  # noqa: F401  (threads per rank; must come before NumPy and MPI)
+from _args import Parser, positive_int
 from mpi4py import MPI
 
 from distla.bench import BENCHMARKS, run_benchmark
+from distla.runtime import CommandError
 
 
 def rate(r):
@@ -34,16 +35,19 @@ def main():
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("--bench", choices=BENCHMARKS, default="matmul")
-    p.add_argument("--n", nargs="+", type=int, default=[256, 512, 1024])
-    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--n", nargs="+", type=positive_int, default=[256, 512, 1024])
+    p.add_argument("--reps", type=positive_int, default=2)
     p.add_argument("--json", help="append the records to this JSON-lines file")
     args = p.parse_args(argv)
 
     comm = MPI.COMM_WORLD
-    records = run_benchmark(args.bench, ["--n", *map(str, args.n), "--reps", str(args.reps),
-                                         "--quiet", *extra])
+    try:      # the options after -- are the benchmark's: refused alike on every rank
+        records = run_benchmark(args.bench, ["--n", *map(str, args.n), "--reps",
+                                             str(args.reps), "--quiet", *extra])
+    except CommandError as e:
+        p.fail(f"{args.bench} benchmark: {e}", e.code)
     if comm.rank != 0:
         return
     if args.json:

@@ -10,13 +10,13 @@ are text and are parsed on rank 0, then scattered. Without a file, rank 0 first 
 small demo matrix (1-D Poisson, SPD) to distla_demo_A.npy in the current directory. The same
 job from the command line: `mpiexec -n 4 distla solve --matrix A.npy --method cholesky`.
 """
-import argparse
 import os
 import sys
 import time
 
 import _env  # noqa: F401  (threads per rank; must come before NumPy and MPI)
 import numpy as np
+from _args import Parser, positive_int
 from mpi4py import MPI
 
 import distla
@@ -35,12 +35,12 @@ def solve(method, A, b):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("matrix", nargs="?",
                    help="A: .npy or .mtx (default: write and use distla_demo_A.npy)")
     p.add_argument("rhs", nargs="?", help="b: .npy or .mtx (default: A @ ones)")
     p.add_argument("--method", choices=("cholesky", "gepp", "calu", "rbt"), default="cholesky")
-    p.add_argument("--nb", type=int, default=64)
+    p.add_argument("--nb", type=positive_int, default=64)
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--out", help="write x here (.npy or .mtx)")
     args = p.parse_args()

@@ -10,12 +10,12 @@ so the exact solution is all ones. Prints the grid, the factor and solve times, 
 ScaLAPACK's scaled residual ||b - A x||_inf / (||A||_inf ||x||_inf eps n) (pass: <= 3, the
 threshold of ScaLAPACK's LLT tester). Exits 1 on every rank if the check fails.
 """
-import argparse
 import sys
 import time
 
 import _env  # noqa: F401  (threads per rank; must come before NumPy and MPI)
 import numpy as np
+from _args import Parser, positive_int
 from mpi4py import MPI
 
 import distla
@@ -24,12 +24,14 @@ from distla.linalg import cho_solve, cholesky
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=2000, help="matrix size (default 2000)")
-    p.add_argument("--nb", type=int, default=64, help="block size (default 64)")
+    p = Parser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=positive_int, default=2000, help="matrix size (default 2000)")
+    p.add_argument("--nb", type=positive_int, default=64, help="block size (default 64)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--rho", type=float, default=0.5, help="KMS parameter, |rho| < 1")
     args = p.parse_args()
+    if not abs(args.rho) < 1:      # (NaN too) A would not be positive definite
+        p.fail(f"argument --rho: must be a number with |rho| < 1, not {args.rho}")
 
     comm = MPI.COMM_WORLD
     rank0 = comm.rank == 0

@@ -121,7 +121,7 @@ def test_solve_checks_with_zero_columns(comm):
 SOLVE_OPTIONS = [
     (["--thresh", "nan"], "--thresh must be a number >= 0, not nan"),
     (["--thresh", "-1"], "--thresh must be a number >= 0"),
-    (["--progress", "-1"], "--progress must be >= 0"),
+    (["--progress", "-1"], "--progress must be a finite number of seconds in [0, "),
     (["--seed", "5"], "--seed does not apply here"),
     (["--rhs", "A.npy", "--nrhs", "2"], "--nrhs does not apply with --rhs"),
     (["--rhs", "A.npy", "--rhs-kind", "random"], "--rhs-kind does not apply with --rhs"),
@@ -151,7 +151,9 @@ def test_solve_block_size_beyond_the_matrix_is_one_block(spd):
     (["--kind", "spd", "--length", "3"], "--length applies to --kind covariance only"),
     (["--kind", "general", "--nugget", "5"], "--nugget applies to --kind covariance only"),
     (["--kind", "spd", "--kernel", "exp"], "--kernel applies to --kind covariance only"),
-    (["--kind", "covariance", "--length", "0"], "--length must be a finite number > 0"),
+    (["--kind", "covariance", "--length", "0"], "--length must be a number in"),
+    (["--kind", "covariance", "--length", "1e-320"], "--length must be a number in"),
+    (["--kind", "covariance", "--length", "1e300"], "--length must be a number in"),
     (["--kind", "covariance", "--nugget", "-1"], "--nugget must be a finite number >= 0")])
 def test_generate_refuses_bad_or_ignored_options(tmp_path, args, message):
     p = run(["generate", "--n", 8, "--out", "g.npy", *args], n=1, cwd=tmp_path, timeout=60)

@@ -1,5 +1,6 @@
 """Tests of distla.covariance: point sets, Morton order, kernels, covariance matrices."""
 import math
+import re
 
 import numpy as np
 import pytest
@@ -190,3 +191,47 @@ def test_covariance_matrix_on_every_grid():
             g = ProcessGrid(p, q, comm=comm, order=order)
             A = cov.covariance_matrix(g, x, k, block=(7, 7), src=(p - 1, q - 1))
             np.testing.assert_allclose(A.to_global(root=None), ref, rtol=1e-15)
+
+
+@pytest.mark.parametrize("cls", [cov.SquaredExponential, cov.Exponential, cov.Matern])
+@pytest.mark.parametrize("name", ["sigma", "beta"])
+@pytest.mark.parametrize("value", [1e200, 1e300, 1e-160, 1e-170, 1e-200, 1e-320])
+def test_kernel_scale_whose_square_is_not_a_normal_float_is_refused(cls, name, value):
+    """sigma^2 and 1 / beta^2 are computed in float64: 1e300 overflowed (OverflowError
+    'Numerical result out of range'), 1e-170 divided by zero, 1e-160 gave NaN entries."""
+    with pytest.raises(ValueError, match=f"{cls.__name__}: {name} must be a finite number "
+                                         f"> 0 whose square is a normal float64.*not "
+                                         f"{re.escape(repr(value))}$"):
+        cls(**{name: value})
+
+
+@pytest.mark.parametrize("value", ["0.1", True, None, 1j])
+def test_kernel_parameters_must_be_real_numbers(value):
+    for name in ("sigma", "beta", "nugget"):
+        with pytest.raises(TypeError, match=f"{name} must be a real number, not "
+                                            f"{re.escape(repr(value))}"):
+            cov.SquaredExponential(**{name: value})
+    with pytest.raises(TypeError, match="nu must be a real number"):
+        cov.Matern(nu=value)
+
+
+def test_kernel_scales_at_the_ends_of_the_range_give_finite_values():
+    lo, hi = cov.SCALE_RANGE
+    r = np.array([0.0, 1e-300, 0.5, 1.0])
+    for cls in (cov.SquaredExponential, cov.Exponential, cov.Matern):
+        for kw in (dict(beta=lo), dict(beta=hi), dict(sigma=lo), dict(sigma=hi)):
+            k = cls(**kw)
+            v = k(r)
+            assert np.all(np.isfinite(v)) and v[0] == pytest.approx(k.sigma ** 2), (cls, kw)
+    k = cov.SquaredExponential(beta=np.float32(0.25), sigma=2)
+    assert type(k.beta) is float and type(k.sigma) is float     # stored as plain floats
+
+
+def test_points_refuses_non_integer_sizes_and_negative_seeds():
+    with pytest.raises(TypeError, match="n must be an int, not 2.5"):
+        cov.points(2.5)
+    with pytest.raises(TypeError, match="dim must be an int"):
+        cov.points(4, dim=2.0)
+    with pytest.raises(ValueError, match="seed must be a non-negative int, not -1"):
+        cov.points(4, seed=-1)
+    assert cov.points(np.int64(4)).shape == (4, 2)

@@ -81,3 +81,30 @@ def test_gaussian_process_mle(tmp_path):
     assert all(r["seconds"] > 0 and r["n"] == 500 and r["ranks"] == 3 for r in recs)
     fit = next(r for r in recs if r["impl"] == "distla-tlr" and r["bench"] == "gp_mle")
     assert abs(fit["beta"] / fit["beta_true"] - 1) < 0.15    # sampling spread ~2-3% at n=500
+
+
+@pytest.mark.parametrize("script, args, msg", [
+    ("spd_solve.py", ["--nb", "0"], "argument --nb: must be an int >= 1, not 0"),
+    ("spd_solve.py", ["--rho", "1"], "argument --rho: must be a number with |rho| < 1"),
+    ("general_solve.py", ["--n", "-3"], "argument --n: must be an int >= 1, not -3"),
+    ("solve_file.py", ["--nb", "0"], "argument --nb: must be an int >= 1, not 0"),
+    ("scaling_study.py", ["--reps", "0"], "argument --reps: must be an int >= 1, not 0"),
+    ("scaling_study.py", ["--n", "64", "--", "--nb", "0"],
+     "matmul benchmark: --nb must be positive, not 0"),
+    ("gaussian_process_mle.py", ["--n", "0"], "argument --n: must be an int >= 1, not 0"),
+    ("gaussian_process_mle.py", ["--tile", "2.7"], "argument --tile: must be an int >= 1"),
+    ("gaussian_process_mle.py", ["--xatol", "nan"], "argument --xatol: must be a finite"),
+    ("gaussian_process_mle.py", ["--bounds", "0.5", "0.1"], "LO must be below HI"),
+])
+def test_examples_refuse_bad_arguments_with_one_line(tmp_path, script, args, msg):
+    """A bad argument is a usage error (exit 2, one line from rank 0), not a traceback on
+    every rank followed by MPI_Abort."""
+    env = launcher_free_env()
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(ROOT / "examples" / script),
+                        *args], env=env, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
+    err = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert err == [f"{script}: error: {msg}"] or (len(err) == 1 and msg in err[0]), p.stderr
+    assert p.stdout == ""

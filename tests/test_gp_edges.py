@@ -129,3 +129,105 @@ def test_predict_variances_are_never_negative(comm, kind):
            str(x.message)]
     assert len(neg) == 1, [str(x.message) for x in w]
     assert "set to 0" in str(neg[0].message)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("slab, exc", [(-1, ValueError), (0, ValueError), (2.5, TypeError),
+                                       (True, TypeError), ("2", TypeError)])
+def test_predict_slab_must_be_a_positive_int(comm, slab, exc):
+    """slab=-1 made range(0, m, -1) empty: the kriging mean and variance were np.empty's
+    uninitialized memory."""
+    from distla import gp
+    g, pts, y = _setup(comm)
+    lik = gp.DenseLikelihood(g, pts, y, cov.SquaredExponential(nugget=1e-2), 16)
+    new = cov.points(5, 2, seed=7)
+    with pytest.raises(exc, match=f"slab must be an int >= 1, not {slab!r}"):
+        gp.predict(lik, 0.1, new, slab=slab)
+    m0, v0, _ = gp.predict(lik, 0.1, new)
+    for s in (1, 2, 5, 100):          # any slab: the same numbers
+        m, v, _ = gp.predict(lik, 0.1, new, slab=s)
+        np.testing.assert_allclose(m, m0, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(v, v0, rtol=1e-12, atol=1e-14)
+    assert np.all(v0 > 0) and np.all(v0 <= lik(0.1).sigma2)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kw, exc, match", [
+    (dict(bounds=(0.1, 0.2, 0.3)), ValueError, r"bounds must be two numbers \(lo, hi\), not "
+                                               r"\(0.1, 0.2, 0.3\)"),
+    (dict(bounds=(0.1,)), ValueError, "bounds must be two numbers"),
+    (dict(bounds="ab"), ValueError, "bounds must be two numbers"),
+    (dict(bounds=(0.1, "0.5")), TypeError, r"bounds\[1\] must be a real number, not '0.5'"),
+    (dict(bounds=(0.5, 0.02)), ValueError, "bounds must be finite with 0 < lo < hi"),
+    (dict(bounds=(1e-170, 0.5)), ValueError, "bounds must lie in the kernel's range of beta"),
+    (dict(bounds=(0.1, 1e300)), ValueError, "bounds must lie in the kernel's range of beta"),
+    (dict(xatol=math.nan), ValueError, "xatol must be a finite number > 0, not nan"),
+    (dict(xatol=0), ValueError, "xatol must be a finite number > 0, not 0"),
+    (dict(xatol=-1), ValueError, "xatol must be a finite number > 0, not -1"),
+    (dict(xatol=math.inf), ValueError, "xatol must be a finite number > 0, not inf"),
+    (dict(xatol="1e-5"), TypeError, "xatol must be a real number"),
+])
+def test_fit_refuses_bad_bounds_and_tolerances_before_evaluating(comm, kw, exc, match):
+    """xatol=nan stopped Brent after one evaluation with a wrong optimum; three bounds were
+    'too many values to unpack'."""
+    from distla import gp
+    g, pts, y = _setup(comm)
+    lik = gp.DenseLikelihood(g, pts, y, cov.SquaredExponential(nugget=1e-2), 16)
+    with pytest.raises(exc, match=match):
+        gp.fit(lik, **kw)
+    assert lik.history == []                      # refused before any evaluation
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["dense", "tlr"])
+def test_likelihood_refuses_complex_y_and_a_tile_that_is_not_a_positive_int(comm, kind):
+    from distla import gp
+    g, pts, y = _setup(comm)
+    L = gp.DenseLikelihood if kind == "dense" else gp.TLRLikelihood
+    k = cov.SquaredExponential(nugget=1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")            # (was a ComplexWarning, then truncated)
+        with pytest.raises(TypeError, match="y must be real numbers, not complex128 data"):
+            L(g, pts, y + 1j, k, 16)
+        with pytest.raises(TypeError, match="points must be real numbers"):
+            L(g, pts + 0j, y, k, 16)
+    for tile, exc in ((2.7, TypeError), (16.0, TypeError), ("16", TypeError),
+                      (True, TypeError), (0, ValueError), (-8, ValueError)):
+        with pytest.raises(exc, match=f"tile must be an int >= 1, not {tile!r}"):
+            L(g, pts, y, k, tile)
+    assert L(g, pts, y, k, np.int64(16)).tile == 16
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kw, match", [(dict(tol=math.nan), "tol must be a number in"),
+                                       (dict(tol=0.0), "tol must be a number in"),
+                                       (dict(method="qr"), "method must be one of"),
+                                       (dict(seed=-1), "seed must be a non-negative int")])
+def test_tlr_likelihood_checks_its_options_at_construction(comm, kw, match):
+    from distla import gp
+    g, pts, y = _setup(comm)
+    with pytest.raises(ValueError, match=match):
+        gp.TLRLikelihood(g, pts, y, cov.SquaredExponential(nugget=1e-2), 16, **kw)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("beta", [1e-160, 1e-170, 1e300, 0.0, math.nan])
+def test_dense_and_tlr_likelihoods_refuse_an_unrepresentable_beta_alike(comm, beta):
+    """beta = 1e-160: the dense likelihood raised a logdet error, TLR returned -inf with a
+    NumPy warning; 1e-170 and 1e300 were ZeroDivisionError and OverflowError."""
+    from distla import gp
+    g, pts, y = _setup(comm)
+    k = cov.SquaredExponential(nugget=1e-2)
+    msgs = []
+    for L in (gp.DenseLikelihood, gp.TLRLikelihood):
+        lik = L(g, pts, y, k, 16)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(ValueError, match="beta must be a finite number > 0 whose "
+                                                 "square is a normal float64") as e:
+                lik(beta)
+        msgs.append(str(e.value))
+        with pytest.raises(TypeError, match="beta must be a real number, not '0.1'"):
+            lik("0.1")
+        assert lik.history == []
+    assert msgs[0] == msgs[1]

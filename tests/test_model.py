@@ -283,3 +283,189 @@ def test_calibrate_cpu_measures_both_grid_directions(tmp_path_factory):
         if link is not None:
             assert link["alpha"] > 0 and link["beta"] > 0
     assert m.to_dict() == comm.bcast(m.to_dict(), root=0)   # the same machine everywhere
+
+
+# ------------------------------------------------------------------------------------------
+# input validation (before any work): library and command line
+# ------------------------------------------------------------------------------------------
+def test_rbt_depth_refused_as_the_solver_does_before_any_work():
+    """2^depth > max(2n, 4) made the model walk a padded n of 2^depth (depth 40: never
+    returns); it is refused at once, as rbt_solve refuses it, and so is depth < 0."""
+    import time
+
+    from distla.linalg.rbt import _check_depth
+    t = time.perf_counter()
+    for depth in (40, 11):
+        with pytest.raises(ValueError, match=f"depth {depth} is too large for n = 1000"):
+            predict("rbt", 1000, 64, 1, 1, "cpu-dev", depth=depth)
+        with pytest.raises(ValueError, match="too large"):
+            _check_depth(depth, 1000)         # the solver draws the same line
+    assert time.perf_counter() - t < 5
+    assert predict("rbt", 1000, 64, 1, 1, "cpu-dev", depth=10).seconds > 0   # 2^10 <= 2000
+    with pytest.raises(ValueError, match="depth must be an int >= 0, not -1"):
+        predict("rbt", 1000, 64, 1, 1, "cpu-dev", depth=-1)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(lookahead=-1), "lookahead must be an int >= 0, not -1"),
+    (dict(ranks_per_node=0), "ranks_per_node must be an int >= 1, not 0"),
+    (dict(ranks_per_node=-4), "ranks_per_node must be an int >= 1, not -4"),
+    (dict(algo="rbt", iterations=-5), "iterations must be an int >= 0, not -5"),
+    (dict(algo="rbt", depth=2.5), "depth must be an int >= 0, not 2.5"),
+    (dict(algo="tlr", rank=-5), "rank must be an int >= 1, not -5"),
+    (dict(algo="tlr", depth=2), "tlr takes no option 'depth'"),
+    (dict(nb=0), "nb must be a positive int, not 0"),
+    (dict(n=10 ** 9, nb=16), "block steps"),
+])
+def test_predict_refuses_bad_inputs(kw, match):
+    algo = kw.pop("algo", "lu")
+    n, nb = kw.pop("n", 1024), kw.pop("nb", 64)
+    with pytest.raises((ValueError, TypeError), match=match):
+        predict(algo, n, nb, 2, 2, "cpu-dev", **kw)
+
+
+def test_recommend_for_n_below_every_block_size():
+    from distla.model.cli import recommend
+    pr = recommend("lu", 10, 4, "h200-ib")
+    assert pr is not None and pr.nb == 10 and pr.n == 10 and pr.P * pr.Q == 4
+
+
+def test_sizes_are_parsed_strictly():
+    from distla.model.cli import _sizes
+    assert _sizes(["1024", "64k", "2k,4K"]) == [1024, 65536, 2048, 4096]
+    for bad in ("1kk", "k", "1.5k", "0", "-4", "1e3", "1_000"):
+        with pytest.raises(ValueError, match=f"not '{bad}'"):
+            _sizes([bad])
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--algo", "rbt", "--depth", "40", "--n", "1000"], "--depth 40 is too large for --n 1000"),
+    (["--algo", "rbt", "--depth", "-1"], "--depth must be >= 0, not -1"),
+    (["--ranks", "0"], "--ranks must be positive, not 0"),
+    (["--ranks", "-4"], "--ranks must be positive, not -4"),
+    (["--weak", "-1"], "--weak must be a finite number of GB > 0, not -1"),
+    (["--weak", "nan"], "--weak must be a finite number of GB > 0, not nan"),
+    (["--weak", "inf"], "--weak must be a finite number of GB > 0, not inf"),
+    (["--weak", "0"], "--weak must be a finite number of GB > 0, not 0"),
+    (["--weak", "1", "--n", "1024"], "--n does not apply with --weak"),
+    (["--nb", "0"], "--nb must be positive, not 0"),
+    (["--n", "1kk"], "not '1kk'"),
+    (["--lookahead", "-1"], "--lookahead must be >= 0, not -1"),
+    (["--iterations", "-5"], "--iterations must be >= 0, not -5"),
+    (["--algo", "tlr", "--rank", "-5"], "--rank must be positive, not -5"),
+    (["--ranks-per-node", "0"], "--ranks-per-node must be positive, not 0"),
+    (["--tolerance", "nan"], "--tolerance must be a finite number >= 0, not nan"),
+    (["--out", "m.json"], "--out applies only with --calibrate"),
+    (["--device", "gpu"], "--device applies only with --calibrate"),
+    (["--quick"], "--quick applies only with --calibrate"),
+    (["--calibrate", "--validate", "x.jsonl"], "--validate does not apply with --calibrate"),
+    (["--validate", "x.jsonl", "--nb", "64"], "--nb does not apply with --validate"),
+    (["--grid", "auto"], "--grid: give PxQ shapes"),
+])
+def test_cli_refuses_bad_options_before_any_work(argv, msg, capsys):
+    """A usage error: exit code 2 (EXIT_USAGE, as distla solve), one 'distla model: error:'
+    line naming the option and the value, and no table printed first."""
+    import time
+
+    from distla.model.cli import main_argv
+    from distla.runtime import EXIT_USAGE
+    t = time.perf_counter()
+    assert main_argv(["--machine", "cpu-dev", *argv]) == EXIT_USAGE
+    assert time.perf_counter() - t < 10
+    cap = capsys.readouterr()
+    err = [ln for ln in cap.err.splitlines() if ln.strip()]
+    assert err[-1].startswith("distla model: error: ") and msg in err[-1], cap.err
+    assert "Traceback" not in cap.err and cap.out == ""
+
+
+def test_cli_checks_output_paths_before_the_table(tmp_path, capsys):
+    from distla.model.cli import main_argv
+    assert main_argv(["--machine", "cpu-dev", "--algo", "lu", "--n", "1024", "--json",
+                      str(tmp_path)]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and f"--json: {tmp_path}: is a directory" in cap.err
+    assert main_argv(["--machine", "cpu-dev", "--algo", "lu", "--n", "1024", "--json",
+                      str(tmp_path / "no" / "x.jsonl")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_cli_recommends_for_small_n(capsys):
+    from distla.model.cli import main_argv
+    assert main_argv(["--machine", "h200-ib", "--recommend", "--algo", "lu", "--n", "10",
+                      "--ranks", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].split()[:3] == ["lu", "10", "10"]
+
+
+@pytest.mark.parametrize("line, msg", [
+    ('{"bench":"cholesky","impl":"distla","grid":"2x2x1","n":1024,"nb":128,"seconds":1}',
+     "'grid' must be PxQ with P, Q >= 1, not '2x2x1'"),
+    ('{"bench":"cholesky","impl":"distla","grid":"0x2","n":1024,"nb":128,"seconds":1}',
+     "'grid' must be PxQ with P, Q >= 1, not '0x2'"),
+    ('{"bench":"cholesky","impl":"distla","grid":"2x2","n":"abc","nb":128,"seconds":1}',
+     "'n' must be an int >= 1, not 'abc'"),
+    ('{"bench":"cholesky","impl":"distla","grid":"2x2","n":1024,"nb":0,"seconds":1}',
+     "'nb' must be an int >= 1, not 0"),
+    ('{"bench":"cholesky","impl":"distla","grid":"2x2","n":1024,"nb":128,"seconds":0}',
+     "'seconds' must be a finite number > 0, not 0"),
+    ('{"bench":"rbt","impl":"distla-rbt","grid":"1x1","n":100,"nb":16,"seconds":1,'
+     '"depth":40}', "depth 40 is too large for n = 100"),
+    ('[1, 2]', "not a JSON object"),
+    ('{"bench": "lu", ', "not JSON"),
+])
+def test_cli_validate_names_the_file_and_line_of_a_bad_record(tmp_path, capsys, line, msg):
+    from distla.model.cli import main_argv
+    good = json.dumps({"bench": "lu", "impl": "distla", "n": 1024, "nb": 128, "grid": "1x2",
+                       "pivoting": "partial", "seconds": 0.5})
+    rec = tmp_path / "meas.jsonl"
+    rec.write_text(good + "\n\n" + line + "\n")
+    assert main_argv(["--machine", "cpu-dev", "--validate", str(rec)]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and f"--validate: {rec}, line 3: " in cap.err and msg in cap.err
+
+
+def test_validate_records_keeps_the_records_it_does_not_cover():
+    from distla.model.cli import validate_records
+    recs = [{"bench": "io", "impl": "distla"}, {"bench": "lu", "impl": "scalapack"},
+            {"bench": "lu", "impl": "distla", "n": 1024, "nb": 128, "grid": "1x2",
+             "pivoting": "tournament", "tree": "before", "seconds": 0.5}]
+    rows = validate_records(recs, "cpu-dev")
+    assert [r["algo"] for r in rows] == ["calu"]
+    with pytest.raises(ValueError, match="record 2: 'seconds' must be a finite"):
+        validate_records([recs[2], {**recs[2], "seconds": float("nan")}], "cpu-dev")
+
+
+@pytest.mark.mpi
+def test_cli_usage_errors_on_every_rank():
+    """Every rank returns the usage exit code (options are checked on every rank; output
+    paths on rank 0, the outcome shared)."""
+    import os
+
+    from mpi4py import MPI
+
+    from distla.model.cli import main_argv
+    here = os.path.dirname(os.path.abspath(__file__))      # a directory on every rank
+    codes = [main_argv(["--machine", "cpu-dev", "--ranks", "0"]),
+             main_argv(["--machine", "cpu-dev", "--n", "1024", "--json", here]),
+             main_argv(["--machine", "cpu-dev", "--algo", "rbt", "--weak", "1",
+                        "--depth", "40"])]
+    assert codes == [2, 2, 2]
+    assert MPI.COMM_WORLD.allgather(codes) == [codes] * MPI.COMM_WORLD.size
+
+
+def test_rank_counts_beyond_the_model_are_refused_at_once(capsys):
+    """--ranks 1e9 enumerated a billion candidate shapes (and --grid 1e5x1e5 asked for
+    (P, Q) arrays of 1e10 entries): refused before any work; shapes() finds divisors fast."""
+    import time
+
+    from distla.model.cli import main_argv, shapes
+    from distla.model.drivers import MAX_RANKS
+    t = time.perf_counter()
+    assert main_argv(["--machine", "cpu-dev", "--ranks", str(10 ** 9)]) == 2
+    assert f"--ranks {10 ** 9} is more than the model holds ({MAX_RANKS})" in \
+        capsys.readouterr().err
+    with pytest.raises(ValueError, match="100000x100000 grid is 10000000000 ranks"):
+        predict("lu", 1024, 64, 10 ** 5, 10 ** 5, "cpu-dev")
+    assert shapes(MAX_RANKS, "all")[:2] == [(1, MAX_RANKS), (2, MAX_RANKS // 2)]
+    assert time.perf_counter() - t < 5
+    assert shapes(12, "all") == [(1, 12), (2, 6), (3, 4), (4, 3), (6, 2), (12, 1)]

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
-from .drivers import ALGORITHMS, predict
+from .drivers import ALGORITHMS, MAX_RANKS, check_inputs, predict
 from .machine import PROFILES, load_machine
 
 __all__ = ["build_parser", "main_argv", "recommend", "shapes", "validate_records"]
@@ -33,9 +34,10 @@ def build_parser(prog="distla model"):
                    help=f"profile ({', '.join(PROFILES)}) or JSON machine file (default "
                         "h200-nvlink; with --calibrate: where the parameters that cannot be "
                         "measured come from, default cpu-dev or h200-ib)")
-    p.add_argument("--algo", nargs="+", default=["cholesky", "lu", "calu", "rbt"],
+    p.add_argument("--algo", nargs="+", default=None,
                    choices=ALGORITHMS, help="algorithms (default cholesky lu calu rbt)")
-    p.add_argument("--n", nargs="+", default=["65536"], help="matrix sizes (1k = 1024)")
+    p.add_argument("--n", nargs="+", default=None,
+                   help="matrix sizes (1k = 1024; default 65536)")
     p.add_argument("--nb", nargs="+", type=int, help="block sizes (default: distla's default)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--grid", nargs="+", help="grids PxQ")
@@ -81,7 +83,8 @@ def build_parser(prog="distla model"):
 def shapes(R: int, which: str = "all") -> list[tuple[int, int]]:
     """Grid shapes P x Q with P Q = R: all, the squarest, or the extremes plus the squarest."""
     from ..grid import squarest_shape
-    allsh = [(p, R // p) for p in range(1, R + 1) if R % p == 0]
+    small = [p for p in range(1, math.isqrt(R) + 1) if R % p == 0]
+    allsh = sorted({(p, R // p) for p in small} | {(R // p, p) for p in small})
     sq = tuple(squarest_shape(R))
     if which == "square":
         return [sq]
@@ -119,15 +122,17 @@ def _opts_algo(args, algo):
 
 
 def recommend(algo, n, R, machine, nbs=None, **kw):
-    """The fastest (prediction, nb, P, Q) over block sizes ``nbs`` and every grid shape of R
-    ranks. Not collective."""
+    """The fastest (prediction, nb, P, Q) over block sizes ``nbs`` (those larger than n count
+    as n) and every grid shape of R ranks. Not collective."""
     M = load_machine(machine)
-    nbs = nbs or ((256, 384, 512, 768, 1024, 1536, 2048) if M.device == "gpu"
-                  else (32, 64, 96, 128, 192, 256))
+    cands = _candidates(M.device, nbs, n)
+    check_inputs(algo, n, cands[-1], **kw)       # the options, before any work
     best = None
     for P, Q in shapes(R, "all"):
-        for nb in nbs:
-            if nb > n:
+        for nb in cands:
+            try:
+                check_inputs(algo, n, nb, P, Q, **kw)
+            except ValueError:       # too many block steps at this nb: the others remain
                 continue
             pr = predict(algo, n, nb, P, Q, M, **kw)
             if best is None or pr.seconds < best.seconds:
@@ -135,31 +140,94 @@ def recommend(algo, n, R, machine, nbs=None, **kw):
     return best
 
 
+def _candidates(device, nbs, n):
+    """The block sizes :func:`recommend` tries (``nbs``, or a default set per device), those
+    larger than n counted as n."""
+    nbs = nbs or ((256, 384, 512, 768, 1024, 1536, 2048) if device == "gpu"
+                  else (32, 64, 96, 128, 192, 256))
+    return sorted({min(int(nb), int(n)) for nb in nbs})
+
+
+def _rec_int(r, key, default, lo, zero_is_default=False):
+    v = r.get(key, default)
+    if v is None or (zero_is_default and v == 0 and not isinstance(v, bool)):
+        v = default
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+        raise ValueError(f"{key!r} must be an int >= {lo}, not {v!r}")
+    return v
+
+
+def _record_args(r):
+    """(algo, kwargs of :func:`predict`, seconds) of one benchmark record, None for a
+    record that is not a distla run the model covers; ValueError naming the field and its
+    value for a malformed one."""
+    from ..defaults import parse_grid
+    if r.get("impl") not in ("distla", "distla-rbt"):
+        return None
+    algo = _BENCH_ALGO.get((r.get("bench"), r.get("pivoting")))
+    if algo is None or "grid" not in r or "seconds" not in r:
+        return None
+    grid = r["grid"]
+    try:
+        P, Q = parse_grid(grid) if isinstance(grid, str) and "x" in grid.lower() else (0, 0)
+    except ValueError:
+        P = Q = 0
+    if P < 1:
+        raise ValueError(f"'grid' must be PxQ with P, Q >= 1, not {grid!r}")
+    sec = r["seconds"]
+    if not isinstance(sec, (int, float)) or isinstance(sec, bool) or \
+            not 0 < sec < math.inf:
+        raise ValueError(f"'seconds' must be a finite number > 0, not {sec!r}")
+    kw = dict(n=_rec_int(r, "n", None, 1), nb=_rec_int(r, "nb", None, 1), P=P, Q=Q,
+              lookahead=_rec_int(r, "lookahead", 1, 0))
+    if algo == "calu":
+        # (some records use "tree" for a label of their own: the driver's default then)
+        kw["tree"] = r["tree"] if r.get("tree") in ("binary", "flat") else "binary"
+    if algo == "rbt":
+        kw.update(depth=_rec_int(r, "depth", 2, 0), iterations=_rec_int(r, "iters", 2, 0, True),
+                  nrhs=_rec_int(r, "nrhs", 1, 1))
+    return algo, kw, float(sec)
+
+
+def _validate_one(r, M, ranks_per_node=None):
+    """The row of :func:`validate_records` for one record (None: not a distla run the model
+    covers); ValueError naming the field and its value for a malformed one."""
+    if not isinstance(r, dict):
+        raise ValueError(f"not a JSON object: {str(r)[:60]}")
+    got = _record_args(r)
+    if got is None:
+        return None
+    algo, kw, sec = got
+    n, nb, P, Q = kw.pop("n"), kw.pop("nb"), kw.pop("P"), kw.pop("Q")
+    try:
+        pr = predict(algo, n, nb, P, Q, M, ranks_per_node=ranks_per_node, **kw)
+    except TypeError as e:
+        raise ValueError(str(e)) from None
+    return dict(algo=algo, n=n, nb=nb, grid=f"{P}x{Q}", measured_s=sec,
+                predicted_s=pr.seconds, err=pr.seconds / sec - 1.0, limiting=pr.limiting)
+
+
 def validate_records(records, machine, ranks_per_node=None):
     """Rows of predicted vs measured for benchmark records (distla rows of the cholesky, lu,
-    rbt and tlr benchmarks); ``err`` = predicted / measured - 1. Not collective."""
+    rbt and tlr benchmarks; other records are skipped); ``err`` = predicted / measured - 1.
+    A malformed distla record (grid not PxQ, n or nb not a positive int, seconds not a
+    finite number > 0, ...) raises ValueError naming the record (1-based) and the field.
+    Not collective."""
     M = load_machine(machine)
     out = []
-    for r in records:
-        if r.get("impl") not in ("distla", "distla-rbt"):
-            continue
-        algo = _BENCH_ALGO.get((r.get("bench"), r.get("pivoting")))
-        if algo is None or "grid" not in r or "seconds" not in r:
-            continue
-        P, Q = (int(x) for x in str(r["grid"]).lower().split("x"))
-        kw = {}
-        if algo == "calu":
-            kw["tree"] = r.get("tree", "binary")
-        if algo == "rbt":
-            kw.update(depth=int(r.get("depth", 2)), iterations=int(r.get("iters", 2) or 2),
-                      nrhs=int(r.get("nrhs", 1)))
-        pr = predict(algo, int(r["n"]), int(r["nb"]), P, Q, M,
-                     lookahead=int(r.get("lookahead", 1)), ranks_per_node=ranks_per_node,
-                     **kw)
-        out.append(dict(algo=algo, n=int(r["n"]), nb=int(r["nb"]), grid=f"{P}x{Q}",
-                        measured_s=float(r["seconds"]), predicted_s=pr.seconds,
-                        err=pr.seconds / float(r["seconds"]) - 1.0, limiting=pr.limiting))
+    for i, r in enumerate(records):
+        try:
+            row = _validate_one(r, M, ranks_per_node)
+        except ValueError as e:
+            raise ValueError(f"record {i + 1}: {e}") from None
+        if row is not None:
+            out.append(row)
     return out
+
+
+_SIZE_RE = re.compile(r"([0-9]+)(k?)")
 
 
 def _sizes(values) -> list[int]:
@@ -167,29 +235,32 @@ def _sizes(values) -> list[int]:
     out = []
     for v in values:
         for tok in str(v).replace(",", " ").split():
-            t = tok.lower()
-            mult = 1024 if t.endswith("k") else 1
-            try:
-                n = int(t.rstrip("k")) * mult
-            except ValueError:
-                raise ValueError(f"size must be a positive integer, not {tok!r}") from None
+            m = _SIZE_RE.fullmatch(tok.lower())
+            n = int(m.group(1)) * (1024 if m.group(2) else 1) if m else 0
             if n < 1:
-                raise ValueError(f"size must be a positive integer, not {tok!r}")
+                raise ValueError(f"--n: a size must be a positive integer (k = 1024: 64k), "
+                                 f"not {tok!r}")
             out.append(n)
+    if not out:
+        raise ValueError("--n: no sizes given")
     return out
 
 
-def _load_records(path) -> list[dict]:
-    """The JSON objects of a JSON-lines file (blank and malformed lines skipped)."""
+def _load_records(path) -> list[tuple[int, dict]]:
+    """``(line number, record)`` of the JSON objects of a JSON-lines file (blank lines
+    skipped); ValueError naming the line of one that is not JSON or not an object."""
     out = []
     with open(path, encoding="utf-8") as f:
-        for line in f:
+        for k, line in enumerate(f, 1):
+            if not line.strip():
+                continue
             try:
                 r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(r, dict):
-                out.append(r)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"line {k}: not JSON ({e.msg}, column {e.colno})") from None
+            if not isinstance(r, dict):
+                raise ValueError(f"line {k}: not a JSON object: {line.strip()[:60]}")
+            out.append((k, r))
     return out
 
 
@@ -231,12 +302,106 @@ def _print_steps(pr) -> None:
     print(_table(rows))
 
 
+def _check_options(args) -> None:
+    """CommandError (raised alike on every rank: it looks at the arguments only) for an
+    option out of range or one that does not apply to this run (never silently ignored)."""
+    from ..runtime import CommandError
+    if not args.calibrate:
+        for opt, v in (("--out", args.out), ("--device", args.device),
+                       ("--calib-grid", args.calib_grid), ("--quick", args.quick or None)):
+            if v is not None:
+                raise CommandError(f"{opt} applies only with --calibrate")
+    else:
+        for opt, v in (("--validate", args.validate), ("--recommend", args.recommend or None),
+                       ("--weak", args.weak), ("--grid", args.grid), ("--ranks", args.ranks),
+                       ("--json", args.json), ("--per-step", args.per_step or None),
+                       ("--ranks-per-node", args.ranks_per_node)):
+            if v is not None:
+                raise CommandError(f"{opt} does not apply with --calibrate (it measures this "
+                                   f"machine and predicts nothing)")
+    if args.calibrate or args.validate:
+        for opt, v in (("--n", args.n), ("--algo", args.algo)):
+            if v is not None:
+                raise CommandError(f"{opt} does not apply with "
+                                   f"{'--calibrate' if args.calibrate else '--validate'}")
+    if args.weak is not None and args.n is not None:
+        raise CommandError("--n does not apply with --weak (n is chosen so that each rank "
+                           "holds --weak GB of A)")
+    args.n = args.n or ["65536"]
+    args.algo = args.algo or ["cholesky", "lu", "calu", "rbt"]
+    if args.validate:
+        for opt, v in (("--recommend", args.recommend or None), ("--weak", args.weak),
+                       ("--grid", args.grid), ("--ranks", args.ranks), ("--nb", args.nb),
+                       ("--per-step", args.per_step or None)):
+            if v is not None:
+                raise CommandError(f"{opt} does not apply with --validate (n, nb and the grid "
+                                   f"come from the records)")
+    for opt, vals, lo in (("--nb", args.nb, 1), ("--ranks", args.ranks, 1),
+                          ("--ranks-per-node", args.ranks_per_node, 1),
+                          ("--lookahead", args.lookahead, 0), ("--depth", args.depth, 0),
+                          ("--iterations", args.iterations, 0), ("--rank", args.rank, 1)):
+        for v in (vals if isinstance(vals, list) else [vals]):
+            if v is not None and v < lo:
+                raise CommandError(f"{opt} must be {'positive' if lo else '>= 0'}, not {v}")
+    for R in args.ranks or []:
+        if R > MAX_RANKS:
+            raise CommandError(f"--ranks {R} is more than the model holds ({MAX_RANKS})")
+    if args.weak is not None and not 0 < args.weak < math.inf:
+        raise CommandError(f"--weak must be a finite number of GB > 0, not {args.weak:g}")
+    if not 0 <= args.tolerance < math.inf:
+        raise CommandError(f"--tolerance must be a finite number >= 0, not "
+                           f"{args.tolerance:g}")
+    if args.depth > 62:
+        raise CommandError(f"--depth {args.depth} is too large: 2^depth must be <= "
+                           f"max(2n, 4)")
+    try:
+        sizes = _sizes(args.n)
+    except ValueError as e:
+        raise CommandError(str(e)) from None
+    if "rbt" in args.algo and not args.validate and not args.calibrate and not args.weak:
+        for n in sizes:
+            if (1 << args.depth) > max(2 * n, 4):
+                raise CommandError(f"--depth {args.depth} is too large for --n {n}: "
+                                   f"2^depth must be <= max(2n, 4), as distla's RBT solver "
+                                   f"requires")
+
+
+def _jobs(args, sizes, grids):
+    """The predictions to make, in order: ``(algo, n, nb, P, Q, R)`` (``nb`` None and ``P``
+    ``Q`` None: recommend). ValueError/TypeError for one :func:`predict` would refuse."""
+    counts = args.ranks or ([p * q for p, q in grids] if grids else [1])
+    out = []
+    for algo in args.algo:
+        kw = dict(lookahead=args.lookahead, tree=args.tree,
+                  ranks_per_node=args.ranks_per_node, **_opts(args, algo))
+        for R in sorted(set(counts)):
+            todo = [g for g in grids if g[0] * g[1] == R] if grids else shapes(R, args.shapes)
+            for n0 in sizes:
+                if args.recommend:
+                    n = _weak_n(args.weak, R, 1024) if args.weak else n0
+                    check_inputs(algo, n, _candidates(args.device_kind, args.nb, n)[-1],
+                                 1, R, **kw)
+                    out.append((algo, n, None, None, None, R))
+                    continue
+                for P, Q in todo:
+                    for nb in (args.nb or [None]):
+                        nbx = nb or (1024 if args.device_kind == "gpu" and args.weak else None)
+                        n = _weak_n(args.weak, R, nbx or 1024) if args.weak else n0
+                        nbx = nbx or _default_nb(n, args.device_kind, P, Q)
+                        check_inputs(algo, n, nbx, P, Q, **kw)
+                        out.append((algo, n, nbx, P, Q, R))
+    return out, counts
+
+
 def _body(argv, prog):
     from mpi4py import MPI
 
     from ..defaults import parse_grid
+    from ..errors import on_root
+    from ..filebase import check_writable
     from ..runtime import CommandError
     args = build_parser(prog).parse_args(argv)
+    _check_options(args)
     comm = MPI.COMM_WORLD
     if args.calibrate:
         from .calibrate import calibrate
@@ -245,6 +410,11 @@ def _body(argv, prog):
             base = load_machine(args.machine or ("h200-ib" if dev == "gpu" else "cpu-dev"))
         except ValueError as e:
             raise CommandError(str(e)) from None
+        if args.out:
+            try:
+                check_writable(args.out, comm)
+            except (OSError, ValueError) as e:
+                raise CommandError(f"--out: {e}") from None
         m = calibrate(comm, device=dev, nbs=args.nb, grid=args.calib_grid, quick=args.quick,
                       out=args.out, base=base)
         if comm.rank == 0 and not args.quiet:
@@ -252,21 +422,54 @@ def _body(argv, prog):
             if args.out:
                 print(f"machine written to {args.out}")
         return 0
+    state = {}
+
+    def prepare():
+        """Everything that can fail on the user's input, before any work (rank 0)."""
+        try:
+            state["M"] = M = load_machine(args.machine or "h200-nvlink")
+        except ValueError as e:
+            raise CommandError(str(e)) from None
+        if args.json:
+            try:
+                check_writable(args.json)
+            except (OSError, ValueError) as e:
+                raise CommandError(f"--json: {e}") from None
+        if args.validate:
+            recs = []
+            for f in args.validate:
+                try:
+                    recs += [(f, k, r) for k, r in _load_records(f)]
+                except OSError as e:
+                    raise CommandError(f"--validate: {f}: {e.strerror}") from None
+                except (ValueError, UnicodeDecodeError) as e:   # names the line
+                    raise CommandError(f"--validate: {f}, {e}") from None
+            rows = []
+            for f, k, r in recs:
+                try:
+                    row = _validate_one(r, M, args.ranks_per_node)
+                except ValueError as e:
+                    raise CommandError(f"--validate: {f}, line {k}: {e}") from None
+                if row is not None:
+                    rows.append(row)
+            state["rows"] = rows
+            return
+        try:
+            sizes = _sizes(args.n)
+            grids = [parse_grid(g) for g in args.grid] if args.grid else None
+            if grids and None in grids:
+                raise ValueError("--grid: give PxQ shapes (auto is the squarest: use --ranks)")
+            args.device_kind = M.device
+            state["jobs"], state["counts"] = _jobs(args, sizes, grids)
+        except (ValueError, TypeError) as e:
+            raise CommandError(str(e)) from None
+
+    on_root(comm, prepare)
     if comm.rank != 0:
         return 0
-    try:
-        M = load_machine(args.machine or "h200-nvlink")
-    except ValueError as e:
-        raise CommandError(str(e)) from None
-    rows = []
+    M = state["M"]
     if args.validate:
-        recs = []
-        for f in args.validate:
-            try:
-                recs += _load_records(f)
-            except OSError as e:
-                raise CommandError(f"--validate: {f}: {e.strerror}") from None
-        rows = validate_records(recs, M, args.ranks_per_node)
+        rows = state["rows"]
         for r in rows:
             r["ok"] = bool(abs(r["err"]) <= args.tolerance)
         if not args.quiet:
@@ -278,48 +481,27 @@ def _body(argv, prog):
                       f"{100 * max(e):.1f}%, within {100 * args.tolerance:.0f}%: "
                       f"{sum(r['ok'] for r in rows)}/{len(rows)}")
     else:
-        try:
-            sizes = _sizes(args.n)
-            grids = [parse_grid(g) for g in args.grid] if args.grid else None
-        except ValueError as e:
-            raise CommandError(str(e)) from None
-        counts = args.ranks or ([p * q for p, q in grids] if grids else [1])
-        base_rate = {}
-        for algo in args.algo:
-            for R in sorted(set(counts)):
-                todo = [g for g in grids if g[0] * g[1] == R] if grids else \
-                    shapes(R, args.shapes)
-                for n0 in sizes:
-                    if args.recommend:
-                        n = _weak_n(args.weak, R, 1024) if args.weak else n0
-                        pr = recommend(algo, n, R, M, nbs=args.nb, lookahead=args.lookahead,
-                                       tree=args.tree, ranks_per_node=args.ranks_per_node,
-                                       **_opts(args, algo))
-                        rows.append({**pr.row(), "recommended": True})
-                        continue
-                    for P, Q in todo:
-                        for nb in (args.nb or [None]):
-                            nbx = nb or (1024 if M.device == "gpu" and args.weak else None)
-                            if args.weak:
-                                n = _weak_n(args.weak, R, nbx or 1024)
-                            else:
-                                n = n0
-                            nbx = nbx or _default_nb(n, M.device, P, Q)
-                            pr = predict(algo, n, nbx, P, Q, M, lookahead=args.lookahead,
-                                         tree=args.tree, ranks_per_node=args.ranks_per_node,
-                                         **_opts(args, algo))
-                            row = pr.row()
-                            key = (algo, nbx, args.weak is not None)
-                            if R == min(counts):
-                                base_rate.setdefault(key, row["tflops_per_rank"])
-                            if key in base_rate:
-                                row["scaling_eff"] = row["tflops_per_rank"] / base_rate[key]
-                            if args.per_step and not args.quiet:
-                                _print_steps(pr)
-                            val = M.extra.get("validation")
-                            if val:   # the spread of the machine's validation runs
-                                row["err_band"] = f"+-{100 * val['max_abs_err']:.0f}%"
-                            rows.append(row)
+        rows, counts, base_rate = [], state["counts"], {}
+        for algo, n, nbx, P, Q, R in state["jobs"]:
+            kw = dict(lookahead=args.lookahead, tree=args.tree,
+                      ranks_per_node=args.ranks_per_node, **_opts(args, algo))
+            if nbx is None:
+                pr = recommend(algo, n, R, M, nbs=args.nb, **kw)
+                rows.append({**pr.row(), "recommended": True})
+                continue
+            pr = predict(algo, n, nbx, P, Q, M, **kw)
+            row = pr.row()
+            key = (algo, nbx, args.weak is not None)
+            if R == min(counts):
+                base_rate.setdefault(key, row["tflops_per_rank"])
+            if key in base_rate:
+                row["scaling_eff"] = row["tflops_per_rank"] / base_rate[key]
+            if args.per_step and not args.quiet:
+                _print_steps(pr)
+            val = M.extra.get("validation")
+            if val:   # the spread of the machine's validation runs
+                row["err_band"] = f"+-{100 * val['max_abs_err']:.0f}%"
+            rows.append(row)
         if not args.quiet:
             print(f"machine: {M.name} ({M.source})")
             cols = ["algo", "n", "nb", "grid", "seconds", "err_band", "tflops",

@@ -16,6 +16,7 @@ seconds of each message, then advances one clock by the lookahead recurrence (do
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,10 +31,77 @@ from .costs import (
     rows_from,
 )
 
-__all__ = ["ALGORITHMS", "Prediction", "nominal_flops", "predict"]
+__all__ = ["ALGORITHMS", "MAX_RANKS", "MAX_STEPS", "Prediction", "check_inputs", "nominal_flops",
+           "predict"]
 
 ALGORITHMS = ("cholesky", "lu", "calu", "genp", "rbt", "tlr")
 _ISZ = 8  # float64
+#: the most block steps (ceil(n / nb), RBT: of the padded n) one prediction walks (about a
+#: millisecond each): beyond, a prediction would run for minutes to days
+MAX_STEPS = 1 << 18
+#: the most ranks (P Q) one prediction models: it holds several (P, Q) arrays per step
+MAX_RANKS = 1 << 20
+_OPTS = {"rbt": ("depth", "iterations", "nrhs"), "tlr": ("rank", "oversample")}
+
+
+def _int_at_least(name, v, lo):
+    """``v`` as an int, or ValueError/TypeError naming ``name`` unless an int >= lo."""
+    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+        raise TypeError(f"{name} must be an int >= {lo}, not {v!r}")
+    if v < lo:
+        raise ValueError(f"{name} must be an int >= {lo}, not {v!r}")
+    return int(v)
+
+
+def check_inputs(algo: str, n: int, nb: int, P: int = 1, Q: int = 1, *, lookahead: int = 1,
+                 tree: str = "binary", ranks_per_node: int | None = None, order: str = "row",
+                 variant: str = "as-written", **opts) -> None:
+    """ValueError/TypeError naming the parameter and its value for inputs :func:`predict`
+    refuses (it calls this first, before any work): n, nb, P, Q ints >= 1, ``lookahead`` an
+    int >= 0, ``ranks_per_node`` None or an int >= 1, RBT ``depth`` (>= 0, 2^depth <=
+    max(2n, 4) as :func:`distla.linalg.rbt_solve` requires), ``iterations`` (>= 0), ``nrhs``
+    (>= 1), TLR ``rank`` (>= 1), ``oversample`` (>= 0), at most :data:`MAX_STEPS` block steps and
+    :data:`MAX_RANKS` ranks. Not collective."""
+    if algo not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, not {algo!r}")
+    for name, v in (("n", n), ("nb", nb), ("P", P), ("Q", Q)):
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be a positive int, not {v!r}")
+    if P * Q > MAX_RANKS:
+        raise ValueError(f"a {P}x{Q} grid is {P * Q} ranks, more than the model holds "
+                         f"({MAX_RANKS})")
+    if not isinstance(lookahead, bool):
+        _int_at_least("lookahead", lookahead, 0)
+    if ranks_per_node is not None:
+        _int_at_least("ranks_per_node", ranks_per_node, 1)
+    if tree not in ("binary", "flat"):
+        raise ValueError(f"tree must be 'binary' or 'flat', not {tree!r}")
+    if order not in ("row", "col"):
+        raise ValueError(f"order must be 'row' or 'col', not {order!r}")
+    if variant not in ("as-written", "scalapack"):
+        raise ValueError(f"variant must be 'as-written' or 'scalapack', not {variant!r}")
+    allowed = _OPTS.get(algo, ())
+    for k in opts:
+        if k not in allowed:
+            raise TypeError(f"predict: {algo} takes no option {k!r}"
+                            + (f" (its options: {', '.join(allowed)})" if allowed else ""))
+    n_steps = n
+    if algo == "rbt":
+        depth = _int_at_least("depth", opts.get("depth", 2), 0)
+        if depth > 62 or (1 << depth) > max(2 * n, 4):
+            raise ValueError(f"depth {depth} is too large for n = {n}: 2^depth must be <= "
+                             f"max(2n, 4)")
+        _int_at_least("iterations", opts.get("iterations", 2), 0)
+        _int_at_least("nrhs", opts.get("nrhs", 1), 1)
+        n_steps = -(-n // (1 << depth)) * (1 << depth)
+    if algo == "tlr":
+        _int_at_least("rank", opts.get("rank", 16), 1)
+        _int_at_least("oversample", opts.get("oversample", 12), 0)
+    steps = -(-n_steps // min(nb, n))
+    if steps > MAX_STEPS:
+        raise ValueError(f"n = {n} in blocks of nb = {min(nb, n)} is {steps} block steps, more "
+                         f"than the model walks ({MAX_STEPS}, about a millisecond each); use a "
+                         f"larger nb")
 
 
 def nominal_flops(algo: str, n: int) -> float:
@@ -470,6 +538,7 @@ def _textbook_lu(n, nb, P, Q, pivoting, tree):
 # RBT solve (distla/linalg/rbt.py, _butterfly.py): transform + GENP + refinement
 # ------------------------------------------------------------------------------------------
 def _rbt(n, nb, P, Q, M, topo, lookahead, depth=2, iterations=2, nrhs=1):
+    check_inputs("rbt", n, nb, P, Q, depth=depth, iterations=iterations, nrhs=nrhs)
     n_pad = -(-n // (1 << depth)) * (1 << depth)
     t_lu, acc, tb = _lu(n_pad, nb, P, Q, M, topo, lookahead, "none")
     sh = topo.share
@@ -554,14 +623,10 @@ def predict(algo: str, n: int, nb: int, P: int, Q: int, machine, *, lookahead: i
     run by default (NaN/Inf scan, symmetry probe, norms: about four passes over the local
     matrix), as the benchmarks time them. Not collective."""
     from .machine import load_machine
+    check_inputs(algo, n, nb, P, Q, lookahead=lookahead, tree=tree,
+                 ranks_per_node=ranks_per_node, order=order, variant=variant, **opts)
     M = load_machine(machine)
-    if algo not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {ALGORITHMS}, not {algo!r}")
-    if n < 1 or nb < 1 or P < 1 or Q < 1:
-        raise ValueError(f"n, nb, P, Q must be positive (got {n}, {nb}, {P}, {Q})")
-    nb = min(nb, n)
-    if variant not in ("as-written", "scalapack"):
-        raise ValueError(f"variant must be 'as-written' or 'scalapack', not {variant!r}")
+    n, nb, P, Q = int(n), int(min(nb, n)), int(P), int(Q)
     topo = Topology(M, P, Q, ranks_per_node, order)
     la = 1 if lookahead else 0
     if algo == "cholesky":
