@@ -27,6 +27,7 @@ from . import layout
 from .bench.common import default_threshold, flops, judge
 from .defaults import default_nb, make_grid
 from .errors import on_root
+from .filebase import check_jsonl
 from .linalg.methods import LU_PIVOTING, METHODS
 from .problems import make_problem, problem_entries
 from .runtime import (  # noqa: F401
@@ -229,7 +230,8 @@ def _grid(spec, comm):
     try:
         return make_grid(spec, comm)
     except ValueError as e:
-        raise CommandError(f"--grid: {e}") from None
+        raise CommandError(str(e) if "different environments" in str(e) else
+                           f"--grid: {e}") from None
 
 
 def _check_device(device: str, comm):
@@ -385,7 +387,7 @@ def cmd_solve(args, comm) -> int:
             raise CommandError(f"--out: {e}") from None
     if args.json is not None:
         try:
-            io.check_writable(args.json, comm)
+            check_jsonl(args.json, comm)
         except (OSError, ValueError) as e:
             raise CommandError(f"--json: {e}") from None
     inputs = [("--matrix", ainfo)] + ([("--rhs", binfo)] if binfo is not None else [])

@@ -12,7 +12,7 @@ import numpy as np
 
 from .errors import agree, on_root
 
-__all__ = ["MatrixFileError", "MatrixInfo", "atomic_output", "check_writable"]
+__all__ = ["MatrixFileError", "MatrixInfo", "atomic_output", "check_jsonl", "check_writable"]
 
 
 class MatrixFileError(ValueError):
@@ -53,6 +53,31 @@ def _check_writable(path: str) -> None:
         # (the write renames a new file into place: a device, FIFO or socket would be gone)
         raise MatrixFileError(f"{path}: exists and is not a regular file (a device, FIFO or "
                               f"socket); write to a file")
+
+
+def _check_jsonl(path: str) -> None:
+    """``path`` can take appended JSON lines: missing, empty, or a file whose first character
+    (after white space) is '{'. Appending to anything else (a .npy matrix named by mistake)
+    would corrupt it. Local."""
+    _check_writable(path)
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return
+    with open(path, "rb") as f:
+        head = f.read(64).lstrip()
+    if head and not head.startswith(b"{"):
+        raise MatrixFileError(f"{path}: exists and is not a JSON-lines file (it begins with "
+                              f"{head[:8]!r}); records are appended to a JSON-lines file, "
+                              f"which would corrupt this one: name another")
+
+
+def check_jsonl(path, comm=None) -> None:
+    """Raise (on every rank of ``comm`` if given: collective, checked on rank 0) unless
+    JSON-lines records can be appended to ``path`` (:func:`check_writable`, and an existing
+    file must already hold JSON lines)."""
+    if comm is None:
+        _check_jsonl(os.fspath(path))
+    else:
+        on_root(comm, lambda: _check_jsonl(os.fspath(path)))
 
 
 def check_writable(path, comm=None) -> None:

@@ -73,6 +73,23 @@ def check_launch(world_size: int, environ=None, library: str | None = None) -> N
                 f"DISTLA_LAUNCH_CHECK=0 skips this check")
 
 
+def _check_environment(comm) -> None:
+    """Collective: ValueError on every rank when the ranks see different ``DISTLA_*``
+    environment variables (set per rank by an MPMD launch or a wrapper script): each rank would
+    choose its own I/O path, hints or exchange and wait in a collective the others never
+    enter (a hang, not an error). One allgather of the variables."""
+    mine = sorted((k, v) for k, v in os.environ.items() if k.startswith("DISTLA_"))
+    every = comm.allgather(mine)
+    for r, theirs in enumerate(every):
+        if theirs != every[0]:
+            a, b = dict(every[0]), dict(theirs)
+            k = next(k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+            raise ValueError(f"ranks see different environments: {k}={a.get(k)!r} on rank 0 "
+                             f"but {b.get(k)!r} on rank {r} ({'unset' if k not in b else 'set'}"
+                             f" there); distla's DISTLA_* settings must be the same on every "
+                             f"rank (export them before mpiexec/srun)")
+
+
 class ProcessGrid:
     """A ``nprow x npcol`` process grid (a BLACS context).
 
@@ -116,6 +133,7 @@ class ProcessGrid:
         except Exception as e:  # noqa: BLE001
             err = e
         agree(comm, err)
+        _check_environment(comm)
         self.comm = comm
         self.order = "row" if order == "row" else "col"
         self.nprow, self.npcol = nprow, npcol

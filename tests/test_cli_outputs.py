@@ -214,3 +214,25 @@ def test_bench_checks_pass(tmp_path, args):
     recs = [__import__("json").loads(ln) for ln in out.read_text().splitlines()]
     judged = [r for r in recs if "check" in r]
     assert judged and all(r["check"] == "PASS" and r["check_thresh"] > 0 for r in judged)
+
+
+@needs_mpiexec
+def test_json_never_appends_to_a_file_that_is_not_json_lines(tmp_path):
+    """`--json B.npy` (a matrix named by mistake) appended a JSON line to it: the matrix was
+    corrupted ('oversized .npy file'). An existing file must hold JSON lines already; an
+    existing JSON-lines file keeps getting records appended."""
+    a, other = tmp_path / "A.npy", tmp_path / "B.npy"
+    np.save(a, np.eye(6) * 4 + 1)
+    np.save(other, np.arange(4.0))
+    before = other.read_bytes()
+    for args in (["solve", "--matrix", a, "--json", other],
+                 ["bench", "matmul", "--n", 16, "--json", other],
+                 ["model", "--n", 4096, "--json", other]):
+        p = run(args, n=1 if args[0] == "model" else 2, cwd=tmp_path, timeout=120)
+        assert_fails(p, EXIT_USAGE, "--json", "is not a JSON-lines file")
+    assert other.read_bytes() == before
+    log = tmp_path / "log.jsonl"
+    for _ in range(2):
+        p = run(["solve", "--matrix", a, "--json", log], n=2, cwd=tmp_path, timeout=120)
+        assert p.returncode == 0, p.stderr
+    assert len(log.read_text().splitlines()) == 2

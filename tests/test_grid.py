@@ -167,3 +167,22 @@ def test_flat_grid_is_made_once(comm):
             assert f is g.flat() and f.shape == (1, comm.size)
             assert [f.rank_of(0, j) for j in range(comm.size)] == list(range(comm.size))
             assert (f is g) == (p == 1 and order == "row")
+
+
+@pytest.mark.mpi
+def test_ranks_with_different_distla_environments_are_refused(comm, monkeypatch):
+    """DISTLA_IO=mpiio on one rank and memmap on another (an MPMD launch) hung: each rank took
+    its own read path and waited in a collective the other never entered; different
+    DISTLA_IO_HINTS hung in MPI_File_open. Building a grid now compares every DISTLA_*
+    variable across ranks and raises on every rank, naming the first that differs."""
+    from distla import ProcessGrid
+    monkeypatch.setenv("DISTLA_IO", "mpiio")
+    ProcessGrid(comm=comm)                                  # the same everywhere: fine
+    if comm.size == 1:
+        return
+    if comm.rank == comm.size - 1:
+        monkeypatch.setenv("DISTLA_IO", "memmap")
+        monkeypatch.setenv("DISTLA_ZZZ", "1")
+    with pytest.raises(ValueError, match=r"different environments: DISTLA_IO='mpiio' on rank "
+                                         rf"0 but 'memmap' on rank {comm.size - 1}"):
+        ProcessGrid(comm=comm)

@@ -240,9 +240,9 @@ def _body(argv, prog) -> int:
     if args.plot:
         on_root(comm, _check_matplotlib)
     if args.json:
-        from ..io import check_writable
+        from ..filebase import check_jsonl
         try:
-            check_writable(args.json, comm)
+            check_jsonl(args.json, comm)
         except (OSError, ValueError) as e:
             raise CommandError(f"--json: {e}") from None
     with guarded(comm):

@@ -398,7 +398,7 @@ def _body(argv, prog):
 
     from ..defaults import parse_grid
     from ..errors import on_root
-    from ..filebase import check_writable
+    from ..filebase import check_jsonl, check_writable
     from ..runtime import CommandError
     args = build_parser(prog).parse_args(argv)
     _check_options(args)
@@ -432,7 +432,7 @@ def _body(argv, prog):
             raise CommandError(str(e)) from None
         if args.json:
             try:
-                check_writable(args.json)
+                check_jsonl(args.json)
             except (OSError, ValueError) as e:
                 raise CommandError(f"--json: {e}") from None
         if args.validate:
