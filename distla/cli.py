@@ -28,6 +28,7 @@ from .bench.common import default_threshold, flops, judge
 from .defaults import default_nb, make_grid
 from .errors import on_root
 from .filebase import check_jsonl
+from .grid import SettingError
 from .linalg.methods import LU_PIVOTING, METHODS
 from .problems import make_problem, problem_entries
 from .runtime import (  # noqa: F401
@@ -229,9 +230,10 @@ def _grid(spec, comm):
     rank)."""
     try:
         return make_grid(spec, comm)
+    except SettingError as e:
+        raise CommandError(str(e)) from None
     except ValueError as e:
-        raise CommandError(str(e) if "different environments" in str(e) else
-                           f"--grid: {e}") from None
+        raise CommandError(f"--grid: {e}") from None
 
 
 def _check_device(device: str, comm):

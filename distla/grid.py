@@ -73,6 +73,44 @@ def check_launch(world_size: int, environ=None, library: str | None = None) -> N
                 f"DISTLA_LAUNCH_CHECK=0 skips this check")
 
 
+class SettingError(ValueError):
+    """A DISTLA_* environment variable with a value the library does not take, or set
+    differently on different ranks."""
+
+
+#: the DISTLA_* switches the library reads, and the values each takes (README's table)
+ENV_CHOICES = {
+    "DISTLA_IO": ("mpiio", "memmap"),
+    "DISTLA_IO_COLLECTIVE_READ": ("0", "1"),
+    "DISTLA_IO_WRITE": ("thread", "sync"),
+    "DISTLA_REMAP": ("typed", "buffers"),
+    "DISTLA_EXCEPTHOOK": ("0", "1"),
+    "DISTLA_LAUNCH_CHECK": ("0", "1"),
+    "DISTLA_PRELOAD": ("0", "1"),
+    "DISTLA_H5_MPI": ("0", "1"),
+}
+
+
+def check_environment_values(env=None) -> None:
+    """ValueError naming the variable for a DISTLA_* switch set to a value it does not take
+    (``DISTLA_IO=MEMMAP`` or ``DISTLA_IO_COLLECTIVE_READ=true`` meant the default, silently)
+    or a ``DISTLA_ABORT_TIMEOUT`` that is not a positive number of seconds. Local."""
+    import math
+    env = os.environ if env is None else env
+    for k, allowed in ENV_CHOICES.items():
+        if k in env and env[k] not in allowed:
+            raise SettingError(f"{k}={env[k]!r}: expected one of {', '.join(allowed)}")
+    if "DISTLA_ABORT_TIMEOUT" in env:
+        v = env["DISTLA_ABORT_TIMEOUT"]
+        try:
+            ok = 0 < float(v) < math.inf
+        except ValueError:
+            ok = False
+        if not ok:
+            raise SettingError(f"DISTLA_ABORT_TIMEOUT={v!r}: expected a positive number of "
+                               f"seconds")
+
+
 def _check_environment(comm) -> None:
     """Collective: ValueError on every rank when the ranks see different ``DISTLA_*``
     environment variables (set per rank by an MPMD launch or a wrapper script): each rank would
@@ -84,10 +122,11 @@ def _check_environment(comm) -> None:
         if theirs != every[0]:
             a, b = dict(every[0]), dict(theirs)
             k = next(k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
-            raise ValueError(f"ranks see different environments: {k}={a.get(k)!r} on rank 0 "
+            raise SettingError(f"ranks see different environments: {k}={a.get(k)!r} on rank 0 "
                              f"but {b.get(k)!r} on rank {r} ({'unset' if k not in b else 'set'}"
                              f" there); distla's DISTLA_* settings must be the same on every "
                              f"rank (export them before mpiexec/srun)")
+    check_environment_values()          # the same on every rank now
 
 
 class ProcessGrid:

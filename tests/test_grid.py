@@ -186,3 +186,19 @@ def test_ranks_with_different_distla_environments_are_refused(comm, monkeypatch)
     with pytest.raises(ValueError, match=r"different environments: DISTLA_IO='mpiio' on rank "
                                          rf"0 but 'memmap' on rank {comm.size - 1}"):
         ProcessGrid(comm=comm)
+
+
+@pytest.mark.parametrize("name, value", [
+    ("DISTLA_IO", "MEMMAP"), ("DISTLA_IO_COLLECTIVE_READ", "true"), ("DISTLA_REMAP", "bogus"),
+    ("DISTLA_EXCEPTHOOK", "false"), ("DISTLA_LAUNCH_CHECK", "no"), ("DISTLA_IO_WRITE", ""),
+    ("DISTLA_ABORT_TIMEOUT", "abc"), ("DISTLA_ABORT_TIMEOUT", "nan"),
+    ("DISTLA_ABORT_TIMEOUT", "-1")])
+def test_environment_switches_take_only_their_values(monkeypatch, name, value):
+    """A switch set to a value it does not take meant the default, silently (or, for
+    DISTLA_ABORT_TIMEOUT=nan, an abort at once): now an error naming it, at grid creation."""
+    from mpi4py import MPI
+
+    from distla.grid import SettingError
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingError, match=f"{name}="):
+        ProcessGrid(comm=MPI.COMM_SELF)
