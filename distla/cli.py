@@ -362,6 +362,10 @@ def cmd_solve(args, comm) -> int:
     warnings.formatwarning = lambda msg, cat, *a, **k: f"distla: warning: {msg}\n"
     kw = _parse_options(args.option)
     _check_solver_options(args.method, kw)
+    if kw.get("gemm", "native") != "native" and args.device == "cpu":
+        raise CommandError(f"-O gemm={kw['gemm']}: CPU ranks have no {kw['gemm']} arithmetic "
+                           f"(they compute every gemm mode in float32); use --device gpu, or "
+                           f"--dtype float32 for a float32 solve")
     _check_solve_options(args)
     grid = _grid(args.grid, comm)
     backend = _check_device(args.device, comm)

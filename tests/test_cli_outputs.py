@@ -170,7 +170,10 @@ BENCH_OPTIONS = [
     (["cholesky", "--n", 64, "--update-group", 0], "--update-group must be positive"),
     (["tlr", "--n", 64, "--tile", 0], "--tile must be positive, not 0"),
     (["tlr", "--n", 64, "--workspace", -5], "--workspace must be positive"),
-    (["tlr", "--n", 64, "--tol", "nan"], "--tol must be in [0, 1)"),
+    (["tlr", "--n", 64, "--tol", "nan"], "--tol must be in (0, 1)"),
+    (["tlr", "--n", 64, "--tol", 0], "--tol must be in (0, 1)"),
+    (["lu", "--n", 64, "--dtype", "float32", "--gemm", "bf16"],
+     "--gemm bf16: CPU ranks have no bf16 arithmetic"),
     (["mixed", "--n", 32, "--cond", 0], "--cond must be at least 1"),
     (["job", "--n", 32, "--repeat", 0], "--repeat must be positive"),
 ]
@@ -236,3 +239,12 @@ def test_json_never_appends_to_a_file_that_is_not_json_lines(tmp_path):
         p = run(["solve", "--matrix", a, "--json", log], n=2, cwd=tmp_path, timeout=120)
         assert p.returncode == 0, p.stderr
     assert len(log.read_text().splitlines()) == 2
+
+
+@needs_mpiexec
+def test_solve_refuses_a_low_precision_gemm_on_cpu(tmp_path):
+    """`distla solve -O gemm=fp16` on CPU ranks computed in float32 while asking for fp16."""
+    np.save(tmp_path / "A.npy", np.eye(6, dtype=np.float32) * 4 + 1)
+    p = run(["solve", "--matrix", tmp_path / "A.npy", "-m", "gepp", "-O", "gemm=fp16"], n=1,
+            timeout=60)
+    assert_fails(p, EXIT_USAGE, "-O gemm=fp16: CPU ranks have no fp16 arithmetic")

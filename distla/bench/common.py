@@ -542,8 +542,14 @@ def check_options(args) -> None:
         if v is not None and v < low:
             raise ValueError(f"--{name.replace('_', '-')} must be {words}, not {v}")
     tol = getattr(args, "tol", None)
-    if tol is not None and not 0 <= tol < 1:
-        raise ValueError(f"--tol must be in [0, 1), not {tol}")
+    if tol is not None and not 0 < tol < 1:
+        raise ValueError(f"--tol must be in (0, 1), not {tol}")
+    gemm = getattr(args, "gemm", None)
+    if gemm not in (None, "native") and (getattr(args, "device", None) or
+                                         default_device()) == "cpu":
+        raise ValueError(f"--gemm {gemm}: CPU ranks have no {gemm} arithmetic (they compute "
+                         f"every --gemm mode in float32, so the record would be mislabelled); "
+                         f"use --device gpu, or --gemm native")
 
 
 # ---------------------------------------------------------------------------------------
