@@ -84,6 +84,11 @@ while IFS='=' read -r name _; do
 done < <(env)
 
 HERE=$(pwd)
+if [[ $HERE == *[:,]* ]]; then   # the engines' mount specs split at ':' (and apptainer at ',')
+    echo "container.sh: the working directory '$HERE' contains ':' or ',', which the" \
+         "container engines' mount options cannot carry; run from another directory" >&2
+    exit 2
+fi
 case $(basename "$ENGINE") in
     docker|podman)
         CMD=("$ENGINE" run --rm -i)
@@ -105,9 +110,14 @@ case $(basename "$ENGINE") in
         CMD+=("$IMAGE" "$@")
         ;;
     apptainer|singularity)
-        CMD=("$ENGINE" exec --cleanenv --bind "$HERE:/work" --pwd /work)
+        # variables go in as APPTAINERENV_<NAME> (SINGULARITYENV_): --env splits its value at
+        # commas, which would cut DISTLA_IO_HINTS or CUDA_VISIBLE_DEVICES=0,1 short
+        PFX=APPTAINERENV_
+        [[ $(basename "$ENGINE") == singularity ]] && PFX=SINGULARITYENV_
+        CMD=(env)
+        for v in "${PASS[@]}"; do CMD+=("$PFX$v=${!v}"); done
+        CMD+=("$ENGINE" exec --cleanenv --bind "$HERE:/work" --pwd /work)
         [[ -n $CPU ]] || CMD+=(--nv)
-        for v in "${PASS[@]}"; do CMD+=(--env "$v=${!v}"); done
         CMD+=("$IMAGE" "$@")
         ;;
     *)

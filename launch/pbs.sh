@@ -29,7 +29,16 @@ if [[ -n ${DISTLA_VENV:-} ]]; then
     source "$DISTLA_VENV/bin/activate"
 fi
 
-read -r -a CMD <<<"${DISTLA_ARGS:-}"
+[[ -n ${PBS_JOBID:-} ]] || {
+    echo "pbs.sh: not inside a PBS job (PBS_JOBID unset): submit it with qsub -v DISTLA_ARGS=\"...\" launch/pbs.sh" >&2; exit 2; }
+[[ -r ${PBS_NODEFILE:-} ]] || {
+    echo "pbs.sh: PBS_NODEFILE ('${PBS_NODEFILE:-}') is not a readable file: this PBS job has no node list" >&2; exit 2; }
+# DISTLA_ARGS is split as a shell would (quotes keep 'a path with spaces' one argument)
+SPLIT='import os, shlex, sys
+sys.stdout.write("".join(a + "\0" for a in shlex.split(os.environ.get("DISTLA_ARGS", ""))))'
+python3 -c "$SPLIT" >/dev/null 2>&1 || {
+    echo "pbs.sh: DISTLA_ARGS is not a valid command line (unbalanced quotes?)" >&2; exit 2; }
+mapfile -d '' -t CMD < <(python3 -c "$SPLIT")
 ((${#CMD[@]})) || { echo "pbs.sh: set DISTLA_ARGS to the command to run (qsub -v DISTLA_ARGS=...)" >&2; exit 2; }
 if [[ ${CMD[0]} == distla ]] && ! command -v distla >/dev/null 2>&1; then
     CMD=(python -m distla "${CMD[@]:1}")
@@ -37,10 +46,10 @@ elif [[ ${CMD[0]} == *.py ]]; then
     CMD=(python "${CMD[@]}")
 fi
 
-NODEFILE=${PBS_NODEFILE:-/dev/null}
-NRANKS=$(wc -l <"$NODEFILE" 2>/dev/null || echo 1)   # one line per mpiproc
+NODEFILE=$PBS_NODEFILE
+NRANKS=$(wc -l <"$NODEFILE")   # one line per mpiproc
 ((NRANKS > 0)) || NRANKS=1
-NNODES=$(sort -u "$NODEFILE" 2>/dev/null | wc -l || echo 1)
+NNODES=$(sort -u "$NODEFILE" | wc -l)
 ((NNODES > 0)) || NNODES=1
 PPN=$((NRANKS / NNODES))
 CORES=${NCPUS:-$(nproc)}

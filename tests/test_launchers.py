@@ -174,3 +174,46 @@ def test_local_help_is_the_usage_only():
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "launch/local.sh [-n RANKS]" in p.stdout
     assert "set -euo" not in p.stdout
+
+
+def pbs(tmp_path, **env):
+    bindir = fake_bin(tmp_path, mpiexec='[[ $1 == --version ]] && exit 0; '
+                                         'printf "%s\\n" "$@" > "$ARGS_OUT"')
+    return subprocess.run(["bash", str(ROOT / "launch" / "pbs.sh")],
+                          env=env_with(bindir, MPIEXEC=str(bindir / "mpiexec"),
+                                       ARGS_OUT=str(tmp_path / "args"), **env),
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+
+def test_pbs_launcher_outside_a_job_and_quoted_arguments(tmp_path):
+    """pbs.sh outside a PBS job ran one rank locally without a word (slurm.sbatch refuses),
+    a missing node file gave bash syntax errors, and DISTLA_ARGS was split at every space (a
+    quoted path with spaces broke into pieces)."""
+    p = pbs(tmp_path, DISTLA_ARGS="distla info")
+    assert p.returncode == 2 and "not inside a PBS job" in p.stderr
+    p = pbs(tmp_path, DISTLA_ARGS="distla info", PBS_JOBID="7", PBS_NODEFILE="/nonexistent")
+    assert p.returncode == 2 and "PBS_NODEFILE" in p.stderr and "syntax error" not in p.stderr
+    nodes = tmp_path / "nodes"
+    nodes.write_text("n1\nn1\nn2\nn2\n")
+    p = pbs(tmp_path, DISTLA_ARGS='distla.py solve --matrix "sp dir/A b.npy" -O tol=1e-3',
+            PBS_JOBID="7", PBS_NODEFILE=str(nodes))
+    assert p.returncode == 0, p.stderr
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args[:2] == ["-n", "4"] and "sp dir/A b.npy" in args and args[-1] == "tol=1e-3"
+    p = pbs(tmp_path, DISTLA_ARGS='distla solve --matrix "unbalanced', PBS_JOBID="7",
+            PBS_NODEFILE=str(nodes))
+    assert p.returncode == 2 and "not a valid command line" in p.stderr
+
+
+def test_slurm_launcher_without_srun(tmp_path):
+    """Inside an allocation with no srun on PATH the script blamed PMI plugins."""
+    bindir = fake_bin(tmp_path, true="exit 0")
+    env = env_with(bindir, SLURM_JOB_ID="5")
+    env["PATH"] = f"{bindir}{os.pathsep}{os.path.dirname(sys.executable)}"
+    if any(os.path.exists(os.path.join(d, "srun")) for d in env["PATH"].split(os.pathsep)):
+        pytest.skip("srun found on the restricted PATH")
+    import shutil
+    p = subprocess.run([shutil.which("bash"), str(ROOT / "launch" / "slurm.sbatch"), "distla",
+                        "info"], env=env, capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path)
+    assert p.returncode == 2 and "srun is not on PATH" in p.stderr, p.stderr
