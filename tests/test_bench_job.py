@@ -96,6 +96,23 @@ def test_bench_job_cold_runs_a_fresh_process(tmp_path):
     assert proc["seconds"] > total["seconds"]     # the whole command includes the job
 
 
+def test_bench_job_cold_with_a_missing_launcher_is_a_warning(tmp_path):
+    """DISTLA_MPIEXEC naming no program made `bench job --cold` exit 2 with a bare
+    FileNotFoundError, though a failed fresh job is documented as a warning."""
+    import subprocess
+    import sys
+
+    from test_cli import _env
+    env = _env()
+    env["DISTLA_MPIEXEC"] = str(tmp_path / "no-such-mpiexec")
+    p = subprocess.run([sys.executable, "-m", "distla", "bench", "job", "--n", "32", "--nb",
+                        "16", "--device", "cpu", "--dir", str(tmp_path), "--cold", "--repeat",
+                        "1", "--no-floors", "-q"], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "warning: --cold: the fresh job failed" in p.stderr and "DISTLA_MPIEXEC" in p.stderr
+
+
 @pytest.mark.skipif(not __import__("os").path.exists(MPIEXEC), reason="no mpiexec")
 def test_bench_job_dir_that_is_a_file_fails_on_every_rank(tmp_path):
     """--dir naming a regular file: one clear error and exit 2 on every rank (it hung on 2

@@ -248,3 +248,14 @@ def test_solve_refuses_a_low_precision_gemm_on_cpu(tmp_path):
     p = run(["solve", "--matrix", tmp_path / "A.npy", "-m", "gepp", "-O", "gemm=fp16"], n=1,
             timeout=60)
     assert_fails(p, EXIT_USAGE, "-O gemm=fp16: CPU ranks have no fp16 arithmetic")
+
+
+@needs_mpiexec
+@pytest.mark.parametrize("bench", ["cholesky", "tlr", "matmul"])
+def test_bench_on_gpu_without_a_gpu_names_the_option(bench):
+    """`bench cholesky|tlr|job --device gpu` without CuPy said only "No module named 'cupy'"."""
+    from distla.device import gpu_available
+    if gpu_available():
+        pytest.skip("a GPU is here")
+    p = run(["bench", bench, "--n", 64, "--device", "gpu", "-q"], n=1, timeout=60)
+    assert_fails(p, EXIT_USAGE, "--device gpu: needs CuPy and a CUDA GPU")

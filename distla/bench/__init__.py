@@ -237,6 +237,13 @@ def _body(argv, prog) -> int:
         return 0
     mod = _load(args.bench)
     _check_options(args)
+    if getattr(args, "device", None) == "gpu":
+        from mpi4py import MPI
+
+        from ..device import gpu_available
+        if not comm.allreduce(gpu_available(), op=MPI.LAND):
+            raise CommandError("--device gpu: needs CuPy and a CUDA GPU on every rank (pip "
+                               "install 'distla[gpu]'); some rank has none")
     if args.plot:
         on_root(comm, _check_matplotlib)
     if args.json:

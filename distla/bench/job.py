@@ -315,12 +315,18 @@ def _cold(args, comm, d, rec) -> list[dict]:
             cmd = [*mpiexec.split(), "-n", str(size), *cmd]
         env = launcher_free_env()      # not this job's launcher state
         t0 = time.perf_counter()
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        try:
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                               timeout=COLD_TIMEOUT)
+            failed = None if p.returncode == 0 else \
+                f"exit {p.returncode}: {(p.stdout + p.stderr).strip()[-600:]}"
+        except (OSError, subprocess.TimeoutExpired) as e:   # no such mpiexec, or hung
+            failed = f"{' '.join(cmd[:3])}...: {e}"
         wall = time.perf_counter() - t0
         try:
-            if p.returncode != 0:      # reported, not fatal: the in-process runs still count
-                print(f"distla bench job: warning: --cold: the fresh job failed (exit "
-                      f"{p.returncode}): {(p.stdout + p.stderr).strip()[-600:]}",
+            if failed:                 # reported, not fatal: the in-process runs still count
+                print(f"distla bench job: warning: --cold: the fresh job failed ({failed}); "
+                      f"DISTLA_MPIEXEC / PATH choose its launcher",
                       file=sys.stderr, flush=True)
                 return []
             recs = load_records(path, NAME)
@@ -332,6 +338,10 @@ def _cold(args, comm, d, rec) -> list[dict]:
                            what="the whole fresh command: start-up, imports, MPI and "
                                 "device init, the job")]
     return common.reference_rank0(launch, comm)
+
+
+#: seconds the --cold fresh job may take before it counts as failed (a warning)
+COLD_TIMEOUT = 3600
 
 
 def run(args) -> list[dict]:
