@@ -180,7 +180,7 @@ def build_parser() -> ArgumentParser:
                        "small size so that CuPy's persistent kernel cache (CUPY_CACHE_DIR, "
                        "default ~/.cupy/kernel_cache) holds every kernel a job needs: later "
                        "one-shot runs pay no compilation. Run once per machine or image.")
-    w.add_argument("--device", choices=("cpu", "gpu"), default="gpu",
+    w.add_argument("--device", choices=("cpu", "gpu"), default=None,
                    help="gpu (default: what there is to compile) or cpu (runs the CPU paths "
                         "once, e.g. to check an installation)")
     w.add_argument("--n", type=int, default=512, help="problem size (default 512)")
@@ -236,9 +236,9 @@ def _grid(spec, comm):
         raise CommandError(f"--grid: {e}") from None
 
 
-def _check_device(device: str, comm):
+def _check_device(device: str, comm, default: bool = False):
     """Collective: the Backend for ``device``; a clear error on every rank if some rank has no
-    GPU."""
+    GPU (``default``: the device was the command's default, not the user's choice)."""
     from .device import get_backend, gpu_available
     if device == "gpu":
         have = comm.allgather(gpu_available())
@@ -246,7 +246,8 @@ def _check_device(device: str, comm):
         if missing:
             ranks = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
             raise CommandError(
-                f"--device gpu requested, but no usable GPU on rank(s) {ranks} "
+                f"--device gpu{' (the default of distla warmup)' if default else ''} "
+                f"requested, but no usable GPU on rank(s) {ranks} "
                 f"(needs CuPy and a CUDA device: pip install 'distla[gpu]'; check "
                 f"CUDA_VISIBLE_DEVICES); use --device cpu to run on CPUs")
     with guarded(comm):
@@ -817,7 +818,9 @@ def cmd_info(args, comm) -> int:
 def cmd_warmup(args, comm) -> int:
     from .warmup import warmup
     say = Reporter(comm, _verbosity(args))
-    _check_device(args.device, comm)
+    default = args.device is None
+    args.device = args.device or "gpu"
+    _check_device(args.device, comm, default=default)
     if args.n < 8:
         raise CommandError(f"--n must be at least 8, not {args.n}")
     if args.n_large is not None and args.n_large < 0:

@@ -307,9 +307,9 @@ def _parse_hints(spec: str) -> list:
         k, eq, v = (x.strip() for x in kv.partition("="))
         if not k or not eq or not v:
             raise ValueError(f"DISTLA_IO_HINTS={spec!r}: {kv.strip()!r} is not key=value")
-        if k in _COUNT_HINTS and not (v.isdigit() and int(v) > 0):
-            raise ValueError(f"DISTLA_IO_HINTS={spec!r}: {k} must be a positive integer, "
-                             f"not {v!r}")
+        if k in _COUNT_HINTS and not (v.isdigit() and 0 < int(v) <= _INT_MAX):
+            raise ValueError(f"DISTLA_IO_HINTS={spec!r}: {k} must be a positive integer "
+                             f"below 2^31, not {v!r}")
         pairs.append((k, v))
     return pairs
 

@@ -767,6 +767,7 @@ def test_symbolic_links_as_outputs(tmp_path):
     ("romio_cb_write=disable,", [("romio_cb_write", "disable")]),
     (" a = b ,, c=d", [("a", "b"), ("c", "d")]),
     ("cb_buffer_size=-5", "positive integer"), ("cb_nodes=x", "positive integer"),
+    ("cb_buffer_size=99999999999999999999", "below 2\\^31"),
     ("=v", "not key=value"), ("k", "not key=value"), ("k=", "not key=value"),
 ])
 def test_io_hints_are_parsed_strictly(spec, ok):

@@ -75,9 +75,10 @@ def parse_sizes(values) -> list[int]:
             try:
                 n = int(t) * mult
             except ValueError:
-                raise ValueError(f"size must be a positive integer, not {tok!r}") from None
+                raise ValueError(f"--n: a size must be a positive integer, not {tok!r}") \
+                    from None
             if n < 1:
-                raise ValueError(f"size must be a positive integer, not {tok!r}")
+                raise ValueError(f"--n: a size must be a positive integer, not {tok!r}")
             out.append(n)
     if not out:
         raise ValueError("no sizes given")
@@ -544,6 +545,11 @@ def check_options(args) -> None:
     tol = getattr(args, "tol", None)
     if tol is not None and not 0 < tol < 1:
         raise ValueError(f"--tol must be in (0, 1), not {tol}")
+    if getattr(args, "json", None) == "":
+        raise ValueError("--json needs a file name (it was empty)")
+    if getattr(args, "tree", "binary") != "binary" and \
+            "tournament" not in (getattr(args, "pivoting", None) or ["tournament"]):
+        raise ValueError(f"--tree {args.tree} applies to --pivoting tournament only")
     gemm = getattr(args, "gemm", None)
     if gemm not in (None, "native") and (getattr(args, "device", None) or
                                          default_device()) == "cpu":
