@@ -55,11 +55,14 @@ def test_solve_refuses_an_output_naming_an_input(spd, tmp_path):
     before = a.read_bytes()
     for args, other in ((["--out", "A.npy"], "--matrix"), (["--out", "link.npy"], "--matrix"),
                         (["--rhs", "b.npy", "--out", "b.npy"], "--rhs"),
-                        (["--json", "A.npy"], "--matrix")):
+                        (["--json", "A.npy"], None)):
         if "b.npy" in args:
             np.save(tmp_path / "b.npy", np.zeros(20))
         p = run(["solve", "-A", "A.npy", *args, "-q"], n=2, cwd=tmp_path)
-        assert_fails(p, EXIT_USAGE, f"and {other} name the same file", "destroy the input")
+        if other is None:    # (refused first as a file that does not hold JSON lines)
+            assert_fails(p, EXIT_USAGE, "--json", "is not a JSON-lines file")
+        else:
+            assert_fails(p, EXIT_USAGE, f"and {other} name the same file", "destroy the input")
     assert a.read_bytes() == before
 
 
