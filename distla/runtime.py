@@ -211,6 +211,12 @@ def run_main(fn, argv, prog: str = "distla", verbose_flag: str = "--verbose") ->
         return int(rc or 0)
     except KeyboardInterrupt:
         raise
+    except BrokenPipeError:      # the reader of stdout went away (distla info | head): as
+        try:                     # a shell tool, stop quietly; no error line about the pipe
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 0
     except BaseException as e:  # noqa: BLE001
         if isinstance(e, SystemExit):
             raise

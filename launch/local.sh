@@ -78,9 +78,11 @@ NGPU=$(count_gpus)
 if [[ -z $MODE ]]; then
     if ((NGPU > 0)); then MODE=gpu; else MODE=cpu; fi
 fi
+if [[ $MODE == gpu ]] && ((NGPU == 0)); then
+    echo "local.sh: --gpu but no GPU is visible (nvidia-smi / CUDA_VISIBLE_DEVICES)" >&2; exit 2
+fi
 if [[ -z $RANKS ]]; then
     if [[ $MODE == gpu ]]; then
-        ((NGPU > 0)) || { echo "local.sh: --gpu but no GPU is visible (nvidia-smi / CUDA_VISIBLE_DEVICES)" >&2; exit 2; }
         RANKS=$NGPU
     else
         RANKS=$CORES

@@ -370,3 +370,14 @@ def test_warmup_large_size_reaches_the_size_keyed_kernels_on_every_rank():
         n = large_size(G)
         assert n // p > 2048 and n // q > 2048
         assert (n // p) * (n // q) * 8 > 2 ** 31
+
+
+def test_output_cut_short_by_the_reader_is_quiet():
+    """`distla info | head -1` ended with 'distla: error: [Errno 32] Broken pipe' (when head
+    had gone before distla wrote; `true` reads nothing and is gone at once)."""
+    import shlex
+    cmd = f"{shlex.quote(sys.executable)} -m distla info | true; echo ${{PIPESTATUS[0]}}"
+    p = subprocess.run(["bash", "-c", cmd], env=_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.stdout.strip() == "0", (p.stdout, p.stderr)
+    assert "Broken pipe" not in p.stderr and "error" not in p.stderr, p.stderr

@@ -265,3 +265,22 @@ def test_bench_on_gpu_without_a_gpu_names_the_option(bench):
         pytest.skip("a GPU is here")
     p = run(["bench", bench, "--n", 64, "--device", "gpu", "-q"], n=1, timeout=60)
     assert_fails(p, EXIT_USAGE, "--device gpu: needs CuPy and a CUDA GPU")
+
+
+@needs_mpiexec
+def test_bench_warnings_are_printed_once():
+    """`bench tlr --max-rank 1` printed Python's raw LinAlgWarning (with its source line) once
+    per rank."""
+    p = run(["bench", "tlr", "--n", 256, "--tile", 64, "--max-rank", 1, "--device", "cpu",
+             "-q"], n=2, timeout=120)
+    lines = [ln for ln in p.stderr.splitlines() if "capped the ranks" in ln]
+    assert len(lines) == 1 and lines[0].startswith("distla bench: warning: "), p.stderr
+
+
+@needs_mpiexec
+def test_bench_plot_of_a_binary_file_names_it(tmp_path):
+    """`bench plot A.npy` said only "'utf-8' codec can't decode byte 0x93"."""
+    np.save(tmp_path / "A.npy", np.eye(3))
+    p = run(["bench", "plot", tmp_path / "A.npy", "--plot", tmp_path / "p.png"], n=1,
+            timeout=120)
+    assert_fails(p, EXIT_USAGE, "A.npy: not a JSON-lines file of records")

@@ -217,3 +217,12 @@ def test_slurm_launcher_without_srun(tmp_path):
                         "info"], env=env, capture_output=True, text=True, timeout=60,
                        cwd=tmp_path)
     assert p.returncode == 2 and "srun is not on PATH" in p.stderr, p.stderr
+
+
+def test_local_launcher_gpu_with_a_rank_count_but_no_gpu(tmp_path):
+    """`local.sh -n 2 --gpu` on a machine without GPUs was not refused (`--gpu` alone was)."""
+    env = env_with(fake_bin(tmp_path, mpiexec="exit 0"), CUDA_VISIBLE_DEVICES="")
+    p = subprocess.run(["bash", str(ROOT / "launch" / "local.sh"), "-n", "2", "--gpu",
+                        "--dry-run", "distla", "info"], env=env, capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == 2 and "--gpu but no GPU is visible" in p.stderr, p.stderr

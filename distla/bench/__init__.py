@@ -220,6 +220,10 @@ def _body(argv, prog) -> int:
         raise UsageError(f"choose a benchmark: {', '.join(BENCHMARKS)}", parser.format_usage())
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
+    import warnings
+    if comm.Get_rank() != 0:     # one copy of each warning (every rank raises it alike)
+        warnings.simplefilter("ignore")
+    warnings.formatwarning = lambda msg, cat, *a, **k: f"distla bench: warning: {msg}\n"
     if args.bench == "plot":
         def plot():
             recs = []
@@ -228,6 +232,9 @@ def _body(argv, prog) -> int:
                     recs += load_records(f, args.only)
                 except OSError as e:
                     raise CommandError(f"{f}: {e.strerror or e}") from None
+                except UnicodeDecodeError:
+                    raise CommandError(f"{f}: not a JSON-lines file of records (binary data: "
+                                       f"a matrix?)") from None
             if not recs:
                 raise CommandError("no records to plot")
             plot_records(recs, args.plot, args.only or "")
