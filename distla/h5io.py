@@ -78,25 +78,17 @@ def check_output(path) -> None:
     if not os.path.isfile(fpath):
         return
     h5py = _h5py()
+    with _open_existing(fpath, h5py) as f:
+        _check_target(f, fpath, dset, h5py)      # what the write itself checks, before work
+
+
+def _open_existing(fpath: str, h5py):
+    """The existing HDF5 file ``fpath`` opened read-only; MatrixFileError if it is not one."""
     try:
-        f = h5py.File(fpath, "r")
+        return h5py.File(fpath, "r")
     except OSError as e:
         raise MatrixFileError(f"{fpath}: exists and is not a readable HDF5 file ({e}); "
                               f"remove it or write elsewhere") from None
-    with f:
-        parts = dset.strip("/").split("/")
-        for k in range(1, len(parts) + 1):
-            name = "/" + "/".join(parts[:k])
-            obj = f.get(name)
-            if obj is None:
-                return
-            last = k == len(parts)
-            if last and isinstance(obj, h5py.Group):
-                raise MatrixFileError(f"{fpath}:{name} is a group; name a dataset inside it "
-                                      f"or another name")
-            if not last and isinstance(obj, h5py.Dataset):
-                raise MatrixFileError(f"{fpath}:{name} is a dataset, so {dset} cannot be "
-                                      f"created under it")
 
 
 def resolve(path) -> tuple[str, str]:
@@ -428,12 +420,7 @@ def write_slabs(path, grid, shape, dtype, slabs, *, slab_bytes: int = 1 << 27) -
     def create(tmp):
         with h5py.File(tmp, "w") as f:
             if os.path.exists(fpath):
-                try:
-                    old = h5py.File(fpath, "r")
-                except OSError as e:
-                    raise MatrixFileError(f"{fpath}: exists and is not a readable HDF5 "
-                                          f"file ({e}); remove it or write elsewhere") from None
-                with old:
+                with _open_existing(fpath, h5py) as old:
                     _check_target(old, fpath, dset, h5py)
                     aliases = _copy_except(old, f, dset)
             else:

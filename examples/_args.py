@@ -9,18 +9,9 @@ traceback and MPI_Abort).
 """
 import argparse
 import math
-import os
 import sys
 
-
-def _rank() -> int:
-    """This process's rank from the launcher's environment (0 without one); no MPI needed."""
-    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
-                "SLURM_PROCID"):
-        v = os.environ.get(var, "")
-        if v.isdigit():
-            return int(v)
-    return 0
+from distla.runtime import env_rank  # the launcher's rank, without starting MPI
 
 
 class Parser(argparse.ArgumentParser):
@@ -32,13 +23,13 @@ class Parser(argparse.ArgumentParser):
 
     def fail(self, message, code: int = 2):
         """Exit ``code`` on every rank with one line (rank 0) naming the problem."""
-        if _rank() == 0:
+        if env_rank() == 0:
             sys.stderr.write(f"{self.prog}: error: {message}\n")
             sys.stderr.flush()
         sys.exit(code)
 
     def _print_message(self, message, file=None):
-        if _rank() == 0:
+        if env_rank() == 0:
             super()._print_message(message, file)
 
 

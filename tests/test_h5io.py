@@ -297,7 +297,7 @@ def test_external_link_reads_its_target_and_guards_it(tmp_path):
         (os.path.realpath(tmp_path / "target.h5"), "/x")
     assert h5io.resolve(f"{tmp_path}/main.h5:/A")[0] == os.path.realpath(tmp_path / "target.h5")
     for bad, needle in ((f"{tmp_path}/main.h5:/g", "is a group"),
-                        (f"{tmp_path}/main.h5:/b/c", "is a dataset, so"),
+                        (f"{tmp_path}/main.h5:/b/c", "is a dataset, not a group"),
                         (f"{tmp_path}/main.h5:/g/../b", "'..'")):
         with pytest.raises((io.MatrixFileError, ValueError), match=needle):
             io.check_writable(bad)
