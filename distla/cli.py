@@ -283,26 +283,14 @@ _SOLVE_ONLY = {"precision", "factor_dtype", "max_iter", "fallback", "check_rcond
 def _check_solver_options(method: str, kw: dict) -> None:
     """CommandError (before any work) for a -O option the command owns or that no function
     of ``method`` takes, naming the ones it does take."""
-    import inspect
-
-    from . import linalg
+    from .linalg.solve import solver_options
     for k in kw:
         if k in _CLI_OWNED:
             raise CommandError(f"-O {k}: not settable in distla solve ({_CLI_OWNED[k]})")
-    if method in LU_PIVOTING:
-        fns = (linalg.lu_factor, linalg.solve_lu)
-    elif method == "cholesky":
-        fns = (linalg.cho_factor, linalg.solve_cholesky)
-    elif method == "rbt":
-        from .linalg.rbt import rbt_solve
-        fns = (rbt_solve,)
-    else:
-        from .tlr import solve as tlr_solve
-        fns = (tlr_solve,)
-    takes = {p for f in fns for p in inspect.signature(f).parameters} - \
-        {"A", "B", "kw", "pivoting"} - set(_CLI_OWNED)
-    if method == "tlr":        # solve(method='tlr') names the compression's method so
-        takes = takes - {"method"} | {"compression"}
+    # what solve() passes on, and cho_factor's lower (Cholesky without solve-only options
+    # runs cho_factor + cho_solve)
+    takes = solver_options(method) | ({"lower"} if method == "cholesky" else set())
+    takes -= set(_CLI_OWNED)
     bad = sorted(set(kw) - takes)
     if method == "cholesky" and "lower" in kw and _SOLVE_ONLY & kw.keys():
         raise CommandError(f"-O lower cannot be combined with -O "

@@ -22,13 +22,14 @@ __all__ = ["solve", "rcond", "METHODS"]
 
 
 
-def _options(m: str) -> set:
-    """The keywords ``solve(method=m)`` passes on (its family's driver's parameters)."""
+def solver_options(m: str) -> set:
+    """The keywords ``solve(method=m)`` passes on to its family's driver (for 'tlr' its
+    ``method`` is ``compression``). Local; also the CLI's list of ``-O`` options."""
     import inspect
     if m == "tlr":
         from ..tlr import solve as tlr_solve
         return set(inspect.signature(tlr_solve).parameters) - {"A", "B", "method"} | \
-            {"compression", "precision"}
+            {"compression"}
     if m == "rbt":
         from .rbt import rbt_solve
         fns = (rbt_solve,)
@@ -43,10 +44,12 @@ def _options(m: str) -> set:
 def _check_options(m: str, kw: dict) -> None:
     """TypeError naming ``solve`` and the method (not an internal function, as Python's own
     error did) for a keyword that method does not take. Local."""
-    bad = sorted(set(kw) - _options(m))
+    # TLR's precision= is solve()'s own: refused above unless 'double', then dropped
+    takes = solver_options(m) | ({"precision"} if m == "tlr" else set())
+    bad = sorted(set(kw) - takes)
     if bad:
         raise TypeError(f"solve: method={m!r} takes no option {bad[0]!r} (its options: "
-                        f"{', '.join(sorted(_options(m)))})")
+                        f"{', '.join(sorted(takes))})")
 
 
 def solve(A, B, method: str = "gepp", **kw):
