@@ -84,6 +84,12 @@ def inspect(path) -> MatrixInfo:
     return _inspect_npy(path) if fmt == "npy" else _inspect_mtx(path)
 
 
+def _npy_bytes(offset: int, shape, dtype) -> int:
+    """The size of a .npy file with a header of ``offset`` bytes (Python ints: exact for any
+    shape, where int64 products overflow)."""
+    return offset + int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+
+
 def _inspect_npy(path: str) -> MatrixInfo:
     fmt = np.lib.format
     try:
@@ -105,7 +111,7 @@ def _inspect_npy(path: str) -> MatrixInfo:
     if any(int(d) < 0 for d in shape):
         raise MatrixFileError(f"{path}: not a valid .npy file (its header gives the negative "
                               f"shape {tuple(shape)})")
-    need = offset + int(np.prod(shape, dtype=object)) * dtype.itemsize   # Python ints: exact
+    need = _npy_bytes(offset, shape, dtype)
     have = os.path.getsize(path)
     if have != need:
         raise MatrixFileError(f"{path}: {'truncated' if have < need else 'oversized'} .npy "
@@ -418,7 +424,7 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
 def _check_size(info, size: int) -> None:
     """MatrixFileError when the .npy file holds fewer bytes than its header (read by
     :func:`inspect`) promises: it changed since (truncated or being rewritten). Local."""
-    need = info.offset + int(np.prod(info.shape, dtype=object)) * np.dtype(info.dtype).itemsize
+    need = _npy_bytes(info.offset, info.shape, info.dtype)
     if size < need:
         raise MatrixFileError(f"{info.path}: holds {size} bytes but its header promises "
                               f"{need}: the file changed after its header was read "
