@@ -331,6 +331,29 @@ def test_column_abs_stats(device, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+def test_max_abs(device, dtype):
+    """Backend.max_abs: max |a_ij| of strided views of both layouts (the GPU's per-column
+    kernel then the row), NaN propagated, an empty part 0."""
+    be = get_backend(device)
+    xp = be.xp
+    rng = np.random.default_rng(7)
+    big = rng.standard_normal((300, 270)).astype(dtype)
+    if dtype == np.complex128:
+        big = big + 1j * rng.standard_normal((300, 270))
+    big[100, 100] = -40.0
+    for order in ("F", "C"):
+        dev = xp.asarray(np.array(big, order=order))
+        for sl in (np.s_[5:262, 3:203], np.s_[:, 90:110], np.s_[100:101, :]):
+            got = float(be.to_host(be.max_abs(dev[sl])))
+            assert got == pytest.approx(float(np.abs(big[sl]).max()), rel=1e-15), sl
+        bad = dev.copy()
+        bad[7, 9] = np.nan
+        assert np.isnan(float(be.to_host(be.max_abs(bad[:, 5:20]))))
+    assert float(be.to_host(be.max_abs(xp.zeros((0, 4), dtype)))) == 0.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("order", ["F", "C"])
 def test_zero_above(device, order, monkeypatch):
     """Backend.zero_above zeroes exactly the entries whose global row is above their global

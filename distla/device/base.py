@@ -372,6 +372,16 @@ class Backend:
         take |a| in slabs beside a GEMM). Local."""
         return None
 
+    def max_abs(self, a):
+        """``max |a_ij|`` of the 2-D ``a`` (any layout) as a 0-d array of this device (NaN
+        if ``a`` holds one), without a temporary the size of ``a`` for real ``a``. Local."""
+        xp = self.xp
+        if a.size == 0:
+            return xp.zeros((), np.finfo(a.dtype).dtype)
+        if a.dtype.kind == "c":
+            return self.column_abs_stats(a)[1].max()
+        return xp.maximum(xp.max(a), -xp.min(a))
+
     def column_abs_stats(self, a):
         """``(sums, maxes)``: per column of the 2-D ``a`` (any layout), ``sum_i |a_ij|`` and
         ``max_i |a_ij|`` as 1-D arrays of this device in ``a``'s real precision (NaN in a

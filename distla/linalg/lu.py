@@ -82,13 +82,6 @@ def default_pivot_threshold(dtype) -> float:
     return float(np.sqrt(np.finfo(np.dtype(dtype)).eps))
 
 
-def _max_abs(xp, a):
-    """``max |a|`` as a 0-d device value (no temporary array for real a)."""
-    if a.dtype.kind == "c":
-        return xp.max(xp.abs(a))
-    return xp.maximum(xp.max(a), -xp.min(a))
-
-
 # --------------------------------------------------------------------------------------------
 class LUFactor:
     """The result of :func:`lu_factor`.
@@ -136,7 +129,7 @@ class LUFactor:
         bound is ``2^(n-1)``, tournament pivoting's is larger, GENP's unbounded). Returns inf
         for a zero A. One read of U, a block column at a time (no temporaries for real U)."""
         U = self.lu
-        xp = U.xp
+        xp, be = U.xp, U.backend
         rows = U.row_indices()
         top = []
         for j, cs, w in U.my_block_cols():
@@ -144,11 +137,11 @@ class LUFactor:
             above = int(np.searchsorted(rows, c0))             # local rows of global row < c0
             diag = int(np.searchsorted(rows, c0 + w))          # ... and < c0 + w
             if above:
-                top.append(_max_abs(xp, U.local[:above, cs:cs + w]))
+                top.append(be.max_abs(U.local[:above, cs:cs + w]))
             if diag > above:                                   # the diagonal block's upper part
                 I = xp.asarray(rows[above:diag]).reshape(-1, 1)
                 J = xp.arange(c0, c0 + w).reshape(1, -1)
-                top.append(_max_abs(xp, xp.where(I <= J, U.local[above:diag, cs:cs + w], 0)))
+                top.append(be.max_abs(xp.where(I <= J, U.local[above:diag, cs:cs + w], 0)))
         loc = float(xp.max(xp.stack(top))) if top else 0.0
         mu = U.grid.allreduce(loc, "max")
         return mu / self.max_abs_a if self.max_abs_a > 0 else math.inf
