@@ -119,6 +119,72 @@ def test_gmres_ir_takes_over_when_ir_stalls(grids, monkeypatch):
         assert berr_np(a, X.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * N * EPS)
 
 
+@pytest.mark.mpi
+def test_condition_estimate_is_checked_before_gmres_ir(grids):
+    """mode 'auto' with a condition estimate: when classical IR hands over to GMRES-IR (here
+    an exact solve overshooting by 2.5x: the error grows 1.5x per correction) the estimate is
+    checked first, once; one below eps ends the refinement there, on every rank, with the
+    reason and no GMRES iteration; one above it lets GMRES-IR converge and is not computed
+    again at acceptance."""
+    from distla.linalg import lu_factor, lu_solve
+    from distla.linalg import refine as rf
+    a = conditioned(N, 1e2, 8)
+    b = random_array((N, 1), seed=9)
+    for grid in grids[:3]:
+        A, B = _dist(grid, a), _dist(grid, b)
+        F = lu_factor(A)
+
+        def overshoot(R):
+            X = lu_solve(F, R)
+            X.local *= 2.5
+            return X
+        x0 = lu_solve(F, B)
+        x0.local *= 1 + 1e-6
+        for rc, ok in ((0.0, False), (0.5, True)):
+            calls = []
+
+            def estimate():
+                calls.append(1)
+                return grid.allreduce(rc, "max")   # (collective, like the real estimate)
+            ref = rf.refine(A, B, overshoot, x=x0.copy(), anorm=A.norm("inf"), mode="auto",
+                            precond=lambda R: lu_solve(F, R), rcond=estimate)
+            assert ref.converged == ok and len(calls) == 1 and ref.rcond == rc, ref.reason
+            if ok:
+                assert ref.gmres_iterations, ref.history
+            else:
+                assert ref.gmres_iterations == [] and ref.iterations == 1, ref.history
+                assert "condition estimate" in ref.reason, ref.reason
+                _same_everywhere(grid.comm, ref.reason)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("method", ["gepp", "calu"])
+def test_mixed_with_check_rcond_certifies_before_gmres_ir(grids, method):
+    """cond 1e12 (n = 512): classical IR with float32 factors does not converge. GMRES-IR
+    could reach a backward-stable x, but check_rcond's certificate (which refines its own
+    solutions classically) fails, so with check_rcond the solve falls back as soon as
+    classical IR hands over, saying why, with no GMRES-IR iteration; without check_rcond
+    GMRES-IR runs (docs/mixed.md). Both answers at float64's backward error."""
+    from distla import DistMatrix, problems
+    from distla.linalg import solve
+    n = 512
+    for grid in grids[:2]:
+        A = problems.conditioned_matrix(grid, n, 64, cond=1e12, seed=1)
+        B = DistMatrix.random(grid, (n, 1), (64, 64), seed=6)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            X, info = solve(A, B, method=method, precision="mixed", return_info=True)
+            X2, info2 = solve(A, B, method=method, precision="mixed", check_rcond=False,
+                              return_info=True)
+        assert info.fallback and info.gmres_iterations == [], info
+        assert "condition estimate" in info.reason, info.reason
+        _same_everywhere(grid.comm, info.reason)
+        assert info2.gmres_iterations, info2
+        a, b = A.to_global(None), B.to_global(None)
+        for x in (X, X2):
+            assert berr_np(a, x.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * n * EPS)
+
+
 # ---------------------------------------------------------------------------------------
 # ill-conditioned: fall back to float64 with the reason, or raise everywhere
 # ---------------------------------------------------------------------------------------
@@ -138,7 +204,8 @@ def test_ill_conditioned_falls_back_with_reason(grids, method, dtype):
         assert info.fallback and info.precision == "double", info
         assert info.factor_dtype == info.compute == np.dtype(dtype).name
         assert info.reason.startswith(f"fp32 {method}: ")
-        assert "refinement" in info.reason or "factorization failed" in info.reason
+        assert any(w in info.reason for w in ("refinement", "factorization failed",
+                                              "condition estimate")), info.reason
         _same_everywhere(grid.comm, info.reason)
         assert berr_np(a, X.to_global(None), b) <= max(20 * ref, 4 * n * EPS)
 

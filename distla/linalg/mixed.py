@@ -9,7 +9,9 @@ gemm_lowp`). Refinement (:mod:`distla.linalg.refine`, ``mode='auto'``): classica
 low-precision solves; GMRES-IR, preconditioned by the factors applied in A's precision, from
 the first correction that does not halve the residual; stop at the first GMRES-IR correction
 that does not halve it, or when the refinement has taken ``REFINE_BUDGET`` times the
-low-precision factorization's time (``MIN_SOLVES`` solves' at least). Any failure
+low-precision factorization's time (``MIN_SOLVES`` solves' at least). With a condition
+certificate (``rcond``) the certificate is checked before the switch to GMRES-IR (its
+answer would be rejected without it). Any failure
 (factorization breakdown, overflow, stagnation, the time budget, no convergence in
 ``max_iter``) runs the full-precision solve instead (``fallback=True``) or raises
 :class:`distla.ConvergenceError`; an unrefined answer is never returned. docs/mixed.md.

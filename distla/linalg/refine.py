@@ -10,7 +10,10 @@
   error of the preconditioner that plain IR cannot (:func:`gmres`);
 * ``mode='auto'``: classical IR first; the first correction that does not halve the scaled
   residual switches to GMRES-IR; a GMRES-IR correction that does not halve it ends the
-  refinement (the contraction test that makes mixed-precision solves fall back early).
+  refinement (the contraction test that makes mixed-precision solves fall back early). The
+  condition estimate, when asked for, is then checked before the switch rather than at
+  acceptance: it does not depend on x, a GMRES-IR correction costs more than it, and an
+  estimate that fails would reject whatever GMRES-IR reaches.
 
 Convergence: the scaled residual ``rho = max_j max|r_j| / (||A||_inf max|x_j| eps sqrt(n))``
 (dsgesv's criterion) is at most 1 after at least one correction; after that, refinement goes
@@ -145,6 +148,9 @@ def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix |
             return _fail(out, label, rho, max_iter, clock)   # GMRES-IR does not contract
         elif not gmres_on and mode != "ir" and _shrinks_less(hist, IR_SWITCH):
             gmres_on = True        # classical IR contracts too slowly: GMRES-IR from here
+            with clock.first("rcond"):   # (charged nowhere, as at acceptance)
+                if rcond is not None and not _certified(out, rcond, eps, label):
+                    return out
         if gmres_on:
             with trace("refine.gmres"):   # its first preconditioner and iteration: free
                 d, m = gmres(A, R, precond or solve, GMRES_RESTART, GMRES_TOL, clock.over,
@@ -243,15 +249,24 @@ def _accept(A, B, R, out: Refinement, anorm, eps, label, rcond, absax=None) -> R
         out.reason = (f"{label}: componentwise backward error {berr:.3g} is not at working "
                       f"precision (A is numerically singular or the factors too inaccurate)")
         return out
-    if rcond is not None:
-        out.rcond = rc = rcond()
-        if not rc >= eps:
-            out.reason = (f"{label}: the condition estimate {rc:.3g} < eps: the matrix is "
-                          f"numerically singular, or too ill-conditioned for these factors to "
-                          f"certify it")
-            return out
+    if rcond is not None and not _certified(out, rcond, eps, label):
+        return out
     out.converged = True
     return out
+
+
+def _certified(out: Refinement, rcond, eps, label) -> bool:
+    """Collective: whether the condition estimate (``rcond()``, computed once per
+    refinement and kept in ``out.rcond``) is at least eps; if not, ``out.reason`` says so."""
+    if out.rcond is None:
+        with trace("refine.rcond"):
+            out.rcond = rcond()
+    if out.rcond >= eps:
+        return True
+    out.reason = (f"{label}: the condition estimate {out.rcond:.3g} < eps: the matrix is "
+                  f"numerically singular, or too ill-conditioned for these factors to "
+                  f"certify it")
+    return False
 
 
 def gmres(A: DistMatrix, R: DistMatrix, precond, restart: int = GMRES_RESTART,
