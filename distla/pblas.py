@@ -25,7 +25,8 @@ from .errors import SingularMatrixError, collective, signature
 from .matrix import DistMatrix, check_compatible
 from .validate import check_flags
 
-__all__ = ["matmul", "triangular_solve", "norm", "normalize_trans", "inverted_diagonal_solves"]
+__all__ = ["matmul", "triangular_solve", "norm", "normalize_trans", "inverted_diagonal_solves",
+           "diagonal_max_abs"]
 
 # the open inverted_diagonal_solves() context's inverses: {(id(A), lower, unit): (A, S)}
 _INVERSES: contextvars.ContextVar = contextvars.ContextVar("distla_inverses", default=None)
@@ -312,6 +313,20 @@ def _check_diagonal(A) -> None:
         j = int(idx[zero[0]])
         raise SingularMatrixError(j, f"triangular_solve: A is singular: A[{j}, {j}] is "
                                      f"exactly zero (0-based); the solve would divide by it")
+
+
+def diagonal_max_abs(A: DistMatrix) -> float:
+    """Collective: ``max_i |a_ii|`` over A's global diagonal (NaN if one is NaN; 0 for an
+    empty A), reading only the O(n / p) diagonal entries each rank holds."""
+    g = A.grid
+    _, li, lj = _local_diagonal(A.m, A.n, A.mb, A.nb, A.rsrc, A.csrc, g.nprow, g.npcol,
+                                g.myrow, g.mycol)
+    loc = 0.0
+    if li.size:
+        be = A.backend
+        d = be.to_host(A.local[be.asarray(li), be.asarray(lj)] if be.is_gpu else A.local[li, lj])
+        loc = float(np.max(np.abs(d)))
+    return g.allreduce(loc, "max")
 
 
 @functools.lru_cache(maxsize=64)

@@ -142,15 +142,19 @@ def _probe_blocks(A):
             _probe_rows(A.device, A.n, real, A.nb, A.csrc, g.npcol, g.mycol))
 
 
-def _row_abs_sums(M):
-    """``sum_j |m_ij|`` for each of this rank's local rows (local; a device vector), in
+def _row_abs_sums(M, s: float = 1.0):
+    """``sum_j |s m_ij|`` for each of this rank's local rows (local; a device vector), in
     column slabs of at most ``_SLAB`` entries so that no temporary is the local matrix's size
-    (used where :meth:`distla.device.base.Backend.gemv_abs` has no kernel: complex A)."""
+    (used where :meth:`distla.device.base.Backend.gemv_abs` has no kernel: complex A, or a
+    scaled A)."""
     a, xp = M.local, M.xp
     out = xp.zeros(a.shape[0], dtype=np.finfo(a.dtype).dtype)
     step = max(1, _SLAB // max(1, a.shape[0]))
     for j0 in range(0, a.shape[1], step):
-        out += xp.abs(a[:, j0:j0 + step]).sum(axis=1)
+        t = xp.abs(a[:, j0:j0 + step])
+        if s != 1:
+            t *= s
+        out += t.sum(axis=1)
     return out
 
 
@@ -163,20 +167,50 @@ def check_symmetric(A, rtol: float | None = None, what: str = "cholesky",
     finite when A is; only otherwise is A scanned). Returns ``||A||_inf`` (the largest row
     sum: for a symmetric A also ``||A||_1``, what the condition estimate needs), the same
     float on every rank."""
-    from mpi4py import MPI
-    be, grid = A.backend, A.grid
+    grid = A.grid
     eps = np.finfo(A.dtype).eps
     rtol = float(np.sqrt(eps)) if rtol is None else float(rtol)
+    k = 0
+    M, scale, anorm = _symmetry_probe(A, k)
+    if not (np.isfinite(M).all() and np.isfinite(scale)):
+        if finite:
+            check_finite(("A", A), what=what)  # raises unless finite entries merely overflowed
+        amax = A.norm("max")
+        if 0 < amax < np.inf:   # finite entries whose sums overflow: probe 2^-k A instead
+            k = int(np.ceil(np.log2(amax)))
+            M, scale, anorm = _symmetry_probe(A, k)
+    with np.errstate(over="ignore", invalid="ignore"):     # NaN/Inf in A: judged below
+        gap = float(np.max(np.abs(M - M.conj().T)))
+        anorm = float(np.ldexp(anorm, k))                  # (inf when ||A||_inf overflows)
+    with collective(grid.comm):
+        if not np.isfinite(gap) or gap > rtol * max(scale, np.finfo(np.float64).tiny):
+            rel = gap / scale if scale > 0 else np.inf
+            raise ValueError(
+                f"{what}: A is not {'Hermitian' if A.dtype.kind == 'c' else 'symmetric'} "
+                f"(relative asymmetry about {rel:.1e} > {rtol:.1e}); {what} reads only one "
+                f"triangle, so pass check_symmetric=False if that is what you mean")
+    return anorm
+
+
+def _symmetry_probe(A, k: int):
+    """Collective: ``(Vr^T (2^-k A) Vc, ||r||_2 / sqrt(n), max_i r_i)`` of check_symmetric's
+    probe for ``2^-k A`` (exact: Vc and Vr take one half of the power each, so neither
+    falls to subnormal numbers), ``r`` the rows' sums of ``|2^-k A|``; one pass over A (CPU:
+    cache-sized tiles; GPU: one kernel) when ``k`` is 0."""
+    from mpi4py import MPI
+    be, grid = A.backend, A.grid
     Vr, Vc = _probe_blocks(A)
+    s = 2.0 ** -k
+    if k:
+        Vr, Vc = Vr * 2.0 ** -(k - k // 2), Vc * 2.0 ** -(k // 2)
     buf = np.zeros(17, dtype=np.complex128)
     rows = np.zeros(A.local_shape[0])
     if A.local.size:
-        # one pass: A Vc and the row sums of |A| (CPU: in cache-sized tiles; GPU: one kernel)
-        with np.errstate(over="ignore", invalid="ignore"):   # NaN/Inf in A: judged below
-            fused = be.gemv_abs(A.local, Vc, absolute=False, rowsums=True)
+        with np.errstate(over="ignore", invalid="ignore"):   # NaN/Inf in A: judged by caller
+            fused = be.gemv_abs(A.local, Vc, absolute=False, rowsums=True) if not k else None
             W = A.local @ Vc if fused is None else fused[0]    # mloc x 4
             buf[:16] = np.asarray(be.to_host(Vr.T @ W)).ravel()
-            rows = np.asarray(be.to_host(_row_abs_sums(A) if fused is None else
+            rows = np.asarray(be.to_host(_row_abs_sums(A, s) if fused is None else
                                          fused[2][:, 0]), dtype=np.float64)
     grid.row_comm.Allreduce(MPI.IN_PLACE, rows, op=MPI.SUM)       # whole rows' sums
     anorm = grid.allreduce(float(rows.max()) if rows.size else 0.0, "max")
@@ -186,16 +220,4 @@ def check_symmetric(A, rtol: float | None = None, what: str = "cholesky",
     with np.errstate(over="ignore", invalid="ignore"):
         buf[16] = float(np.dot(rows / unit, rows / unit)) if grid.mycol == 0 else 0.0
     grid.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-    M, scale = buf[:16].reshape(4, 4), unit * float(np.sqrt(buf[16].real / max(A.n, 1)))
-    with np.errstate(over="ignore", invalid="ignore"):     # NaN/Inf in A: judged below
-        gap = float(np.max(np.abs(M - M.conj().T)))
-    if finite and not (np.isfinite(buf).all() and np.isfinite(anorm)):
-        check_finite(("A", A), what=what)     # raises unless finite entries merely overflowed
-    with collective(grid.comm):
-        if not np.isfinite(gap) or gap > rtol * max(scale, np.finfo(np.float64).tiny):
-            rel = gap / scale if scale > 0 else np.inf
-            raise ValueError(
-                f"{what}: A is not {'Hermitian' if A.dtype.kind == 'c' else 'symmetric'} "
-                f"(relative asymmetry about {rel:.1e} > {rtol:.1e}); {what} reads only one "
-                f"triangle, so pass check_symmetric=False if that is what you mean")
-    return anorm
+    return buf[:16].reshape(4, 4), unit * float(np.sqrt(buf[16].real / max(A.n, 1))), anorm

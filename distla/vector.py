@@ -20,7 +20,7 @@ import numpy as np
 from . import layout
 from .matrix import DistMatrix
 
-__all__ = ["replicate", "all_columns", "column_max", "global_max", "column_dots",
+__all__ = ["replicate", "all_columns", "column_max", "column_scales", "global_max", "column_dots",
            "axpy_columns", "residual", "abs_product", "componentwise_error", "fanin_trsv"]
 
 
@@ -86,6 +86,18 @@ def column_max(X: DistMatrix):
         m = xp.zeros(X.local.shape[1], dtype=np.finfo(X.dtype).dtype)
     X.grid.comms(X.device).col.allreduce(m, "max")
     return m
+
+
+def column_scales(X: DistMatrix):
+    """Collective over the process column: device vector (X's local columns) of the powers
+    of two ``2^e`` with ``max_i |X[i, j]| <= 2^e < 2 max_i |X[i, j]|`` (1 for a column that
+    is zero or not finite), so that ``X / scales`` has columns of largest magnitude in
+    [1/2, 1]: exact, and inside every precision's range (a solve with low-precision factors
+    of a column of 1e300, or 1e-45, is one of O(1) times a power of two)."""
+    xp = X.xp
+    m = column_max(X)
+    ok = (m > 0) & (m < np.inf)
+    return xp.where(ok, xp.exp2(xp.ceil(xp.log2(xp.where(ok, m, 1.0)))), 1.0)
 
 
 def global_max(grid, value: float) -> float:

@@ -40,9 +40,9 @@ import numpy as np
 
 from ..errors import NotPositiveDefiniteError, collective
 from ..matrix import DistMatrix, check_compatible
-from ..pblas import norm, shares_storage, triangular_solve
+from ..pblas import diagonal_max_abs, norm, shares_storage, triangular_solve
 from ..validate import check_finite as check_finite_
-from ..validate import check_flags, check_symmetric, signature
+from ..validate import check_finite_result, check_flags, check_symmetric, signature
 from ._potrf_loop import PotrfLoop
 from .condition import (
     rcond_estimate,
@@ -211,7 +211,9 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
         anorm = norm(A, np.inf)
     if overwrite_a and shares_storage(B, A):   # factoring in place would overwrite B
         B, overwrite_b = B.copy(), True
-    if anorm is not None and anorm < subnormal_floor(A.dtype) * A.n:   # max|a| >= ||A||_inf/n
+    if anorm is None:       # Hermitian positive definite: max|a_ij| = max_i a_ii
+        warn_if_subnormal_scale(diagonal_max_abs(A), A.dtype, "solve_cholesky")
+    elif anorm < subnormal_floor(A.dtype) * A.n:                        # max|a| >= ||A||_inf/n
         warn_if_subnormal_scale(A.norm("max"), A.dtype, "solve_cholesky")
     L = cholesky(A, lower=True, overwrite_a=overwrite_a, lookahead=lookahead,
                  check_finite=False, check_symmetric=False)
@@ -220,6 +222,8 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
     else:
         X, rc = cho_solve_rcond((L, True), B, anorm, check_finite=False)
         warn_if_ill_conditioned(rc, A.dtype, "solve_cholesky")
+    if check_finite:        # finite A and B: a non-finite X means the solves overflowed
+        check_finite_result(X, "solve_cholesky")
     return (X, double_info(A, "cholesky")) if return_info else X
 
 

@@ -243,11 +243,10 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     genp_checks = pivoting == "none" and pivot_threshold > 0
     with trace("check"):
         drv.agree_singular()
+        if check_finite:   # finite input: non-finite factors mean overflow (checked before
+            check_finite_result(F, "lu_factor")     # the pivots, which overflow would blame)
         if genp_checks:
             _check_pivots(F, min(F.m, F.n), float(pivot_threshold))
-        if check_finite:   # finite input: non-finite factors mean overflow
-            check_finite_result(F, "lu_factor")
-        if genp_checks:
             _check_growth(out, float(pivot_threshold))
     return out
 
@@ -449,6 +448,8 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
     if pivoting_name(pivoting) != "none":     # GENP's growth was checked by lu_factor
         warn_if_large_growth(F, "solve_lu")
     warn_if_subnormal_scale(F.max_abs_a, A.dtype, "solve_lu")
+    if check_finite:        # finite A and B: a non-finite X means the solves overflowed
+        check_finite_result(X, "solve_lu")
     return (X, double_info(A, method)) if return_info else X
 
 

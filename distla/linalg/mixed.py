@@ -28,6 +28,7 @@ from ..errors import ConvergenceError, DistlaError
 from ..matrix import DistMatrix
 from ..pblas import inverted_diagonal_solves
 from ..trace import trace
+from ..vector import column_scales
 from .condition import refined_rcond, subnormal_floor
 from .methods import FACTOR_DTYPES
 from .refine import refine
@@ -187,8 +188,13 @@ def _refine(A, B, F, apply, promote, max_iter, rcond, label, info):
     wdt, low = A.dtype, low_dtype(A.dtype)
     promoted = []
 
-    def solve(R):                       # classical IR: solves in the factors' precision
-        return apply(F, R.astype(low)).astype(wdt)
+    def solve(R):                       # classical IR: solves in the factors' precision,
+        s = column_scales(R)            # each column scaled by a power of two into its range
+        T = R.copy()
+        T.local /= s[None, :]
+        X = apply(F, T.astype(low)).astype(wdt)
+        X.local *= s[None, :]
+        return X
 
     def precond(R):                     # GMRES-IR: the factors applied in A's precision
         if not promoted:

@@ -38,6 +38,7 @@ from ..vector import (
     axpy_columns,
     column_dots,
     column_max,
+    column_scales,
     componentwise_error,
     global_max,
     residual,
@@ -282,6 +283,9 @@ def gmres(A: DistMatrix, R: DistMatrix, precond, restart: int = GMRES_RESTART,
     promote the factors) in a fresh process; the rest of the first GMRES-IR correction is
     charged like any other. Returns (d in R's layout, iterations)."""
     free = free or (lambda kind: contextlib.nullcontext())
+    s = column_scales(R)        # GMRES is linear in R: solve for columns of max ~1, whose
+    R = R.copy()                # dot products cannot overflow (a column of 1e300 did)
+    R.local /= s[None, :]
     with free("gmres.start"):
         z = precond(R)
     beta = A.grid.comm.bcast(_norms(z), root=0)     # (the same on every rank: below)
@@ -315,6 +319,7 @@ def gmres(A: DistMatrix, R: DistMatrix, precond, restart: int = GMRES_RESTART,
     y = rot.solve()
     d = R._like(local=R.backend.zeros(R.local_shape, R.dtype))
     axpy_columns(d, Vs[:y.shape[0]], y, sign=1.0)
+    d.local *= s[None, :]
     return d, y.shape[0]
 
 

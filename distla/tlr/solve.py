@@ -5,10 +5,11 @@ and :func:`solve` (factor, then solve). The triangular solves live with the fact
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 
-from ..errors import collective
+from ..errors import LinAlgWarning, collective
 from ..linalg.condition import norm1_estimate as _norm1_estimate
 from ..linalg.condition import warn_if_ill_conditioned
 from ..matrix import DistMatrix
@@ -71,7 +72,7 @@ def solve(A, B, *, tol=1e-8, max_rank=None, method="svd", overwrite=False,
     compression's accuracy (``tol``; eps without one): the forward error can then reach 1.
     ``return_info``: return ``(X, info)``, the factor's ``info`` dict (times, memory, and
     ``rcond`` when estimated)."""
-    anorm, scale = None, 1.0
+    anorm, scale = None, 0
     if isinstance(A, DistMatrix):
         with collective(A.grid.comm):
             if A.m != A.n:
@@ -90,10 +91,15 @@ def solve(A, B, *, tol=1e-8, max_rank=None, method="svd", overwrite=False,
         # squares entries and singular values, which overflow near 1e+154 and underflow
         # near 1e-154 (a matrix scaled by 1e+300 gave a forward error of 1.6, silently)
         amax = A.norm("max")
+        tiny = float(np.finfo(A.dtype).tiny)   # (scaled exactly below, so only entries that
+        if 0 < amax < tiny:                    # are subnormal already have lost digits)
+            warnings.warn(f"tlr.solve: the matrix's largest entry ({amax:.3g}) is subnormal "
+                          f"(below {tiny:.3g}): its entries have lost digits before any work; "
+                          f"scale A (and B) by a power of 2 where they are made",
+                          LinAlgWarning, stacklevel=2)
         if np.isfinite(amax) and amax > 0:
-            scale = float(np.ldexp(1.0, -int(np.frexp(amax)[1])))
-            if scale != 1.0:
-                A = A * scale
+            scale = -int(np.frexp(amax)[1])        # (an exponent: 2^1039 for 1e-313)
+            A = _times_pow2(A, scale)
         if check_rcond:
             anorm = A.norm(1)
         A, overwrite = compress(A, tol=tol, max_rank=max_rank, method=method), True
@@ -107,11 +113,19 @@ def solve(A, B, *, tol=1e-8, max_rank=None, method="svd", overwrite=False,
     accuracy = A.tol
     L = cholesky(A, overwrite=overwrite)
     X = cho_solve(L, B, check_finite=False)
-    if scale != 1.0:            # (2^-e A)^-1 B = 2^e A^-1 B
-        X = X * scale
+    X = _times_pow2(X, scale)   # (2^-e A)^-1 B = 2^-e A^-1 B ... times 2^-e: A^-1 B
     if check_rcond:
         warn_if_ill_conditioned(L.rcond(anorm), L.dtype, "tlr.solve", accuracy=accuracy)
     return (X, L.info) if return_info else X
+
+
+def _times_pow2(M, k: int):
+    """``2^k M`` (exact), in factors that stay in float range (2^k alone may not: k = 1039
+    scales entries of 1e-313); M itself when k is 0."""
+    while k:
+        step = max(-1000, min(1000, k))
+        M, k = M * float(np.ldexp(1.0, step)), k - step
+    return M
 
 
 def norm1_estimate(T: TLRMatrix) -> float:

@@ -1,0 +1,139 @@
+"""Matrices and right-hand sides at the ends of float64's range (the seventh sweep's
+findings): no NaN answer returned silently, no symmetric matrix refused because its sums
+overflow, the gradual-underflow warning whatever checks are off, TLR on subnormal entries,
+mixed precision with right-hand-side columns far outside float32's range."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from distla import DistlaError, DistMatrix, LinAlgWarning
+from distla.linalg import solve
+
+N, NB = 37, 8
+
+
+def _dist(grid, a, src=(0, 0)):
+    return DistMatrix.from_global(grid, a if grid.comm.rank == 0 else None, block=NB, src=src)
+
+
+def _spd(n, seed=0):
+    g = np.random.default_rng(seed).standard_normal((n, n))
+    s = g @ g.T / n + np.eye(n)
+    return (s + s.T) / 2
+
+
+def _same_everywhere(comm, value):
+    vals = comm.allgather(value)
+    assert all(v == vals[0] for v in vals), vals
+
+
+@pytest.mark.mpi
+def test_genp_whose_solves_overflow_raises_everywhere(grids):
+    """GENP of a random matrix scaled to max ~1e306: finite factors (growth ~90) whose
+    triangular solves overflow. The solve returned an all-NaN X with no warning; now the
+    overflow is a DistlaError on every rank. At 1e306 per entry the factors overflow
+    themselves: lu_factor's overflow error, not a 'tiny pivot' blamed on the NaN. Partial
+    pivoting solves both."""
+    g = np.random.default_rng(0).standard_normal((N, N))
+    x0 = np.random.default_rng(1).standard_normal((N, 2))
+    for grid in grids[:4]:
+        for scale, where in ((1e307 / N, "solve_lu"), (1e306, "lu_factor")):
+            a = g * scale
+            b = (a.astype(np.longdouble) @ x0).astype(np.float64)
+            A, B = _dist(grid, a), _dist(grid, b)
+            with pytest.raises(DistlaError, match="non-finite value") as e:
+                solve(A, B, method="genp")
+            assert where in str(e.value), str(e.value)
+            _same_everywhere(grid.comm, type(e.value).__name__)
+            x = solve(A, B, method="gepp").to_global(None)
+            assert np.abs(x - x0).max() < 1e-10
+
+
+@pytest.mark.mpi
+def test_symmetric_matrix_whose_row_sums_overflow_is_accepted(grids):
+    """An exactly symmetric SPD matrix with max entry 3e306 (cond_1 18): its row sums and the
+    symmetry probe's products overflow, and the probe said 'not symmetric (nan)'. It now
+    probes 2^-k A (exact) and solves, dense and TLR; the same matrix made asymmetric is still
+    refused, with a finite relative asymmetry."""
+    s = _spd(N)
+    a = s * (3e306 / np.abs(s).max())
+    x0 = np.random.default_rng(1).standard_normal((N, 2))
+    b = (a.astype(np.longdouble) @ x0).astype(np.float64)
+    bad = a.copy()
+    bad[3, 20] *= 1.01
+    for grid in grids[:4]:
+        A, B = _dist(grid, a, (grid.nprow - 1, 0)), _dist(grid, b, (grid.nprow - 1, 0))
+        for kw in (dict(method="cholesky"), dict(method="tlr", tol=1e-10)):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", LinAlgWarning)   # ||A|| overflows: rcond 0
+                x = solve(A, B, **kw).to_global(None)
+            assert np.abs(x - x0).max() < 1e-10, kw
+        with pytest.raises(ValueError, match=r"not symmetric \(relative asymmetry about "
+                                             r"[0-9]"):
+            solve(_dist(grid, bad), B, method="cholesky")
+
+
+@pytest.mark.mpi
+def test_subnormal_warning_whatever_checks_are_off(grids):
+    """An SPD matrix scaled to 1e-315 factors in gradual underflow: the LinAlgWarning comes
+    also with check_symmetric=False and check_rcond=False (its scale came from those
+    checks' pass only), and from a mixed solve whose float64 fallback skips the symmetry
+    check."""
+    a = _spd(N) * 1e-315
+    b = a @ np.random.default_rng(2).standard_normal((N, 1))     # x of O(1)
+    for grid in grids[:2]:
+        A, B = _dist(grid, a), _dist(grid, b)
+        for kw in (dict(check_symmetric=False, check_rcond=False),
+                   dict(precision="mixed", check_rcond=False)):
+            with pytest.warns(LinAlgWarning, match="below float64's normal range"):
+                solve(A, B, method="cholesky", **kw)
+
+
+@pytest.mark.mpi
+def test_tlr_on_subnormal_entries_warns_and_solves(grids):
+    """TLR scales A by a power of two before compressing: 2^1039 for entries of 1e-313
+    overflowed (NumPy's 'SVD did not converge'). Now the scaling is exact in steps, the
+    answer finite and matching the dense solve's, with a warning that A's entries are
+    subnormal (entries of 1e-300, normal, are scaled without loss and do not warn:
+    test_bad_inputs)."""
+    n = 40
+    g = np.random.default_rng(0).standard_normal((n, n))
+    a = (g @ g.T + n * np.eye(n)) * 1e-315
+    b = np.random.default_rng(1).standard_normal((n, 2)) * 1e-313
+    for grid in grids[:2]:
+        A = DistMatrix.from_global(grid, a if grid.comm.rank == 0 else None, block=7)
+        B = DistMatrix.from_global(grid, b if grid.comm.rank == 0 else None, block=7)
+        for comp in ("svd", "rsvd"):
+            with pytest.warns(LinAlgWarning, match="is subnormal"):
+                x = solve(A, B, method="tlr", tol=1e-8, compression=comp).to_global(None)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", LinAlgWarning)
+                xd = solve(A, B, method="cholesky").to_global(None)
+            assert np.isfinite(x).all()
+            assert np.abs(x - xd).max() <= 1e-6 * np.abs(xd).max(), comp
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("method", ["gepp", "cholesky", "rbt"])
+def test_mixed_with_rhs_columns_outside_float32_range(grids, method):
+    """Right-hand-side columns of 1e300 and 1e-300 beside one of O(1): each residual column
+    is scaled by a power of two before its float32 solve (and before GMRES), so the mixed
+    solve converges in mixed precision, to float64 accuracy, without NumPy's overflow
+    warnings (it leaked them and fell back after its time budget)."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((N, N))
+    if method == "cholesky":
+        a = a @ a.T + N * np.eye(N)
+    b = rng.standard_normal((N, 3)) * np.array([1e300, 1.0, 1e-300])
+    xs = np.linalg.solve(a, b)
+    for grid in grids[:2]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            X, info = solve(_dist(grid, a), _dist(grid, b), method=method, precision="mixed",
+                            return_info=True)
+        assert info.precision == "mixed" and not info.fallback, info.reason
+        err = np.abs(X.to_global(None) - xs).max(axis=0) / np.abs(xs).max(axis=0)
+        assert (err < 1e-12).all(), err
