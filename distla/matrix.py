@@ -523,16 +523,26 @@ class DistMatrix:
         if other.device != self.device:
             raise TypeError(f"{op}: operands are on {self.device} and {other.device}")
 
+    def _elementwise(self, ufunc, other):
+        """``ufunc(self.local, other)`` (other: a local array or a scalar) into new
+        column-major storage. Local. (CuPy writes an elementwise result in C order unless
+        told otherwise; a C-ordered local array made the kernels that read it later slower:
+        GENP of ``A + 4 I`` took 0.205 s against 0.112 s at n = 16384 on one H200.)"""
+        a = self.local
+        probe = other[:0, :0] if getattr(other, "ndim", 0) == 2 else other
+        out = self.xp.empty(a.shape, ufunc(a[:0, :0], probe).dtype, order="F")
+        return self._like(local=ufunc(a, other, out=out))
+
     def __add__(self, other):
         if isinstance(other, DistMatrix):
             self._check_same(other, "+")
-            return self._like(local=self.local + other.local)
+            return self._elementwise(self.xp.add, other.local)
         raise _operand_error("+", other)
 
     def __sub__(self, other):
         if isinstance(other, DistMatrix):
             self._check_same(other, "-")
-            return self._like(local=self.local - other.local)
+            return self._elementwise(self.xp.subtract, other.local)
         raise _operand_error("-", other)
 
     def __radd__(self, other):
@@ -545,7 +555,7 @@ class DistMatrix:
         alpha = _scalar(alpha)
         if alpha is None:
             return NotImplemented
-        return self._like(local=self.local * alpha)
+        return self._elementwise(self.xp.multiply, alpha)
 
     __rmul__ = __mul__
 
@@ -553,10 +563,10 @@ class DistMatrix:
         alpha = _scalar(alpha)
         if alpha is None:
             return NotImplemented
-        return self._like(local=self.local / alpha)
+        return self._elementwise(self.xp.true_divide, alpha)
 
     def __neg__(self):
-        return self._like(local=-self.local)
+        return self._elementwise(self.xp.multiply, -1)
 
     # In place, as NumPy's: a view (sub()) writes through to its parent's storage. Local.
     def __iadd__(self, other):

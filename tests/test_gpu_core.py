@@ -331,6 +331,26 @@ def test_column_abs_stats(device, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_arithmetic_results_are_column_major(device):
+    """DistMatrix +, -, *, /, unary - store their results column-major like every other
+    constructor (CuPy wrote them in C order, and kernels reading them later ran ~2x slower),
+    with NumPy's type promotion, views included."""
+    from distla import DistMatrix, ProcessGrid
+    g = ProcessGrid()
+    A = DistMatrix.random(g, (30, 20), (8, 8), dtype=np.float32, device=device)
+    V = A.sub(0, 2, 1, 3)
+    cases = {"A+A": (A + A, np.float32), "A-A": (A - A, np.float32),
+             "2*A": (2 * A, np.float32), "A/3": (A / 3, np.float32),
+             "-A": (-A, np.float32), "A*1j": (A * 1j, np.complex64),
+             "V*2": (V * 2.0, np.float32)}
+    for name, (M, dt) in cases.items():
+        assert M.local.flags.f_contiguous and M.local.dtype == dt and M.dtype == dt, name
+    a = A.to_global(None)
+    np.testing.assert_array_equal((A - 2 * A).to_global(None), a - 2 * a)
+    np.testing.assert_array_equal((-A / 2).to_global(None), -a / 2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
 def test_max_abs(device, dtype):
     """Backend.max_abs: max |a_ij| of strided views of both layouts (the GPU's per-column
