@@ -107,7 +107,7 @@ def _masked(M: DistMatrix, shape, keep) -> DistMatrix:
     loc = M.local[:mloc, :nloc]
     I = xp.asarray(M.row_indices()[:mloc]).reshape(-1, 1)
     J = xp.asarray(M.col_indices()[:nloc]).reshape(1, -1)
-    out = xp.where(keep(I, J), loc, xp.zeros((), dtype=M.dtype))
+    out = xp.asfortranarray(xp.where(keep(I, J), loc, xp.zeros((), dtype=M.dtype)))
     return M._like(local=M.backend.asarray(out, dtype=M.dtype), shape=(m, n))
 
 

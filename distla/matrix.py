@@ -622,7 +622,11 @@ class DistMatrix:
         a, b = _scalar(alpha), _scalar(beta)
         if a is None or b is None:
             raise TypeError(f"add: alpha and beta must be numbers, not {alpha!r} and {beta!r}")
-        return self._like(local=a * self.local + b * other.local)
+        xp = self.xp
+        dt = (a * self.local[:0, :0] + b * other.local[:0, :0]).dtype
+        out = xp.multiply(self.local, a, out=xp.empty(self.local.shape, dt, order="F"))
+        out += b * other.local           # (column-major storage: see _elementwise)
+        return self._like(local=out)
 
     def norm(self, ord="fro"):
         """Collective: 'fro', 1, inf (np.inf or 'inf') or 'max' norm, as a Python float on

@@ -332,9 +332,9 @@ def test_column_abs_stats(device, dtype, monkeypatch):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_arithmetic_results_are_column_major(device):
-    """DistMatrix +, -, *, /, unary - store their results column-major like every other
-    constructor (CuPy wrote them in C order, and kernels reading them later ran ~2x slower),
-    with NumPy's type promotion, views included."""
+    """DistMatrix +, -, *, /, unary - and add() store their results column-major like every
+    other constructor (CuPy wrote them in C order, and kernels reading them later ran ~2x
+    slower), with NumPy's type promotion, views included."""
     from distla import DistMatrix, ProcessGrid
     g = ProcessGrid()
     A = DistMatrix.random(g, (30, 20), (8, 8), dtype=np.float32, device=device)
@@ -342,7 +342,7 @@ def test_arithmetic_results_are_column_major(device):
     cases = {"A+A": (A + A, np.float32), "A-A": (A - A, np.float32),
              "2*A": (2 * A, np.float32), "A/3": (A / 3, np.float32),
              "-A": (-A, np.float32), "A*1j": (A * 1j, np.complex64),
-             "V*2": (V * 2.0, np.float32)}
+             "V*2": (V * 2.0, np.float32), "add": (A.add(A, 2.0, 3.0), np.float32)}
     for name, (M, dt) in cases.items():
         assert M.local.flags.f_contiguous and M.local.dtype == dt and M.dtype == dt, name
     a = A.to_global(None)

@@ -93,7 +93,7 @@ class TLRCholesky(TLRMatrix):
         x = _solve_replicated(self, B.to_global(root=None))
         xh = x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else x
         xh = np.asarray(xh, dtype=B.dtype).reshape(self.n, -1)
-        loc = xh[np.ix_(B.row_indices(), B.col_indices())]
+        loc = np.asfortranarray(xh[np.ix_(B.row_indices(), B.col_indices())])
         return B._like(local=B.backend.asarray(loc))
 
     def solve_triangular(self, B, trans: bool = False):
