@@ -196,6 +196,23 @@ def test_bench_mixed_streams_each_record_once(tmp_path):
     assert all("_streamed" not in r for r in recs)
     mixed = {r["cond"]: r for r in recs if r["impl"] == "distla-mixed-fp32"}
     assert not mixed[1e2]["fallback"] and mixed[1e12]["fallback"]
+    assert not any(r.get("check_rcond") for r in recs)
+
+
+def test_bench_mixed_check_rcond_solves_as_the_defaults(tmp_path):
+    """--check-rcond: the float64 solve with its estimate and the mixed one with its
+    certificate (recorded); at cond 1e12 the certificate refuses the float32 factors at the
+    hand-over to GMRES-IR, so the mixed solve falls back saying so."""
+    j = tmp_path / "m.jsonl"
+    p = run(["bench", "mixed", "--device", "cpu", "--n", 96, "--nb", 16, "--reps", 1,
+             "--cond", "1e2", "1e12", "--method", "gepp", "--no-ref", "--check-rcond",
+             "--json", j], n=2)
+    assert p.returncode == 0, p.stdout + p.stderr
+    recs = [json.loads(ln) for ln in j.read_text().splitlines()]
+    assert len(recs) == 4 and all(r["check_rcond"] for r in recs), recs
+    mixed = {r["cond"]: r for r in recs if r["impl"] == "distla-mixed-fp32"}
+    assert not mixed[1e2]["fallback"] and mixed[1e12]["fallback"]
+    assert mixed[1e12]["gmres_it"] == 0, mixed[1e12]
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """GPU LU solve phases (diagnosis of the growth-factor regression): lu_factor, lu_solve,
 growth_factor and solve(method='gepp') with and without the condition estimate, best of 3;
-tag 'profile' adds a cProfile of one solve.
+tag 'profile' adds cProfiles (by own time) of five GEPP and five Cholesky solves.
 
     python3 benchmarks/gpu/lu_regress_probe.py N TAG   (PYTHONPATH: the tree to time)
 """
@@ -38,14 +38,19 @@ def main():
     t("solve gepp check_rcond", lambda: linalg.solve(A, B, method="gepp"))
     t("solve gepp no rcond", lambda: linalg.solve(A, B, method="gepp", check_rcond=False))
     if tag == "profile":
-        pr = cProfile.Profile()
-        pr.enable()
-        linalg.solve(A, B, method="gepp")
-        cp.cuda.Device().synchronize()
-        pr.disable()
-        s = io.StringIO()
-        pstats.Stats(pr, stream=s).sort_stats("cumulative").print_stats(25)
-        print(s.getvalue()[:6000])
+        for meth in ("gepp", "cholesky"):
+            M = A if meth == "gepp" else problems.conditioned_matrix(
+                g, n, 1024, cond=1e2, spd=True, device="gpu")
+            linalg.solve(M, B, method=meth)
+            pr = cProfile.Profile()
+            pr.enable()
+            for _ in range(5):
+                linalg.solve(M, B, method=meth)
+            cp.cuda.Device().synchronize()
+            pr.disable()
+            s = io.StringIO()
+            pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(22)
+            print(meth, s.getvalue()[:5000])
 
 
 if __name__ == "__main__":

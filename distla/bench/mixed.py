@@ -12,7 +12,8 @@ Matrices: :func:`distla.problems.conditioned_matrix` (singular values log-spaced
 and cond (best of ``--reps``, device synchronized and ranks barriered, maximum over ranks):
 
 * ``distla-double``: ``solve(A, b, method)`` in float64 (no condition estimate, as the mixed
-  solve);
+  solve; ``--check-rcond``: with it, and the mixed solves with their condition certificate,
+  as the defaults do);
 * ``distla-mixed-<factor_dtype>``: ``solve(..., precision='mixed', factor_dtype=...)``, with
   ``speedup`` (float64 seconds / mixed seconds), ``iters`` and ``gmres_it`` (refinement and
   Krylov iterations), ``fallback`` and ``reason``, ``berr`` (componentwise backward error)
@@ -53,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="low precisions (default: every one the device has)")
     parser.add_argument("--no-ref", "--no-reference", dest="reference", action="store_false",
                         help="skip the single-device reference (SciPy / cuSOLVER)")
+    parser.add_argument("--check-rcond", action="store_true",
+                        help="solve as the defaults do: the float64 solve with its condition "
+                             "estimate, the mixed ones with their condition certificate "
+                             "(default: neither; RBT always certifies)")
 
 
 def _free(device) -> None:
@@ -102,10 +107,11 @@ def _one(args, grid, n, nb, method, cond, fds, device, reference) -> list[dict]:
     A = conditioned_matrix(grid, n, nb, cond=cond, seed=args.seed, spd=method == "cholesky",
                            device=device)
     B = DistMatrix.random(grid, (n, 1), (nb, nb), seed=args.seed + 1, device=device)
-    kw = {} if method == "rbt" else {"check_rcond": False}
+    kw = {} if method == "rbt" or args.check_rcond else {"check_rcond": False}
     nfl = common.flops("cholesky_solve" if method == "cholesky" else "lu_solve", n, 1)
     base = dict(nb=nb, grid=f"{grid.nprow}x{grid.npcol}", ranks=comm.size, device=device,
-                dtype="float64", method=method, cond=cond)
+                dtype="float64", method=method, cond=cond,
+                check_rcond=method == "rbt" or bool(args.check_rcond))
     quiet = getattr(args, "quiet", False)
     t64, X = common.timed_result(lambda: solve(A, B, method=method, **kw), device, comm,
                                  reps=args.reps, warmup=1 if device == "gpu" else 0)
