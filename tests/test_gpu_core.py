@@ -331,6 +331,41 @@ def test_column_abs_stats(device, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+def test_upper_max_abs(device, dtype):
+    """Backend.upper_max_abs: max |a_ij| over rows[i] <= cols[j] for the local indices of
+    block-cyclic layouts (a process row/column of 2 or 3, blocks of 4 and 5, partial last
+    block), a NaN on or above the diagonal propagated and one below ignored."""
+    from distla import layout
+    be = get_backend(device)
+    xp = be.xp
+    rng = np.random.default_rng(11)
+    n = 47
+    for nb, p, q, (pr, pc) in ((4, 2, 3, (1, 2)), (5, 3, 2, (0, 1)), (4, 1, 1, (0, 0))):
+        rows = layout.local_indices(n, nb, pr, 0, p)
+        cols = layout.local_indices(n, nb, pc, 0, q)
+        a = rng.standard_normal((rows.size, cols.size)).astype(dtype)
+        if dtype == np.complex128:
+            a = a + 1j * rng.standard_normal(a.shape)
+        keep = rows[:, None] <= cols[None, :]
+        a[~keep] *= 1e3                          # the strict lower part must not count
+        want = np.abs(a[keep]).max()
+        dev = xp.asarray(np.asfortranarray(a))
+        got = float(be.to_host(be.upper_max_abs(dev, rows, cols, nb)))
+        assert got == pytest.approx(want, rel=1e-15), (nb, p, q)
+        i, j = np.argwhere(~keep)[0]
+        b = a.copy()
+        b[i, j] = np.nan
+        got = float(be.to_host(be.upper_max_abs(xp.asarray(np.asfortranarray(b)), rows,
+                                                cols, nb)))
+        assert got == pytest.approx(want, rel=1e-15)
+        i, j = np.argwhere(keep)[-1]
+        b[i, j] = np.nan
+        assert np.isnan(float(be.to_host(be.upper_max_abs(
+            xp.asarray(np.asfortranarray(b)), rows, cols, nb))))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_arithmetic_results_are_column_major(device):
     """DistMatrix +, -, *, /, unary - and add() store their results column-major like every
     other constructor (CuPy wrote them in C order, and kernels reading them later ran ~2x

@@ -382,6 +382,26 @@ class Backend:
             return self.column_abs_stats(a)[1].max()
         return xp.maximum(xp.max(a), -xp.min(a))
 
+    def upper_max_abs(self, a, rows, cols, nb):
+        """``max |a_ij|`` over the entries on or above the global diagonal (``rows[i] <=
+        cols[j]``; ``rows``, ``cols``: the increasing global indices of a's rows and columns,
+        host arrays) as a 0-d array of this device, NaN there propagated: the U of an LU
+        factor's local storage. Here one block column (``nb`` local columns) at a time: the
+        rows wholly above it, then its diagonal band masked. Local."""
+        xp = self.xp
+        top = [xp.zeros((), np.finfo(a.dtype).dtype)]
+        for cs in range(0, a.shape[1], nb):
+            w = min(nb, a.shape[1] - cs)
+            above = int(np.searchsorted(rows, cols[cs]))             # rows < first column
+            band = int(np.searchsorted(rows, cols[cs + w - 1], side="right"))
+            if above:
+                top.append(self.max_abs(a[:above, cs:cs + w]))
+            if band > above:
+                I = xp.asarray(rows[above:band]).reshape(-1, 1)
+                J = xp.asarray(cols[cs:cs + w]).reshape(1, -1)
+                top.append(self.max_abs(xp.where(I <= J, a[above:band, cs:cs + w], 0)))
+        return xp.max(xp.stack(top))
+
     def column_abs_stats(self, a):
         """``(sums, maxes)``: per column of the 2-D ``a`` (any layout), ``sum_i |a_ij|`` and
         ``max_i |a_ij|`` as 1-D arrays of this device in ``a``'s real precision (NaN in a

@@ -129,20 +129,8 @@ class LUFactor:
         bound is ``2^(n-1)``, tournament pivoting's is larger, GENP's unbounded). Returns inf
         for a zero A. One read of U, a block column at a time (no temporaries for real U)."""
         U = self.lu
-        xp, be = U.xp, U.backend
-        rows = U.row_indices()
-        top = []
-        for j, cs, w in U.my_block_cols():
-            c0 = j * U.nb
-            above = int(np.searchsorted(rows, c0))             # local rows of global row < c0
-            diag = int(np.searchsorted(rows, c0 + w))          # ... and < c0 + w
-            if above:
-                top.append(be.max_abs(U.local[:above, cs:cs + w]))
-            if diag > above:                                   # the diagonal block's upper part
-                I = xp.asarray(rows[above:diag]).reshape(-1, 1)
-                J = xp.arange(c0, c0 + w).reshape(1, -1)
-                top.append(be.max_abs(xp.where(I <= J, U.local[above:diag, cs:cs + w], 0)))
-        loc = float(xp.max(xp.stack(top))) if top else 0.0
+        loc = float(U.backend.to_host(U.backend.upper_max_abs(
+            U.local, U.row_indices(), U.col_indices(), U.nb))) if U.local.size else 0.0
         mu = U.grid.allreduce(loc, "max")
         return mu / self.max_abs_a if self.max_abs_a > 0 else math.inf
 
