@@ -86,6 +86,7 @@ def agree(comm, exc: BaseException | None = None, signature: str | None = None) 
     messages)."""
     if comm is None or comm.Get_size() == 1:
         if exc is not None:
+            _mark_agreed(exc)
             raise exc
         return
     try:
@@ -95,7 +96,7 @@ def agree(comm, exc: BaseException | None = None, signature: str | None = None) 
     gathered = comm.allgather((payload, signature))
     for r, (e, _) in enumerate(gathered):
         if e is not None:
-            new = _rebuild(e, r, comm.Get_size())
+            new = _mark_agreed(_rebuild(e, r, comm.Get_size()))
             if exc is not None and r == comm.Get_rank():
                 raise new from exc
             raise new
@@ -104,6 +105,25 @@ def agree(comm, exc: BaseException | None = None, signature: str | None = None) 
         if s != sigs[0]:
             raise ValueError(f"ranks called a collective function with different arguments: "
                              f"rank 0: {sigs[0]}; rank {r}: {s}")
+
+
+def _mark_agreed(exc: BaseException) -> BaseException:
+    """Mark ``exc`` as raised by :func:`agree` (so on every rank of its communicator)."""
+    try:
+        exc.distla_agreed = True
+    except Exception:  # pragma: no cover - an exception type without a __dict__
+        pass
+    return exc
+
+
+def raised_everywhere(exc: BaseException, comm) -> bool:
+    """Whether ``exc`` is known to have been raised on every rank of ``comm`` alike (so the
+    ranks may all carry on from it, for example into a fallback): one rank, an exception
+    :func:`agree` raised, or a factorization's breakdown, which the drivers raise only after
+    agreeing on its column. Another exception may be this rank's alone, while the others
+    wait in a collective: it must propagate. Not collective."""
+    return comm is None or comm.Get_size() == 1 or getattr(exc, "distla_agreed", False) \
+        or isinstance(exc, (NotPositiveDefiniteError, SingularMatrixError))
 
 
 def _picklable(exc: BaseException) -> BaseException:

@@ -108,6 +108,54 @@ def _cleanup_pending(signum=None, frame=None):
         os.kill(os.getpid(), signum)
 
 
+#: seconds a signal's Python handler has to run before the watch thread acts for it
+SIGNAL_GRACE_S = 2.0
+
+
+class _SignalWatch:
+    """Python runs signal handlers only in the main thread, between bytecodes: a rank blocked
+    in an MPI call (a collective another rank never reaches) runs none, and SIGTERM or SIGINT
+    then neither removes the temporary nor ends the process (it ran on until SIGKILL). The
+    C-level handler still writes the signal's number to the wakeup fd; this daemon thread
+    reads it, gives the Python handler :data:`SIGNAL_GRACE_S` to run, then removes the
+    pending temporaries itself and ends the process (exit status 128 + the signal). Main
+    thread only; ``close()`` restores the previous wakeup fd."""
+
+    def __init__(self, signals):
+        import signal
+        import socket
+        import threading
+        self.signals = {int(s) for s in signals}
+        self.r, self.w = socket.socketpair()
+        self.w.setblocking(False)
+        self.old = signal.set_wakeup_fd(self.w.fileno(), warn_on_full_buffer=False)
+        threading.Thread(target=self._run, name="distla-signal-watch", daemon=True).start()
+
+    def _run(self):
+        import time
+        try:
+            while True:
+                data = self.r.recv(64)
+                hit = [b for b in data if b in self.signals]
+                if hit:
+                    time.sleep(SIGNAL_GRACE_S)
+                    _cleanup_pending()
+                    os._exit(128 + hit[0])
+                if not data or 0 in data:     # close(): the write is over
+                    return
+        finally:
+            self.r.close()
+
+    def close(self):
+        import signal
+        signal.set_wakeup_fd(self.old)
+        try:
+            self.w.send(b"\0")                # wakes the thread, which ends
+        except OSError:  # pragma: no cover - its buffer full of signal numbers
+            pass
+        self.w.close()
+
+
 def _naming(e: Exception, tmp: str, path: str) -> Exception:
     """``e`` with the temporary's name replaced by the target's, which is what the user named
     (an error about ``.x.npy.1a2b.partial`` means nothing to them); ``e`` itself if the
@@ -140,10 +188,11 @@ def atomic_output(path: str, comm, write) -> None:
     tag = comm.bcast(os.urandom(6).hex() if comm.Get_rank() == 0 else None, root=0)
     tmp = os.path.join(d, f".{name}.{tag}.partial")
     _PENDING.add(tmp)
-    old = {}
+    old, watch = {}, None
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             old[sig] = signal.signal(sig, _cleanup_pending)
+        watch = _SignalWatch(old)
     try:
         err = None
         try:
@@ -160,6 +209,8 @@ def atomic_output(path: str, comm, write) -> None:
         agree(comm, err)
         _PENDING.discard(tmp)
     finally:
+        if watch is not None:
+            watch.close()
         for sig, h in old.items():
             signal.signal(sig, h)
         if tmp in _PENDING:

@@ -304,6 +304,8 @@ def read_into(info: MatrixInfo, A, slab_bytes: int = 1 << 27) -> None:
         err = e
     except (OSError, KeyError, ValueError, TypeError) as e:
         err = MatrixFileError(f"{info.path}:{info.dataset}: cannot read ({e})")
+    except Exception as e:  # noqa: BLE001 - out of memory, ...: agreed like the rest
+        err = e
     agree(A.grid.comm, err)
 
 

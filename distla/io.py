@@ -36,7 +36,7 @@ import os
 import numpy as np
 
 from . import h5io
-from .errors import agree, on_root
+from .errors import agree, collective, on_root
 from .filebase import (  # noqa: F401 - re-exported: distla.io is their public home
     MatrixFileError,
     MatrixInfo,
@@ -482,8 +482,9 @@ def _column_slabs(A):
         # block column j goes to flat rank (S.csrc + j) mod PQ: on a row-ordered grid a rank
         # of the process column that holds it, so only the P ranks of each column exchange
         if F is None or F.shape != S.shape:
-            F = bufs[i % 2] = DistMatrix(flat, S.shape, A.block, dtype=A.dtype,
-                                         device=A.device, src=(0, S.csrc))
+            with collective(comm):    # (out of memory on one rank: before any message)
+                F = bufs[i % 2] = DistMatrix(flat, S.shape, A.block, dtype=A.dtype,
+                                             device=A.device, src=(0, S.csrc))
         remap(S, F, work=work)
         yield j0 * A.nb, F
 

@@ -461,14 +461,15 @@ class DistMatrix:
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
         mt = MPI._typedict[self.dtype.char]
         gets = root is None or comm.Get_rank() == root
-        buf = np.empty(int(counts.sum()), dtype=self.dtype) if gets else None
+        with collective(comm):     # (the gathering ranks' memory: agreed before any message)
+            buf = np.empty(int(counts.sum()), dtype=self.dtype) if gets else None
+            out = np.empty(self.shape, dtype=self.dtype) if gets else None
         if root is None:
             comm.Allgatherv([mine, mt], [buf, (counts, displs), mt])
         else:
             comm.Gatherv([mine, mt], [buf, (counts, displs), mt] if gets else None, root=root)
         if not gets:
             return None
-        out = np.empty(self.shape, dtype=self.dtype)
         for r, (pr, pc) in enumerate(map(grid.coords, range(grid.size))):
             piece = buf[displs[r]:displs[r] + counts[r]].reshape(shapes[r], order="F")
             out[np.ix_(self.row_indices(pr), self.col_indices(pc))] = piece

@@ -594,6 +594,41 @@ def test_interrupted_write_leaves_no_file(tmp_path):
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".partial")]
 
 
+def test_interrupted_write_blocked_in_mpi_ends(tmp_path):
+    """SIGTERM while the writing rank is blocked inside an MPI call (a receive that never
+    completes: where Python runs no signal handler, the process ran on until SIGKILL): the
+    watch thread removes the temporary and ends the process (128 + SIGTERM) within its
+    grace period; nothing under the final name. SIGINT likewise."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    script = tmp_path / "stuck.py"
+    script.write_text(
+        "import sys\nimport numpy as np\nfrom mpi4py import MPI\nfrom distla import io\n"
+        "def write(tmp):\n    open(tmp, 'wb').write(b'x' * 100)\n"
+        "    print('writing', flush=True)\n"
+        "    MPI.COMM_SELF.Recv(np.empty(1), source=0, tag=7)   # never sent\n"
+        "io.atomic_output(sys.argv[1], MPI.COMM_WORLD, write)\n")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        out = tmp_path / f"out{int(sig)}.npy"
+        p = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.PIPE,
+                             text=True)
+        try:
+            assert p.stdout.readline().strip() == "writing"
+            assert [f for f in os.listdir(tmp_path) if f.endswith(".partial")]
+            t = time.monotonic()
+            p.send_signal(sig)
+            p.wait(timeout=30)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        assert p.returncode == 128 + int(sig), p.returncode
+        assert time.monotonic() - t < 20
+        assert not out.exists()
+        assert not [f for f in os.listdir(tmp_path) if f.endswith(".partial")]
+
+
 def test_npy_size_must_match_header(tmp_path):
     a = np.arange(12.0).reshape(3, 4)
     np.save(tmp_path / "a.npy", a)

@@ -102,7 +102,8 @@ def cholesky(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
         U = L.transpose()
         U.cholesky_lower = False    # cho_solve / rcond refuse it as a lower factor
         return U
-    L = A if overwrite_a else A.copy()
+    with collective(A.grid.comm):   # (out of memory on one rank: raised on every rank)
+        L = A if overwrite_a else A.copy()
     _potrf_lower(L, int(lookahead), gemm)
     _zero_upper(L)
     L.cholesky_lower = True         # ... and this one as an upper factor
@@ -373,6 +374,8 @@ def _zero_upper(L):
 def _potrf_lower(A: DistMatrix, lookahead: int, gemm: str = "native") -> None:
     """In-place lower Cholesky of A's storage (upper triangle: garbage). Collective; raises
     NotPositiveDefiniteError on every rank on failure."""
-    fail = PotrfLoop(A, lookahead, gemm).run()
+    with collective(A.grid.comm):   # its workspace, allocated before any message
+        loop = PotrfLoop(A, lookahead, gemm)
+    fail = loop.run()
     if fail < A.n:
         raise NotPositiveDefiniteError(fail)

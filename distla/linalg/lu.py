@@ -223,7 +223,8 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     anorm, max_a = A.norm((1, "max"))
     if check_finite and not (np.isfinite(anorm) and np.isfinite(max_a)):
         check_finite_(("A", A), what="lu_factor")   # raises unless a finite sum overflowed
-    F = A if overwrite_a else A.copy()
+    with collective(A.grid.comm):   # (out of memory on one rank: raised on every rank)
+        F = A if overwrite_a else A.copy()
     drv = LULoop(F, pivoting, tree, int(lookahead), compute=gemm)
     piv = drv.run()
     out = LUFactor(F, piv, pivoting, max_a, tree if pivoting == "tournament" else None)

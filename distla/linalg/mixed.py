@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ConvergenceError, DistlaError
+from ..errors import ConvergenceError, DistlaError, raised_everywhere
 from ..matrix import DistMatrix
 from ..pblas import inverted_diagonal_solves
 from ..trace import trace
@@ -178,6 +178,8 @@ def _factor_low(A, factor, factor_dtype, info):
         with trace("mixed.factor"):
             F = factor(A.astype(low), A.backend.lowp_mode(factor_dtype))
     except (DistlaError, np.linalg.LinAlgError) as e:   # zero pivot, not SPD, overflow
+        if not raised_everywhere(e, A.grid.comm):   # one rank's: the others are still in
+            raise                                   # the factorization's collectives
         return None, f"{label}: the factorization failed ({e})"
     info.times["factor"] = A.grid.allreduce(time.perf_counter() - t, "max")
     return F, None

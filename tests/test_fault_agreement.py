@@ -1,0 +1,134 @@
+"""One rank's failure is every rank's (the eighth sweep, fault injection): allocations made
+before a factorization's first message are agreed on, a mixed solve falls back only from a
+failure every rank shares, HDF5 reads agree on any exception."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from distla import DistMatrix, errors
+from distla.linalg import cholesky, lu_factor
+
+
+def _same_everywhere(comm, value):
+    vals = comm.allgather(value)
+    assert all(v == vals[0] for v in vals), vals
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("factor", ["lu", "cholesky"])
+def test_out_of_memory_on_one_rank_before_factoring_is_raised_everywhere(grids, factor,
+                                                                          monkeypatch):
+    """A MemoryError copying A (or allocating Cholesky's panel workspace) on the last rank
+    only: every rank raises MemoryError naming that rank, instead of the others waiting in
+    the factorization's first broadcast."""
+    from distla.linalg import _potrf_loop
+    grid = grids[0]
+    comm = grid.comm
+    A = DistMatrix.random(grid, (40, 40), (8, 8), seed=1)
+    A = A + DistMatrix.eye(grid, 40, (8, 8)) * 40.0       # SPD enough for Cholesky
+    A = (A + A.T) * 0.5
+    last = comm.size - 1
+    real_copy, real_alloc = DistMatrix.copy, _potrf_loop.PotrfLoop._alloc
+
+    def copy(self):
+        if comm.rank == last:
+            raise MemoryError("cannot allocate the copy")
+        return real_copy(self)
+
+    def alloc(self):
+        if comm.rank == last:
+            raise MemoryError("cannot allocate the panels")
+        return real_alloc(self)
+    if factor == "lu":
+        monkeypatch.setattr(DistMatrix, "copy", copy)
+        run = lambda: lu_factor(A)                                       # noqa: E731
+    else:
+        monkeypatch.setattr(_potrf_loop.PotrfLoop, "_alloc", alloc)
+        run = lambda: cholesky(A, check_symmetric=False)                 # noqa: E731
+    with pytest.raises(MemoryError) as e:
+        run()
+    _same_everywhere(comm, str(e.value))
+    if comm.size > 1:
+        assert str(e.value).startswith(f"[rank {last}]")
+
+
+def test_raised_everywhere():
+    """What a fallback may carry on from: breakdowns (raised by the drivers after agreeing on
+    the column) and exceptions agree() raised; on one rank, anything."""
+    from mpi4py import MPI
+
+    class Two:
+        def Get_size(self):
+            return 2
+    assert errors.raised_everywhere(np.linalg.LinAlgError("x"), MPI.COMM_SELF)
+    assert not errors.raised_everywhere(np.linalg.LinAlgError("x"), Two())
+    assert not errors.raised_everywhere(errors.DistlaError("x"), Two())
+    assert errors.raised_everywhere(errors.NotPositiveDefiniteError(3), Two())
+    assert errors.raised_everywhere(errors.SingularMatrixError(3), Two())
+    with pytest.raises(errors.DistlaError) as e:
+        errors.agree(MPI.COMM_SELF, errors.DistlaError("y"))
+    assert errors.raised_everywhere(e.value, Two())
+
+
+@pytest.mark.mpi
+def test_mixed_solve_does_not_fall_back_from_an_unshared_failure(grids, monkeypatch):
+    """A LinAlgError from the low-precision factorization that agree() did not raise could be
+    one rank's alone (the others still inside the factorization's collectives): the mixed
+    solve raises it instead of starting the float64 solve on that rank (which hung the job).
+    Here every rank raises it at once, so the test itself cannot hang; a breakdown the
+    drivers agree on (not positive definite in float32) still falls back."""
+    import importlib
+
+    from distla.linalg import solve
+    chol_mod = importlib.import_module("distla.linalg.cholesky")   # (the module, not the
+    # function of the same name that distla.linalg exports)
+    grid = grids[0]
+    n = 48
+    A = DistMatrix.random(grid, (n, n), (8, 8), seed=2)
+    A = (A + A.T) * 0.5 + DistMatrix.eye(grid, n, (8, 8)) * float(n)
+    B = DistMatrix.random(grid, (n, 1), (8, 8), seed=3)
+    real = chol_mod._potrf_lower
+
+    def local_failure(M, lookahead, gemm="native"):
+        if M.dtype == np.float32:
+            raise np.linalg.LinAlgError("a kernel's own failure")
+        return real(M, lookahead, gemm)
+    monkeypatch.setattr(chol_mod, "_potrf_lower", local_failure)
+    if grid.comm.size > 1:
+        with pytest.raises(np.linalg.LinAlgError, match="a kernel's own failure"):
+            solve(A, B, method="cholesky", precision="mixed")
+    else:       # one rank: nothing can be waiting elsewhere; it falls back
+        _, info = solve(A, B, method="cholesky", precision="mixed", return_info=True)
+        assert info.fallback and "a kernel's own failure" in info.reason
+
+    def breakdown(M, lookahead, gemm="native"):
+        if M.dtype == np.float32:
+            raise errors.NotPositiveDefiniteError(5)
+        return real(M, lookahead, gemm)
+    monkeypatch.setattr(chol_mod, "_potrf_lower", breakdown)
+    _, info = solve(A, B, method="cholesky", precision="mixed", return_info=True)
+    assert info.fallback and "factorization failed" in info.reason
+    _same_everywhere(grid.comm, info.reason)
+
+
+@pytest.mark.mpi
+def test_hdf5_read_agrees_on_any_exception(grids, mpi_tmp_path, monkeypatch):
+    """A MemoryError while one rank reads its hyperslabs (it caught only file, key and value
+    errors, so the others waited in the agreement) is raised on every rank."""
+    pytest.importorskip("h5py")
+    from distla import h5io, io
+    grid = grids[0]
+    comm = grid.comm
+    path = str(mpi_tmp_path / "a.h5")
+    A = DistMatrix.random(grid, (30, 30), (8, 8), seed=4)
+    io.write_matrix(path + ":/A", A)
+    real = h5io._select
+
+    def select(*args):
+        if comm.rank == comm.size - 1:
+            raise MemoryError("no memory for the hyperslab")
+        return real(*args)
+    monkeypatch.setattr(h5io, "_select", select)
+    with pytest.raises(MemoryError, match="no memory for the hyperslab"):
+        io.read_matrix(path + ":/A", grid, (8, 8))
