@@ -11,6 +11,7 @@ words) to pick signs and the next unit vectors; the solves stay distributed.
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import numpy as np
@@ -108,15 +109,18 @@ def norm1_estimate(n: int, dtype, apply, apply_h, first=None, t: int = _T) -> fl
     return max(est, float(est_alt))
 
 
-def inverse_norm1_estimate(template: DistMatrix, apply_inv, apply_inv_h, first=None) -> float:
+def inverse_norm1_estimate(template: DistMatrix, apply_inv, apply_inv_h, first=None,
+                           inverses: bool = True) -> float:
     """Collective: an estimate (lower bound) of ``||A^-1||_1``.
 
     ``apply_inv(X)`` / ``apply_inv_h(X)`` return ``A^-1 X`` / ``A^-H X`` for an n x k
     DistMatrix X with ``template``'s row layout (``mb``, ``rsrc``), grid, device and dtype.
     ``first``: ``A^-1 first_block(n)`` (replicated) when already computed. The block size
     is the backend's ``rcond_vectors``. The solves may use inverted diagonal blocks
-    (:func:`distla.pblas.inverted_diagonal_solves`: an estimate tolerates their rounding)."""
-    with inverted_diagonal_solves():
+    (:func:`distla.pblas.inverted_diagonal_solves`: an estimate tolerates their rounding)
+    unless ``inverses`` is False (LU: inverting two triangles costs more than the
+    estimator's few solves save, docs/condition.md)."""
+    with inverted_diagonal_solves() if inverses else contextlib.nullcontext():
         return norm1_estimate(
             template.n, template.dtype,
             lambda X: apply_inv(_block(template, X)).to_global(None),
@@ -128,7 +132,7 @@ FUSE_MAX_RHS = 13   # solve_and_rcond fuses up to this many right-hand sides (13
 
 
 def solve_and_rcond(B: DistMatrix, template: DistMatrix, solve, anorm: float, apply_inv,
-                    apply_inv_h):
+                    apply_inv_h, inverses: bool = True):
     """Collective: ``(X, rcond)`` with ``X = solve(B)`` (``A^-1 B``, in B's layout) and the
     condition estimate, the estimator's first block solved in the same sweeps as B.
 
@@ -139,17 +143,17 @@ def solve_and_rcond(B: DistMatrix, template: DistMatrix, solve, anorm: float, ap
     (``Backend.fuse_few_rhs`` False: GPU ranks), the two run separately. ``template``: the
     factor (its row layout is used for the blocks solved); ``solve(M)`` returns ``A^-1 M`` for a
     DistMatrix M in B's or the template's row layout; ``apply_inv``/``apply_inv_h`` as in
-    :func:`inverse_norm1_estimate`."""
+    :func:`inverse_norm1_estimate` (and ``inverses``)."""
     n, k = B.m, B.n
     if k > FUSE_MAX_RHS or n == 0 or not template.backend.fuse_few_rhs:
         X = solve(B.copy())      # solve() may work in its argument's storage: not B's
-        return X, rcond_estimate(anorm, template, apply_inv, apply_inv_h)
+        return X, rcond_estimate(anorm, template, apply_inv, apply_inv_h, inverses)
     aug = np.hstack([np.asarray(B.to_global(None)).reshape(n, k),
                      first_block(n, B.dtype, template.backend.rcond_vectors)])
     Xa = np.asarray(solve(_block(template, aug)).to_global(None))
     X = _from_replicated(B, Xa[:, :k], B.block, B.src)
     rc = reciprocal_condition(n, anorm, lambda: inverse_norm1_estimate(
-        template, apply_inv, apply_inv_h, first=Xa[:, k:]))
+        template, apply_inv, apply_inv_h, first=Xa[:, k:], inverses=inverses))
     return X, rc
 
 
@@ -167,10 +171,13 @@ def reciprocal_condition(n: int, anorm: float, inverse_norm) -> float:
     return float(1.0 / (anorm * est))
 
 
-def rcond_estimate(anorm: float, template: DistMatrix, apply_inv, apply_inv_h) -> float:
-    """Collective: ``1 / (anorm * est ||A^-1||_1)``; 0.0 when A is numerically singular."""
+def rcond_estimate(anorm: float, template: DistMatrix, apply_inv, apply_inv_h,
+                   inverses: bool = True) -> float:
+    """Collective: ``1 / (anorm * est ||A^-1||_1)``; 0.0 when A is numerically singular
+    (``inverses``: see :func:`inverse_norm1_estimate`)."""
     return reciprocal_condition(
-        template.n, anorm, lambda: inverse_norm1_estimate(template, apply_inv, apply_inv_h))
+        template.n, anorm, lambda: inverse_norm1_estimate(template, apply_inv, apply_inv_h,
+                                                          inverses=inverses))
 
 
 #: refined_rcond: classical corrections allowed for the estimator's vectors, and the relative

@@ -111,7 +111,8 @@ class LUFactor:
         if self._rcond is None:
             if self.anorm is None:
                 raise ValueError("this LUFactor has no ||A||_1; use distla.linalg.rcond(A, F)")
-            self._rcond = rcond_estimate(self.anorm, self.lu, *_inverse_ops(self))
+            self._rcond = rcond_estimate(self.anorm, self.lu, *_inverse_ops(self),
+                                         inverses=False)
         return self._rcond
 
     @property
@@ -370,9 +371,9 @@ def lu_solve_rcond(F: LUFactor, B: DistMatrix, check_finite: bool = True):
             raise ValueError("this LUFactor has no ||A||_1; use distla.linalg.rcond(A, F)")
     if check_finite:
         check_finite_(("B", B), what="lu_solve")
-    X, rc = solve_and_rcond(
+    X, rc = solve_and_rcond(      # (no inverted diagonal blocks: docs/condition.md)
         B, F.lu, lambda M: lu_solve(F, M, overwrite_b=True, check_finite=False), F.anorm,
-        *_inverse_ops(F))
+        *_inverse_ops(F), inverses=False)
     F._rcond = rc
     return X, rc
 
