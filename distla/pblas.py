@@ -86,11 +86,21 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
     if C is not None:   # C is overwritten while A and B are read: copy what overlaps it
         a_in_c, b_in_c = _overlaps(C, A, B)
         A, B = (A.copy() if a_in_c else A), (B.copy() if b_in_c else B)
-    if ta != "N":
-        A = A.transpose(conjugate=ta == "C" and A.dtype.kind == "c")
     if tb != "N":
         B = B.transpose(conjugate=tb == "C" and B.dtype.kind == "c")
     few = B.n <= _FEW_RHS       # A stationary: B keeps its layout, only its columns travel
+    if ta != "N" and few:       # op(A) B with A where it is (no transpose of all of A)
+        if C is None:             # (the layout A.transpose() would have given C)
+            C = DistMatrix(A.grid, (m, n), (A.nb, B.nb), dtype=A.dtype, device=A.device,
+                           src=(A.rsrc, B.csrc))
+            beta = 0.0
+        elif (C.mb, C.rsrc, C.nb, C.csrc) != (A.nb, A.rsrc, B.nb, B.csrc):
+            raise ValueError("matmul: C must have A's row blocking and B's column blocking")
+        _scale(C, beta)
+        _matmul_few_trans(A, B, C, alpha, conj=ta == "C" and A.dtype.kind == "c")
+        return C
+    if ta != "N":
+        A = A.transpose(conjugate=ta == "C" and A.dtype.kind == "c")
     if not few and (B.mb, B.rsrc) != (A.nb, A.csrc):
         B = B.redistribute(block=(A.nb, B.nb), src=(A.csrc % B.grid.nprow, B.csrc))
     if C is None:
@@ -99,15 +109,20 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
         beta = 0.0
     elif (C.mb, C.rsrc, C.nb, C.csrc) != (A.mb, A.rsrc, B.nb, B.csrc):
         raise ValueError("matmul: C must have A's row blocking and B's column blocking")
-    if beta == 0.0:
-        C.local[...] = 0      # BLAS semantics: beta = 0 ignores C (NaN/Inf included)
-    elif beta != 1.0:
-        C.local *= beta
+    _scale(C, beta)
     if few:
         _matmul_few(A, B, C, alpha)
     else:
         _summa(A, B, C, alpha)
     return C
+
+
+def _scale(C, beta) -> None:
+    """``C *= beta`` with BLAS semantics: beta = 0 ignores C (NaN/Inf included). Local."""
+    if beta == 0.0:
+        C.local[...] = 0
+    elif beta != 1.0:
+        C.local *= beta
 
 
 def _scalar_for(A, v, name: str, what: str):
@@ -164,6 +179,28 @@ def _matmul_few(A, B, C, alpha):
     A.grid.comms(A.device).row.allreduce(Y, "sum")
     if C.local.size:
         C.local[...] += Y[:, xp.asarray(C.col_indices())]
+
+
+def _matmul_few_trans(A, B, C, alpha, conj: bool):
+    """C += alpha op(A) B, ``op(A) = A^T`` (``A^H`` when ``conj``), for a B of at most
+    ``_FEW_RHS`` columns, A stationary (collective): every rank gets B whole, multiplies the
+    transpose of its local A by the rows of B at its rows (one local GEMM), places the partial
+    products at its columns in an n x k block and one all-reduce over the grid sums them
+    (ranks of one process column add their rows' parts, other process columns fill other
+    rows). Transposing A instead moved all of it (32x the time of ``A x`` for ``A^T x`` at
+    n = 4096 on one CPU rank, and ~4x A's memory)."""
+    be, xp = A.backend, A.xp
+    full = B.to_global(None)
+    mloc, nloc = A.local_shape
+    Z = be.zeros((A.n, B.n), A.dtype)
+    if mloc and nloc and B.n:
+        xr = np.asfortranarray(full[A.row_indices()], dtype=A.dtype)
+        Y = be.zeros((nloc, B.n), A.dtype)
+        be.gemm("C" if conj else "T", "N", alpha, A.local, be.asarray(xr), 0.0, Y)
+        Z[xp.asarray(A.col_indices())] = Y
+    A.grid.comms(A.device).all.allreduce(Z, "sum")
+    if C.local.size:
+        C.local[...] += Z[xp.asarray(C.row_indices())][:, xp.asarray(C.col_indices())]
 
 
 def _summa(A, B, C, alpha):
