@@ -23,10 +23,13 @@ _DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64),
            np.dtype(np.complex128))
 
 
-def _check_dtype(dtype) -> np.dtype:
+def _check_dtype(dtype, device: str | None = None) -> np.dtype:
     dt = np.dtype(dtype)
     if dt not in _DTYPES:
         raise TypeError(f"dtype must be float32, float64, complex64 or complex128, not {dt}")
+    if device == "gpu" and dt.kind == "c":
+        raise TypeError(f"{dt} matrices are not supported on GPU ranks (their kernels are "
+                        f"real cuBLAS/cuSOLVER calls); use device='cpu'")
     return dt
 
 
@@ -131,8 +134,8 @@ class DistMatrix:
         self.block = (mb, nb)
         self.src = (rsrc, csrc)
         self.device = device
+        self.dtype = _check_dtype(dtype if local is None else local.dtype, device)
         self.backend = get_backend(device)
-        self.dtype = _check_dtype(dtype if local is None else local.dtype)
         lshape = self.local_shape
         if local is None:
             local = self.backend.zeros(lshape, self.dtype)
@@ -261,7 +264,7 @@ class DistMatrix:
         """Collective: an all-zero matrix."""
         with collective(grid.comm if isinstance(grid, ProcessGrid) else None):
             _check_layout(grid, shape, block, src)
-            _check_dtype(dtype)
+            _check_dtype(dtype, device)
             get_backend(device, grid.comm)
         return cls(grid, shape, block, dtype=dtype, device=device, src=src)
 
@@ -348,7 +351,7 @@ class DistMatrix:
                                      f"{a.shape}")
                 if not a.dtype.isnative:        # big-endian data (from a file): native
                     a = a.astype(a.dtype.newbyteorder("="))
-                dt = _check_dtype(a.dtype if dtype is None else dtype)
+                dt = _check_dtype(a.dtype if dtype is None else dtype, device)
                 if dt.kind != "c" and a.dtype.kind == "c":
                     raise TypeError(f"complex array for a {dt} matrix")
                 meta = (a.shape, dt.str)
@@ -423,7 +426,7 @@ class DistMatrix:
     def astype(self, dtype) -> "DistMatrix":
         """A copy converted to ``dtype`` (local, no communication). Complex to real is a
         TypeError (it would drop the imaginary parts)."""
-        dt = _check_dtype(dtype)
+        dt = _check_dtype(dtype, self.device)
         if self.dtype.kind == "c" and dt.kind != "c":
             raise TypeError(f"astype: {self.dtype} to {dt} would drop the imaginary parts; "
                             f"convert the real part explicitly (e.g. from the local arrays' "

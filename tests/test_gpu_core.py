@@ -376,13 +376,30 @@ def test_arithmetic_results_are_column_major(device):
     V = A.sub(0, 2, 1, 3)
     cases = {"A+A": (A + A, np.float32), "A-A": (A - A, np.float32),
              "2*A": (2 * A, np.float32), "A/3": (A / 3, np.float32),
-             "-A": (-A, np.float32), "A*1j": (A * 1j, np.complex64),
-             "V*2": (V * 2.0, np.float32), "add": (A.add(A, 2.0, 3.0), np.float32)}
+             "-A": (-A, np.float32), "V*2": (V * 2.0, np.float32),
+             "add": (A.add(A, 2.0, 3.0), np.float32)}
+    if device == "cpu":
+        cases["A*1j"] = (A * 1j, np.complex64)
+    else:                               # (complex matrices stay on CPU ranks)
+        with pytest.raises(TypeError, match="not supported on GPU ranks"):
+            A * 1j
     for name, (M, dt) in cases.items():
         assert M.local.flags.f_contiguous and M.local.dtype == dt and M.dtype == dt, name
     a = A.to_global(None)
     np.testing.assert_array_equal((A - 2 * A).to_global(None), a - 2 * a)
     np.testing.assert_array_equal((-A / 2).to_global(None), -a / 2)
+
+
+def test_complex_on_gpu_ranks_is_refused_first():
+    """GPU ranks run real kernels only: a complex matrix there is a TypeError when it is
+    made (it failed later, inside a product, with KeyError: 'D'), with or without CuPy."""
+    from distla import DistMatrix, ProcessGrid
+    g = ProcessGrid()
+    for dt in (np.complex64, np.complex128):
+        with pytest.raises(TypeError, match="not supported on GPU ranks"):
+            DistMatrix(g, (8, 8), (4, 4), dtype=dt, device="gpu")
+        with pytest.raises(TypeError, match="not supported on GPU ranks"):
+            DistMatrix.zeros(g, (8, 8), (4, 4), dtype=dt, device="gpu")
 
 
 @pytest.mark.parametrize("device", DEVICES)
