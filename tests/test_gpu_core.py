@@ -390,6 +390,40 @@ def test_arithmetic_results_are_column_major(device):
     np.testing.assert_array_equal((-A / 2).to_global(None), -a / 2)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+def test_lower_column_max_abs(device, dtype):
+    """Backend.lower_column_max_abs: per column, max |a_ij| over rows[i] > cols[j] (the
+    multipliers of an LU factor) for the local indices of block-cyclic layouts; the upper
+    part ignored, a NaN below the diagonal propagated into its column only, 0 for a column
+    with no row below it."""
+    from distla import layout
+    be = get_backend(device)
+    if dtype == np.complex128 and device == "gpu":
+        pytest.skip("GPU ranks hold real matrices")
+    xp = be.xp
+    rng = np.random.default_rng(12)
+    n = 47
+    for nb, p, q, (pr, pc) in ((4, 2, 3, (1, 2)), (5, 3, 2, (0, 1)), (4, 1, 1, (0, 0))):
+        rows = layout.local_indices(n, nb, pr, 0, p)
+        cols = layout.local_indices(n, nb, pc, 0, q)
+        a = rng.standard_normal((rows.size, cols.size)).astype(dtype)
+        if dtype == np.complex128:
+            a = a + 1j * rng.standard_normal(a.shape)
+        below = rows[:, None] > cols[None, :]
+        a[~below] *= 1e3                         # the upper part must not count
+        want = np.where(below, np.abs(a), 0).max(axis=0)
+        got = be.to_host(be.lower_column_max_abs(xp.asarray(np.asfortranarray(a)), rows,
+                                                 cols, nb))
+        np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == np.float32 else 1e-15)
+        i, j = np.argwhere(below)[len(np.argwhere(below)) // 2]
+        b = a.copy()
+        b[i, j] = np.nan
+        got = be.to_host(be.lower_column_max_abs(xp.asarray(np.asfortranarray(b)), rows,
+                                                 cols, nb))
+        assert np.isnan(got[j]) and not np.isnan(np.delete(got, j)).any()
+
+
 def test_complex_on_gpu_ranks_is_refused_first():
     """GPU ranks run real kernels only: a complex matrix there is a TypeError when it is
     made (it failed later, inside a product, with KeyError: 'D'), with or without CuPy."""

@@ -402,6 +402,28 @@ class Backend:
                 top.append(self.max_abs(xp.where(I <= J, a[above:band, cs:cs + w], 0)))
         return xp.max(xp.stack(top))
 
+    def lower_column_max_abs(self, a, rows, cols, nb):
+        """Per column j of ``a``, ``max |a_ij|`` over the entries strictly below the global
+        diagonal (``rows[i] > cols[j]``; increasing host index arrays as for
+        :meth:`upper_max_abs`), as a device vector in a's real precision (0 where none, NaN
+        propagated): the multipliers of an LU factor's local storage. One block column
+        (``nb`` local columns) at a time: the rows wholly below it by
+        :meth:`column_abs_stats`, its diagonal band masked. Local."""
+        xp = self.xp
+        out = xp.zeros(a.shape[1], np.finfo(a.dtype).dtype)
+        for cs in range(0, a.shape[1], nb):
+            w = min(nb, a.shape[1] - cs)
+            lo = int(np.searchsorted(rows, cols[cs], side="right"))
+            hi = int(np.searchsorted(rows, cols[cs + w - 1], side="right"))
+            if hi < a.shape[0]:
+                out[cs:cs + w] = self.column_abs_stats(a[hi:, cs:cs + w])[1]
+            if hi > lo:
+                I = xp.asarray(rows[lo:hi]).reshape(-1, 1)
+                J = xp.asarray(cols[cs:cs + w]).reshape(1, -1)
+                band = xp.where(I > J, xp.abs(a[lo:hi, cs:cs + w]), 0).max(axis=0)
+                out[cs:cs + w] = xp.maximum(out[cs:cs + w], band)
+        return out
+
     def column_abs_stats(self, a):
         """``(sums, maxes)``: per column of the 2-D ``a`` (any layout), ``sum_i |a_ij|`` and
         ``max_i |a_ij|`` as 1-D arrays of this device in ``a``'s real precision (NaN in a

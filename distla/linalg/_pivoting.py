@@ -163,9 +163,6 @@ def swap_rows(local, piv, start: int, *, mb: int, rsrc: int, nprow: int, myrow: 
                  segs=segs, backend=backend, work=work)
 
 
-_SLAB = 1 << 24      # local entries scanned at a time by largest_multiplier
-
-
 def largest_multiplier(lu, kmax: int) -> np.ndarray:
     """Collective over ``lu``'s grid: ``max_i |l_ij|`` for every column ``j < kmax`` of the
     unit lower factor held strictly below the diagonal of ``lu`` (a host float array, the same
@@ -177,17 +174,13 @@ def largest_multiplier(lu, kmax: int) -> np.ndarray:
     all-reduce of ``nloc`` numbers along process columns and one allgather along process
     rows."""
     from mpi4py import MPI
-    g, xp, be = lu.grid, lu.xp, lu.backend
+    g, be = lu.grid, lu.backend
     rows, cols = lu.row_indices(), lu.col_indices()
     loc = np.zeros(len(cols))
     a = lu.local
-    if a.size:
-        I = xp.asarray(rows).reshape(-1, 1)
-        step = max(1, _SLAB // max(1, a.shape[0]))
-        for j0 in range(0, a.shape[1], step):
-            J = xp.asarray(cols[j0:j0 + step]).reshape(1, -1)
-            blk = xp.where(I > J, xp.abs(a[:, j0:j0 + step]), 0)
-            loc[j0:j0 + step] = np.asarray(be.to_host(xp.max(blk, axis=0)), dtype=float)
+    if a.size:      # (whole-slab masks of |a| made three temporaries of each slab: 15x this)
+        loc = np.asarray(be.to_host(be.lower_column_max_abs(a, rows, cols, lu.nb)),
+                         dtype=float)
     loc[~np.isfinite(loc)] = np.inf                          # NaN (0/0) counts as infinite
     g.col_comm.Allreduce(MPI.IN_PLACE, loc, op=MPI.MAX)
     out = np.zeros(lu.n)
