@@ -1,6 +1,6 @@
 """What GENP's tiny-pivot check costs (``_pivoting.largest_multiplier``) beside the GENP
 factorization that runs it and the growth factor's scan of U: CPU time of the process
-(robust to a loaded machine), best of --reps, maximum over ranks.
+(robust to a loaded machine), best of --reps of the maximum over ranks.
 
     mpiexec -n R python benchmarks/genp_pivot_check_cost.py --n 4096 --nb 128 [--tree T]
         [--json OUT]
@@ -14,7 +14,7 @@ import time
 from mpi4py import MPI
 
 from distla import DistMatrix, ProcessGrid, linalg
-from distla.bench.common import append_jsonl
+from distla.bench.common import append_jsonl, timed_result
 from distla.linalg._pivoting import largest_multiplier
 
 
@@ -34,13 +34,7 @@ def main():
     A = DistMatrix.random(g, (a.n, a.n), blk, seed=1) + DistMatrix.eye(g, a.n, blk) * a.n
 
     def best(fn):
-        ts, out = [], None
-        for _ in range(a.reps):
-            comm.Barrier()
-            c = time.process_time()
-            out = fn()
-            ts.append(time.process_time() - c)
-        return comm.allreduce(min(ts), op=MPI.MAX), out
+        return timed_result(fn, "cpu", comm, a.reps, clock=time.process_time)
 
     tf, F = best(lambda: linalg.lu_factor(A, pivoting="none", check_finite=False))
     tl, _ = best(lambda: largest_multiplier(F.lu, a.n))

@@ -1,6 +1,6 @@
 """``matmul(A, X, transa=True)`` with few columns beside ``matmul(A, X)``: CPU time of the
-process (robust to a loaded machine), best of --reps, maximum over ranks, for one column and
-16, with NumPy's ``a.T @ x`` on rank 0 as the floor.
+process (robust to a loaded machine), best of --reps of the maximum over ranks, for one
+column and 16, with NumPy's ``a.T @ x`` on rank 0 as the floor.
 
     mpiexec -n R python benchmarks/matvec_trans.py --n 4096 --nb 128 [--tree T] [--json OUT]
 """
@@ -13,7 +13,7 @@ import time
 from mpi4py import MPI
 
 from distla import DistMatrix, ProcessGrid, pblas
-from distla.bench.common import append_jsonl
+from distla.bench.common import append_jsonl, timed
 
 
 def main():
@@ -33,13 +33,7 @@ def main():
     rows = []
 
     def best(fn):
-        ts = []
-        for _ in range(a.reps):
-            comm.Barrier()
-            c = time.process_time()
-            fn()
-            ts.append(time.process_time() - c)
-        return comm.allreduce(min(ts), op=MPI.MAX)
+        return timed(fn, "cpu", comm, a.reps, clock=time.process_time)
 
     for k in (1, 16):
         X = DistMatrix.random(g, (a.n, k), blk, seed=2)

@@ -89,27 +89,16 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
     if tb != "N":
         B = B.transpose(conjugate=tb == "C" and B.dtype.kind == "c")
     few = B.n <= _FEW_RHS       # A stationary: B keeps its layout, only its columns travel
-    if ta != "N" and few:       # op(A) B with A where it is (no transpose of all of A)
-        if C is None:             # (the layout A.transpose() would have given C)
-            C = DistMatrix(A.grid, (m, n), (A.nb, B.nb), dtype=A.dtype, device=A.device,
-                           src=(A.rsrc, B.csrc))
-            beta = 0.0
-        elif (C.mb, C.rsrc, C.nb, C.csrc) != (A.nb, A.rsrc, B.nb, B.csrc):
-            raise ValueError("matmul: C must have A's row blocking and B's column blocking")
-        _scale(C, beta)
+    if ta != "N" and few:       # op(A) B with A where it is (no transpose of all of A);
+        # C's rows take op(A)'s row blocking, what A.transpose() would have given: A's nb
+        C = _output(C, A, (m, n), A.nb, B, beta)
         _matmul_few_trans(A, B, C, alpha, conj=ta == "C" and A.dtype.kind == "c")
         return C
     if ta != "N":
         A = A.transpose(conjugate=ta == "C" and A.dtype.kind == "c")
     if not few and (B.mb, B.rsrc) != (A.nb, A.csrc):
         B = B.redistribute(block=(A.nb, B.nb), src=(A.csrc % B.grid.nprow, B.csrc))
-    if C is None:
-        C = DistMatrix(A.grid, (m, n), (A.mb, B.nb), dtype=A.dtype, device=A.device,
-                       src=(A.rsrc, B.csrc))
-        beta = 0.0
-    elif (C.mb, C.rsrc, C.nb, C.csrc) != (A.mb, A.rsrc, B.nb, B.csrc):
-        raise ValueError("matmul: C must have A's row blocking and B's column blocking")
-    _scale(C, beta)
+    C = _output(C, A, (m, n), A.mb, B, beta)
     if few:
         _matmul_few(A, B, C, alpha)
     else:
@@ -117,12 +106,20 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
     return C
 
 
-def _scale(C, beta) -> None:
-    """``C *= beta`` with BLAS semantics: beta = 0 ignores C (NaN/Inf included). Local."""
+def _output(C, A, shape, mb: int, B, beta):
+    """C ready for ``C += alpha op(A) B``: a new zero matrix of ``shape`` with row blocking
+    ``mb`` from A's source row and B's column blocking, or the given C (which must have that
+    layout) times beta, with BLAS semantics: beta = 0 ignores C (NaN/Inf included). Local."""
+    if C is None:
+        return DistMatrix(A.grid, shape, (mb, B.nb), dtype=A.dtype, device=A.device,
+                          src=(A.rsrc, B.csrc))
+    if (C.mb, C.rsrc, C.nb, C.csrc) != (mb, A.rsrc, B.nb, B.csrc):
+        raise ValueError("matmul: C must have A's row blocking and B's column blocking")
     if beta == 0.0:
         C.local[...] = 0
     elif beta != 1.0:
         C.local *= beta
+    return C
 
 
 def _scalar_for(A, v, name: str, what: str):
@@ -338,13 +335,7 @@ def _check_diagonal(A) -> None:
     """SingularMatrixError when A's diagonal holds an exact zero (as LAPACK's xTRTRS and
     ``scipy.linalg.solve_triangular``): the solve would return inf/NaN. Local (each rank its
     own diagonal entries, O(n / p)); callers agree on the outcome."""
-    g = A.grid
-    idx, li, lj = _local_diagonal(A.m, A.n, A.mb, A.nb, A.rsrc, A.csrc, g.nprow, g.npcol,
-                                  g.myrow, g.mycol)
-    if not idx.size:
-        return
-    be = A.backend
-    d = be.to_host(A.local[be.asarray(li), be.asarray(lj)] if be.is_gpu else A.local[li, lj])
+    idx, d = _diagonal_here(A)
     zero = np.flatnonzero(d == 0)
     if zero.size:
         j = int(idx[zero[0]])
@@ -355,15 +346,21 @@ def _check_diagonal(A) -> None:
 def diagonal_max_abs(A: DistMatrix) -> float:
     """Collective: ``max_i |a_ii|`` over A's global diagonal (NaN if one is NaN; 0 for an
     empty A), reading only the O(n / p) diagonal entries each rank holds."""
+    _, d = _diagonal_here(A)
+    return A.grid.allreduce(float(np.max(np.abs(d))) if d.size else 0.0, "max")
+
+
+def _diagonal_here(A):
+    """``(global indices, values on the host)`` of the diagonal entries this rank holds.
+    Local."""
     g = A.grid
-    _, li, lj = _local_diagonal(A.m, A.n, A.mb, A.nb, A.rsrc, A.csrc, g.nprow, g.npcol,
-                                g.myrow, g.mycol)
-    loc = 0.0
-    if li.size:
-        be = A.backend
-        d = be.to_host(A.local[be.asarray(li), be.asarray(lj)] if be.is_gpu else A.local[li, lj])
-        loc = float(np.max(np.abs(d)))
-    return g.allreduce(loc, "max")
+    idx, li, lj = _local_diagonal(A.m, A.n, A.mb, A.nb, A.rsrc, A.csrc, g.nprow, g.npcol,
+                                  g.myrow, g.mycol)
+    if not idx.size:
+        return idx, np.zeros(0, A.dtype)
+    be = A.backend
+    return idx, np.asarray(be.to_host(A.local[be.asarray(li), be.asarray(lj)]
+                                      if be.is_gpu else A.local[li, lj]))
 
 
 @functools.lru_cache(maxsize=64)

@@ -330,29 +330,36 @@ def test_column_abs_stats(device, dtype, monkeypatch):
         assert not be.to_host(sums).any() and not be.to_host(maxes).any()
 
 
+def _local_factor_cases(dtype, seed):
+    """``(nb, rows, cols, a)``: the global row and column indices a process holds in
+    block-cyclic layouts of n = 47 (process rows/columns of 2 or 3, blocks of 4 and 5, a
+    partial last block, one 1 x 1 grid) and random local storage of that shape (host)."""
+    from distla import layout
+    rng = np.random.default_rng(seed)
+    for nb, p, q, (pr, pc) in ((4, 2, 3, (1, 2)), (5, 3, 2, (0, 1)), (4, 1, 1, (0, 0))):
+        rows = layout.local_indices(47, nb, pr, 0, p)
+        cols = layout.local_indices(47, nb, pc, 0, q)
+        a = rng.standard_normal((rows.size, cols.size)).astype(dtype)
+        if dtype == np.complex128:
+            a = a + 1j * rng.standard_normal(a.shape)
+        yield nb, rows, cols, a
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
 def test_upper_max_abs(device, dtype):
     """Backend.upper_max_abs: max |a_ij| over rows[i] <= cols[j] for the local indices of
     block-cyclic layouts (a process row/column of 2 or 3, blocks of 4 and 5, partial last
     block), a NaN on or above the diagonal propagated and one below ignored."""
-    from distla import layout
     be = get_backend(device)
     xp = be.xp
-    rng = np.random.default_rng(11)
-    n = 47
-    for nb, p, q, (pr, pc) in ((4, 2, 3, (1, 2)), (5, 3, 2, (0, 1)), (4, 1, 1, (0, 0))):
-        rows = layout.local_indices(n, nb, pr, 0, p)
-        cols = layout.local_indices(n, nb, pc, 0, q)
-        a = rng.standard_normal((rows.size, cols.size)).astype(dtype)
-        if dtype == np.complex128:
-            a = a + 1j * rng.standard_normal(a.shape)
+    for nb, rows, cols, a in _local_factor_cases(dtype, seed=11):
         keep = rows[:, None] <= cols[None, :]
         a[~keep] *= 1e3                          # the strict lower part must not count
         want = np.abs(a[keep]).max()
         dev = xp.asarray(np.asfortranarray(a))
         got = float(be.to_host(be.upper_max_abs(dev, rows, cols, nb)))
-        assert got == pytest.approx(want, rel=1e-15), (nb, p, q)
+        assert got == pytest.approx(want, rel=1e-15), nb
         i, j = np.argwhere(~keep)[0]
         b = a.copy()
         b[i, j] = np.nan
@@ -397,19 +404,11 @@ def test_lower_column_max_abs(device, dtype):
     multipliers of an LU factor) for the local indices of block-cyclic layouts; the upper
     part ignored, a NaN below the diagonal propagated into its column only, 0 for a column
     with no row below it."""
-    from distla import layout
     be = get_backend(device)
     if dtype == np.complex128 and device == "gpu":
         pytest.skip("GPU ranks hold real matrices")
     xp = be.xp
-    rng = np.random.default_rng(12)
-    n = 47
-    for nb, p, q, (pr, pc) in ((4, 2, 3, (1, 2)), (5, 3, 2, (0, 1)), (4, 1, 1, (0, 0))):
-        rows = layout.local_indices(n, nb, pr, 0, p)
-        cols = layout.local_indices(n, nb, pc, 0, q)
-        a = rng.standard_normal((rows.size, cols.size)).astype(dtype)
-        if dtype == np.complex128:
-            a = a + 1j * rng.standard_normal(a.shape)
+    for nb, rows, cols, a in _local_factor_cases(dtype, seed=12):
         below = rows[:, None] > cols[None, :]
         a[~below] *= 1e3                         # the upper part must not count
         want = np.where(below, np.abs(a), 0).max(axis=0)

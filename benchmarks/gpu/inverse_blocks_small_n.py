@@ -10,24 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-
-import cupy as cp
 
 from distla import DistMatrix, ProcessGrid, linalg, problems
+from distla.bench.common import timed
 from distla.device.gpu import GpuBackend
-
-
-def best(fn, reps):
-    fn()
-    out = float("inf")
-    for _ in range(reps):
-        cp.cuda.Device().synchronize()
-        t = time.perf_counter()
-        fn()
-        cp.cuda.Device().synchronize()
-        out = min(out, time.perf_counter() - t)
-    return out
 
 
 def main():
@@ -48,7 +34,8 @@ def main():
             for _ in range(2):
                 for on in (True, False):
                     GpuBackend.inverse_block_solves = on
-                    sec = best(lambda: linalg.solve(A, B, method=meth), a.reps)
+                    sec = timed(lambda: linalg.solve(A, B, method=meth), "gpu",
+                                reps=a.reps, warmup=1)
                     rows.append(dict(bench="inverse_blocks_small_n", impl=f"{meth} solve, "
                                      f"inverse blocks {'on' if on else 'off'}", n=n, nb=nb,
                                      ranks=g.size, device="gpu", seconds=sec, tflops=None,

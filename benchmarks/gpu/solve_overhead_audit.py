@@ -12,29 +12,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 import warnings
 
 from distla import DistMatrix, ProcessGrid, linalg, problems
+from distla.bench.common import timed
 
 FACTOR = {"cholesky": lambda A: linalg.cholesky(A),
           "gepp": lambda A: linalg.lu_factor(A),
           "calu": lambda A: linalg.lu_factor(A, pivoting="tournament"),
           "genp": lambda A: linalg.lu_factor(A, pivoting="none"),
           "rbt": lambda A: linalg.lu_factor(A, pivoting="none")}
-
-
-def best(be, fn, reps):
-    fn()
-    be.synchronize()
-    out = float("inf")
-    for _ in range(reps):
-        be.synchronize()
-        t = time.perf_counter()
-        fn()
-        be.synchronize()
-        out = min(out, time.perf_counter() - t)
-    return out
 
 
 def main():
@@ -56,11 +43,11 @@ def main():
         if meth == "genp":
             A = A + DistMatrix.eye(g, a.n, (a.nb, a.nb), device=a.device) * 4.0
         B = DistMatrix.random(g, (a.n, 1), (a.nb, a.nb), device=a.device, seed=3)
-        be = A.backend
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            tf = best(be, lambda: FACTOR[meth](A), a.reps)
-            ts = best(be, lambda: linalg.solve(A, B, method=meth), a.reps)
+            tf = timed(lambda: FACTOR[meth](A), a.device, reps=a.reps, warmup=1)
+            ts = timed(lambda: linalg.solve(A, B, method=meth), a.device, reps=a.reps,
+                       warmup=1)
         for impl, sec in (("factor", tf), ("solve", ts)):
             rows.append(dict(bench="solve_overhead_audit", impl=f"{meth} {impl}", n=a.n,
                              nb=a.nb, ranks=g.size, device=a.device, seconds=sec, tflops=None,
