@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["num_blocks", "numroc", "owner", "global_to_local", "local_to_global", "local_indices",
-           "Descriptor"]
+           "block_cyclic_views", "Descriptor"]
 
 
 def num_blocks(n: int, nb: int) -> int:
@@ -59,6 +59,55 @@ def local_start(g: int, nb: int, p: int, src: int, nprocs: int) -> int:
     ``numroc(g, ...)``; valid for any ``g`` including block-interior ones).
     """
     return numroc(g, nb, p, src, nprocs)
+
+
+def _axis_parts(n: int, nb: int, p: int, src: int, nprocs: int):
+    """The local indices of process ``p`` along one dimension as at most two parts, each
+    ``(global slice, global shape, pick, local slice, local shape)``: the whole cycles (global
+    ``[0, K P nb)`` seen as ``(K, P, nb)``, of which ``pick`` is this process's slot; local
+    ``[0, K nb)`` seen as ``(K, nb)``) and the last, partial cycle (one run of at most ``nb``
+    consecutive global indices; ``pick`` None)."""
+    d = (nprocs + p - src) % nprocs
+    k = n // (nprocs * nb)
+    local = numroc(n, nb, p, src, nprocs)
+    parts = []
+    if k:
+        parts.append((slice(0, k * nprocs * nb), (k, nprocs, nb), d, slice(0, k * nb), (k, nb)))
+    r = local - k * nb
+    if r > 0:
+        g0 = k * nprocs * nb + d * nb
+        parts.append((slice(g0, g0 + r), (r,), None, slice(k * nb, local), (r,)))
+    return parts
+
+
+def _view(a, shape):
+    """``a.reshape(shape)``, which must be a view of ``a`` (an assignment into a copy would
+    be lost)."""
+    v = a.reshape(shape)
+    if v.size and not np.may_share_memory(v, a):
+        raise AssertionError("block_cyclic_views: reshape copied")
+    return v
+
+
+def block_cyclic_views(g, loc, block, coords, src, grid_shape):
+    """Pairs ``(gv, lv)`` of views of the same shape: ``gv`` of the global 2-D array ``g``
+    (any memory order), ``lv`` of the local 2-D array ``loc`` that process ``coords`` stores
+    of it in the block-cyclic layout (``block`` (mb, nb), ``src``, ``grid_shape`` (P, Q)).
+    ``gv[...] = lv`` over all pairs writes the local part into its global places (a gather),
+    ``lv[...] = gv`` the reverse: at most four strided copies, no index arrays. Local."""
+    (m, n), (mb, nb) = g.shape, block
+    rows = _axis_parts(m, mb, coords[0], src[0], grid_shape[0])
+    cols = _axis_parts(n, nb, coords[1], src[1], grid_shape[1])
+    out = []
+    for gr, shr, pr, lr, lshr in rows:
+        for gc, shc, pc, lc, lshc in cols:
+            gv = _view(g[gr, gc], shr + shc)
+            pick = (slice(None),) * len(shr)
+            if pr is not None:
+                pick = (slice(None), pr, slice(None))
+            pick += (slice(None), pc, slice(None)) if pc is not None else (slice(None),)
+            out.append((gv[pick], _view(loc[lr, lc], lshr + lshc)))
+    return out
 
 
 @dataclass(frozen=True)

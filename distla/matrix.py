@@ -370,10 +370,14 @@ class DistMatrix:
         sendbuf = None
         if comm.Get_rank() == root:
             sendbuf = np.empty(int(counts.sum()), dtype=A.dtype)
-            for r in range(grid.size):
+            for r in range(grid.size):      # strided copies, no index arrays
                 pr, pc = grid.coords(r)
-                piece = a[np.ix_(A.row_indices(pr), A.col_indices(pc))]
-                sendbuf[displs[r]:displs[r] + counts[r]] = piece.ravel(order="F")
+                piece = sendbuf[displs[r]:displs[r] + counts[r]].reshape(
+                    (layout.numroc(A.m, A.mb, pr, A.rsrc, grid.nprow),
+                     layout.numroc(A.n, A.nb, pc, A.csrc, grid.npcol)), order="F")
+                for gv, lv in layout.block_cyclic_views(a, piece, A.block, (pr, pc), A.src,
+                                                        grid.shape):
+                    lv[...] = gv
         recv = np.empty(int(counts[grid.rank]), dtype=A.dtype)
         from mpi4py import MPI
         mt = MPI._typedict[A.dtype.char]
@@ -475,7 +479,9 @@ class DistMatrix:
             return None
         for r, (pr, pc) in enumerate(map(grid.coords, range(grid.size))):
             piece = buf[displs[r]:displs[r] + counts[r]].reshape(shapes[r], order="F")
-            out[np.ix_(self.row_indices(pr), self.col_indices(pc))] = piece
+            for gv, lv in layout.block_cyclic_views(out, piece, self.block, (pr, pc), self.src,
+                                                    grid.shape):
+                gv[...] = lv                # strided copies, no index arrays
         return out
 
     # ---- data movement ------------------------------------------------------------------

@@ -179,6 +179,18 @@ def test_ipiv_to_perm_matches_scipy():
     assert np.allclose(a[perm], L @ U)
 
 
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 300])
+def test_apply_swaps_replays_the_interchanges(n):
+    """apply_swaps (one dlaswp over the indices) equals the interchanges replayed one by one,
+    for pivot vectors shorter than n, of full length, with and without repeats."""
+    from distla.linalg._pivoting import apply_swaps
+    r = _rng(11)
+    for k in sorted({0, 1, n // 2, n} - {n + 1}):
+        for _ in range(5):
+            piv = np.array([r.integers(i, n) for i in range(min(k, n))], dtype=np.int64)
+            assert np.array_equal(apply_swaps(piv, n), _brute_swaps(piv, 0, n))
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
 def test_laswp_and_genp_local_kernels(dtype):
     from distla.device import get_backend

@@ -191,6 +191,18 @@ def laswp(a, piv, start: int) -> None:
                                     ip.ctypes.data_as(_P), _i(1))
 
 
+def swapped_order(piv, n: int) -> np.ndarray:
+    """``arange(n)`` after LAPACK-style interchanges ``piv`` (0-based, row ``i`` swapped with
+    row ``piv[i] >= i``, i = 0, 1, ...): position ``i`` then holds original row ``order[i]``.
+    One dlaswp over the indices as float64 (exact below 2^53), no Python loop."""
+    piv = np.asarray(piv, dtype=np.int64).ravel()
+    v = np.arange(n, dtype=np.float64)
+    if piv.size and n:
+        ip = (piv + 1).astype(np.int32)
+        _fn("dlaswp")(_i(1), _ptr(v), _i(n), _i(1), _i(piv.size), ip.ctypes.data_as(_P), _i(1))
+    return v.astype(np.int64)
+
+
 def swap_moves(piv, start: int):
     """Net moves of LAPACK-style interchanges: row ``start + i`` swapped with row ``piv[i]``
     (0-based, ``>= start + i``) for i = 0, 1, .... Returns ``(dest, src)`` (int64 NumPy, sorted

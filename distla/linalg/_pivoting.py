@@ -13,20 +13,18 @@ from __future__ import annotations
 import numpy as np
 
 from .. import layout
-from ..device._lapack import swap_moves
+from ..device._lapack import swap_moves, swapped_order
 
 __all__ = ["swaps_to_moves", "ipiv_to_perm", "winners_to_ipiv", "apply_swaps", "suffix_moves",
            "permute_rows", "swap_rows", "largest_multiplier"]
 
 
 def apply_swaps(piv, n: int) -> np.ndarray:
-    """``order`` of length ``n`` after applying the swaps ``piv`` (0-based, relative to row 0)
-    to ``arange(n)``: position ``i`` then holds original row ``order[i]``."""
-    order = np.arange(n, dtype=np.int64)
-    for i, p in enumerate(np.asarray(piv).tolist()):
-        if p != i:
-            order[i], order[p] = order[p], order[i]
-    return order
+    """``order`` of length ``n`` after applying the swaps ``piv`` (0-based, relative to row 0,
+    LAPACK's ``piv[i] >= i``) to ``arange(n)``: position ``i`` then holds original row
+    ``order[i]``: one dlaswp over the indices (a Python loop over the swaps took 21 ms for
+    n = 65536)."""
+    return swapped_order(piv, n)
 
 
 def ipiv_to_perm(piv, m: int) -> np.ndarray:
