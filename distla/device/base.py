@@ -224,22 +224,27 @@ class Backend:
         """``op(t)^-1 b`` for the square triangular view ``t`` (``lower``; op = transpose
         when ``trans``) and a few columns ``b`` (n x k, column-major; overwritten by partial
         sums), given ``S = triangular_block_inverses(t, nb, lower, unit)``: block by block,
-        ``x_k = op(t_kk)^-1 b_k`` (one GEMM with the inverse), then the rest of b updated
-        with the block column (or row) of op(t) beside block k (one GEMM). Returns x (a new
-        column-major array). Less accurate than trsm for ill-conditioned diagonal blocks: for
-        estimates and preconditioners. Local."""
+        ``x_k = op(t_kk)^-1 b_k`` (one GEMM with the inverse). Both forms read t's block
+        column k outside its diagonal block, whose columns are contiguous: without ``trans``,
+        after x_k, the rows still to solve are updated with it (``b_r -= t[r, k] x_k``); with
+        ``trans``, before x_k, b_k takes the rows already solved (``b_k -= t[s, k]^T x_s``).
+        (Updating with t's block row instead, ``nb``-element pieces of every column, read an
+        H200's memory at a third of the rate at n = 65536, docs/condition.md.) Returns x (a
+        new column-major array). Less accurate than trsm for ill-conditioned diagonal
+        blocks: for estimates and preconditioners. Local."""
         n, nblk = t.shape[0], S.shape[0]
         x = self.empty(b.shape, b.dtype)
         forward = lower != trans
+        op = "T" if trans else "N"
         for kb in (range(nblk) if forward else range(nblk - 1, -1, -1)):
             k0, k1 = kb * nb, min(n, kb * nb + nb)
-            w = k1 - k0
-            inv = S[kb].T[:w, :w]
-            self.gemm("T" if trans else "N", "N", 1.0, inv, b[k0:k1], 0.0, x[k0:k1])
-            r0, r1 = (k1, n) if forward else (0, k0)
-            if r1 > r0:      # op(t)[r0:r1, k0:k1]: t's block column, or its block row^T
-                blk = t[r0:r1, k0:k1] if not trans else t[k0:k1, r0:r1]
-                self.gemm("T" if trans else "N", "N", -1.0, blk, x[k0:k1], 1.0, b[r0:r1])
+            inv = S[kb].T[:k1 - k0, :k1 - k0]
+            r0, r1 = (k1, n) if lower else (0, k0)     # t's block column beside block k
+            if trans and r1 > r0:                      # the rows solved before block k
+                self.gemm("T", "N", -1.0, t[r0:r1, k0:k1], x[r0:r1], 1.0, b[k0:k1])
+            self.gemm(op, "N", 1.0, inv, b[k0:k1], 0.0, x[k0:k1])
+            if not trans and r1 > r0:                  # the rows to solve after it
+                self.gemm("N", "N", -1.0, t[r0:r1, k0:k1], x[k0:k1], 1.0, b[r0:r1])
         return x
 
     def syrk(self, uplo, trans, alpha, a, beta, c) -> None:

@@ -196,20 +196,23 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
             w = k1 - k0
             inv = sp + kb * nb * nb * it          # S[kb].T: F-order, leading dimension nb
             bk, xk = bp + k0 * it, xp_ + k0 * it
+            r0, r1 = (k1, n) if lower else (0, k0)   # t's block column beside block k
+            blk = tp + (k0 * lt + r0) * it           # t[r0:r1, k0:k1]: contiguous columns
+            if trans and r1 > r0:                    # b_k -= t[r0:r1, k0:k1]^T x[r0:r1]
+                if k == 1:
+                    gemv(h, T, r1 - r0, w, mone, blk, lt, xp_ + r0 * it, 1, one, bk, 1)
+                else:
+                    gemm(h, T, N, w, k, r1 - r0, mone, blk, lt, xp_ + r0 * it, lx, one, bk,
+                         lb)
             if k == 1:
                 gemv(h, op, w, w, one, inv, nb, bk, 1, zero, xk, 1)
             else:
                 gemm(h, op, N, w, k, w, one, inv, nb, bk, lb, zero, xk, lx)
-            r0, r1 = (k1, n) if forward else (0, k0)
-            if r1 <= r0:
-                continue
-            # op(t)[r0:r1, k0:k1]: t[r0:r1, k0:k1] (N) or t[k0:k1, r0:r1]^T (T)
-            blk = tp + ((k0 * lt + r0) if not trans else (r0 * lt + k0)) * it
-            m_, n_ = (r1 - r0, w) if not trans else (w, r1 - r0)
-            if k == 1:
-                gemv(h, op, m_, n_, mone, blk, lt, xk, 1, one, bp + r0 * it, 1)
-            else:
-                gemm(h, op, N, r1 - r0, k, w, mone, blk, lt, xk, lx, one, bp + r0 * it, lb)
+            if not trans and r1 > r0:                # b[r0:r1] -= t[r0:r1, k0:k1] x_k
+                if k == 1:
+                    gemv(h, N, r1 - r0, w, mone, blk, lt, xk, 1, one, bp + r0 * it, 1)
+                else:
+                    gemm(h, N, N, r1 - r0, k, w, mone, blk, lt, xk, lx, one, bp + r0 * it, lb)
         return x
 
     def _host_scalar(self, v, dtype):
