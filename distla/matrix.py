@@ -114,6 +114,23 @@ def _scalar(alpha):
     return None
 
 
+def _float_kind(dtype) -> np.dtype:
+    """The matrix dtype for an array of ``dtype``: integers and bools as float64, float16 as
+    float32 (as scipy.linalg converts them), others unchanged (then checked)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "biu":
+        return np.dtype(np.float64)
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
+def _dtype_name(dtype) -> str:
+    """``dtype``'s name for a call signature (never raises: the call checks it)."""
+    try:
+        return "None" if dtype is None else str(np.dtype(dtype))
+    except Exception:  # noqa: BLE001
+        return repr(dtype)
+
+
 class DistMatrix:
     """A 2D block-cyclic distributed matrix.
 
@@ -262,7 +279,9 @@ class DistMatrix:
     @classmethod
     def zeros(cls, grid, shape, block=(64, 64), dtype=np.float64, device="cpu", src=(0, 0)):
         """Collective: an all-zero matrix."""
-        with collective(grid.comm if isinstance(grid, ProcessGrid) else None):
+        with collective(grid.comm if isinstance(grid, ProcessGrid) else None,
+                        signature("DistMatrix", shape=shape, block=block, src=src,
+                                  dtype=_dtype_name(dtype), device=device)):
             _check_layout(grid, shape, block, src)
             _check_dtype(dtype, device)
             get_backend(device, grid.comm)
@@ -327,8 +346,12 @@ class DistMatrix:
     def from_global(cls, grid, a, shape=None, block=(64, 64), root=0, device="cpu",
                     src=(0, 0), dtype=None):
         """Collective: scatter the global array ``a`` (needed on ``root`` only; other ranks may
-        pass None) into block-cyclic layout. ``shape``/``dtype`` default to ``a``'s."""
-        with collective(grid.comm if isinstance(grid, ProcessGrid) else None):
+        pass None) into block-cyclic layout. ``shape``/``dtype`` default to ``a``'s (an
+        integer or bool ``a`` gives float64, a float16 one float32, as scipy.linalg's solvers
+        convert them)."""
+        with collective(grid.comm if isinstance(grid, ProcessGrid) else None,
+                        signature("DistMatrix.from_global", block=block, root=root, src=src,
+                                  device=device, dtype=_dtype_name(dtype))):
             _check_layout(grid, (0, 0), block, src)
             if not (isinstance(root, numbers.Integral) and not isinstance(root, bool)
                     and 0 <= root < grid.size):
@@ -351,7 +374,7 @@ class DistMatrix:
                                      f"{a.shape}")
                 if not a.dtype.isnative:        # big-endian data (from a file): native
                     a = a.astype(a.dtype.newbyteorder("="))
-                dt = _check_dtype(a.dtype if dtype is None else dtype, device)
+                dt = _check_dtype(_float_kind(a.dtype) if dtype is None else dtype, device)
                 if dt.kind != "c" and a.dtype.kind == "c":
                     raise TypeError(f"complex array for a {dt} matrix")
                 meta = (a.shape, dt.str)
@@ -639,12 +662,14 @@ class DistMatrix:
         return self._like(local=out)
 
     def norm(self, ord="fro"):
-        """Collective: 'fro', 1, inf (np.inf or 'inf') or 'max' norm, as a Python float on
-        every rank (NaN anywhere gives NaN on every rank). A tuple of those (e.g.
+        """Collective: 'fro' (or None), 1, inf (np.inf or 'inf') or 'max' norm, as a Python
+        float on every rank (NaN anywhere gives NaN on every rank). A tuple of those (e.g.
         ``(1, 'max')``) gives a tuple of floats: 1 and 'max' from one pass over the local
         matrix, 'fro' and inf from another."""
         with collective(self.grid.comm, signature("norm", self, ord=ord)):
             pass                  # ranks asking for different norms would not meet
+        if ord is None:           # (NumPy's and SciPy's default for a matrix)
+            ord = "fro"
         if isinstance(ord, tuple):
             return self._norms(ord)
         return self._norms((ord,))[0]

@@ -107,6 +107,7 @@ def cholesky(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
     _potrf_lower(L, int(lookahead), gemm)
     _zero_upper(L)
     L.cholesky_lower = True         # ... and this one as an upper factor
+    L.lu_factor = False             # (A's storage may have held lu_factor's LU before)
     return L
 
 

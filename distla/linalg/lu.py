@@ -97,6 +97,7 @@ class LUFactor:
                  tree: str | None = None):
         self.lu = lu
         lu.lu_factor = True         # (logdet, which reads a Cholesky factor, refuses it)
+        lu.cholesky_lower = None    # (A's storage may have held a Cholesky factor before)
         self.piv = piv
         self.pivoting = pivoting
         self.tree = tree
@@ -105,9 +106,13 @@ class LUFactor:
         self._perm = None
         self._rcond = None
 
-    def rcond(self) -> float:
+    def rcond(self, anorm: float | None = None) -> float:
         """Collective: reciprocal 1-norm condition estimate of A (pdgecon; cached), the same
-        float on every rank."""
+        float on every rank. ``anorm``: ``||A||_1`` to use instead of the one recorded at
+        factorization (:func:`distla.linalg.rcond` passes its A's); the factor is not
+        changed by it."""
+        if anorm is not None and anorm != self.anorm:
+            return rcond_estimate(anorm, self.lu, *_inverse_ops(self), inverses=False)
         if self._rcond is None:
             if self.anorm is None:
                 raise ValueError("this LUFactor has no ||A||_1; use distla.linalg.rcond(A, F)")

@@ -138,6 +138,9 @@ def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str,
                      compute=factor_dtype, requested=factor_dtype)
     t0 = time.perf_counter()
     info.anorm = A.norm("inf")
+    if A.n == 0:                        # nothing to factor or refine (as scipy: an empty X)
+        info.times["total"] = time.perf_counter() - t0
+        return B.copy(), info
     F, why = _factor_low(A, factor, factor_dtype, info)
     if F is not None:
         ref = _refine(A, B, F, apply, promote, max_iter, rcond, f"{factor_dtype} {method}",

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ConvergenceError, SingularMatrixError, collective
+from ..errors import ConvergenceError, SingularMatrixError, collective, signature
 from ..matrix import DistMatrix, check_compatible
 from ..trace import trace
 from ..validate import check_finite as check_finite_
@@ -152,7 +152,8 @@ def rbt_transform(A: DistMatrix, depth: int = 2, seed: int | None = None):
     Use ``U.apply_transpose(B)`` for the right-hand side and ``V.apply(Y)`` for the solution.
     """
     from ..pblas import norm
-    with collective(A.grid.comm if isinstance(A, DistMatrix) else None):
+    with collective(A.grid.comm if isinstance(A, DistMatrix) else None,
+                    signature("rbt_transform", A, depth=depth, seed=seed)):
         if not isinstance(A, DistMatrix):
             raise TypeError(f"A must be a DistMatrix, not {type(A).__name__}")
         if A.m != A.n:
@@ -347,7 +348,11 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     ``None`` draws a fresh one (rank 0 draws it).
     """
     grid = A.grid if isinstance(A, DistMatrix) else None
-    with collective(grid.comm if grid is not None else None):
+    with collective(grid.comm if grid is not None else None, signature(
+            "rbt_solve", A, B, depth=depth, refine=refine, seed=seed, max_iter=max_iter,
+            fallback=fallback, precision=precision, return_info=return_info,
+            check_finite=check_finite, factor_dtype=factor_dtype, check_rcond=check_rcond,
+            overwrite_a=overwrite_a)):
         _validate(A, B, depth, max_iter, refine, fallback, return_info, check_rcond,
                   overwrite_a)
         compute = check_mixed(A, precision, factor_dtype, "rbt_solve", default="fp32")

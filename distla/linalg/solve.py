@@ -70,8 +70,6 @@ def solve(A, B, method: str = "gepp", **kw):
         for X, name in ((A, "A"), (B, "B")):
             if not isinstance(X, DistMatrix):
                 raise TypeError(f"solve: {name} must be a DistMatrix, not {type(X).__name__}")
-        if A.m == 0 or A.n == 0:
-            raise ValueError(f"solve: A is empty ({A.m} x {A.n})")
         if m != "tlr" and "compression" in kw:
             raise ValueError(f"solve: compression= is an option of method='tlr', not "
                              f"{m!r}")
@@ -161,9 +159,7 @@ def rcond(A, factor=None) -> float:
             return 0.0
     given = factor is not None
     if isinstance(factor, LUFactor):
-        factor.anorm = anorm
-        factor._rcond = None
-        rc = factor.rcond()
+        rc = factor.rcond(anorm)        # (the factor keeps its own ||A||_1 and estimate)
     else:
         rc = cho_rcond(factor, anorm)   # a bare factor is L (cho_solve refuses a bare U)
     # every vector has ||A^-1 x||_1 >= ||x||_1 / ||A||_1, so A's own factors never estimate

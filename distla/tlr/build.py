@@ -36,7 +36,7 @@ import warnings
 import numpy as np
 
 from ..device import get_backend
-from ..errors import LinAlgWarning, agree, collective
+from ..errors import LinAlgWarning, agree, collective, signature
 from ..grid import ProcessGrid
 from ..trace import trace
 from . import _memory, batched
@@ -155,7 +155,9 @@ def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=None
     """
     from ..matrix import DistMatrix
     t0 = time.perf_counter()
-    with collective(getattr(getattr(A, "grid", None), "comm", None)):
+    with collective(getattr(getattr(A, "grid", None), "comm", None), signature(
+            "tlr.compress", A, tol=tol, max_rank=max_rank, method=method, seed=seed,
+            workspace=workspace)):
         if not isinstance(A, DistMatrix):
             raise TypeError(f"compress needs a DistMatrix, not {type(A).__name__}")
         _check_common(A.grid, tol, max_rank, method, batched.METHODS)
@@ -216,7 +218,9 @@ def from_function(grid, n, tile, fn, tol=1e-8, max_rank=None, method="auto", *,
     Raises :class:`distla.DistlaError` on every rank when the result will not fit in memory.
     """
     t0 = time.perf_counter()
-    with collective(grid.comm if isinstance(grid, ProcessGrid) else None):
+    with collective(grid.comm if isinstance(grid, ProcessGrid) else None, signature(
+            "tlr.from_function", n=n, tile=tile, tol=tol, max_rank=max_rank, method=method,
+            device=device, src=src, dtype=str(dtype), seed=seed, workspace=workspace)):
         _check_common(grid, tol, max_rank, method, BUILD_METHODS)
         n, tile = int(n), int(tile)
         if n < 0 or tile <= 0:

@@ -48,7 +48,7 @@ import time
 
 import numpy as np
 
-from ..errors import NotPositiveDefiniteError, agree, collective
+from ..errors import NotPositiveDefiniteError, agree, collective, signature
 from ..trace import trace
 from . import _memory, batched
 from .factor import TLRCholesky
@@ -71,7 +71,8 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int | None = N
     Phases are timed by an active :class:`distla.trace.Tracer`.
     """
     t0 = time.perf_counter()
-    L = _start(T, overwrite)
+    L = _start(T, overwrite, signature("tlr.cholesky", overwrite=overwrite,
+                                       workspace=workspace, seed=seed))
     st = _Loop(L, workspace, seed, rank_guess=int(T.ranks.max))
     for k in range(L.nt):
         RK = st.row_of_factor(k)             # 1. L_kj (j < k) down every process column
@@ -85,10 +86,11 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int | None = N
     return _finish(st, T, t0)
 
 
-def _start(T, overwrite):
-    """Collective: check ``T``, check that a copy (and the workspace) fits, return the factor's
-    storage (``T`` itself with ``overwrite``)."""
-    with collective(getattr(getattr(T, "grid", None), "comm", None)):
+def _start(T, overwrite, sig=None):
+    """Collective: check ``T`` (and that every rank called with the same arguments, ``sig``),
+    check that a copy (and the workspace) fits, return the factor's storage (``T`` itself
+    with ``overwrite``)."""
+    with collective(getattr(getattr(T, "grid", None), "comm", None), sig):
         if not isinstance(T, TLRMatrix) or T.factored:
             raise TypeError(f"cholesky needs a TLRMatrix (not a factor), got {type(T).__name__}")
     if not overwrite:

@@ -92,7 +92,7 @@ class TLRCholesky(TLRMatrix):
             return _solve_replicated(self, B)
         x = _solve_replicated(self, B.to_global(root=None))
         xh = x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else x
-        xh = np.asarray(xh, dtype=B.dtype).reshape(self.n, -1)
+        xh = np.asarray(xh, dtype=B.dtype).reshape(self.n, B.n)
         loc = np.asfortranarray(xh[np.ix_(B.row_indices(), B.col_indices())])
         return B._like(local=B.backend.asarray(loc))
 
