@@ -227,8 +227,8 @@ def test_from_global_bad_array_on_root(comm, grids, root):
     with pytest.raises(TypeError, match="complex"):
         DistMatrix.from_global(g, on_root(np.ones((2, 2)) * 1j), root=root,
                                dtype=np.float64)
-    with pytest.raises(TypeError, match="dtype"):
-        DistMatrix.from_global(g, on_root(np.arange(4).reshape(2, 2)), root=root)
+    with pytest.raises(TypeError, match="dtype"):     # (integers become float64)
+        DistMatrix.from_global(g, on_root(np.array([["a", "b"], ["c", "d"]])), root=root)
     with pytest.raises(ValueError, match="root"):
         DistMatrix.from_global(g, np.ones((2, 2)), root=comm.size)
     A = DistMatrix.from_global(g, on_root(np.arange(4.0).reshape(2, 2)), root=root)

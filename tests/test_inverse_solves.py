@@ -133,6 +133,34 @@ def test_context_reuses_inverses_and_nests(forced, monkeypatch):
     assert len(made) == 3
 
 
+def test_context_checks_each_factors_diagonal_once(monkeypatch):
+    """Inside the context (whose factors do not change) a factor's diagonal is read for the
+    zero-pivot check once, not at every solve; a singular one raises at every solve; outside
+    it every solve checks."""
+    from distla import SingularMatrixError, pblas
+    g = _one_process()
+    t = _triangular(40, True, np.float64)
+    A = DistMatrix.from_global(g, t, block=8)
+    B = DistMatrix.from_global(g, np.ones((40, 1)), block=8)
+    zero = t.copy()
+    zero[7, 7] = 0.0
+    Z = DistMatrix.from_global(g, zero, block=8)
+    reads = []
+    orig = pblas._diagonal_here
+    monkeypatch.setattr(pblas, "_diagonal_here", lambda M: reads.append(M) or orig(M))
+    with inverted_diagonal_solves():
+        for trans in (False, True, False):
+            triangular_solve(A, B, trans=trans)
+        assert len(reads) == 1
+        for _ in range(2):
+            with pytest.raises(SingularMatrixError, match=r"A\[7, 7\]"):
+                triangular_solve(Z, B)
+        assert len(reads) == 3
+    triangular_solve(A, B)
+    triangular_solve(A, B)
+    assert len(reads) == 5
+
+
 def test_many_columns_keep_the_library_solve(forced):
     g = _one_process()
     t = _triangular(40, True, np.float64)

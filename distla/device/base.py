@@ -104,6 +104,10 @@ class Backend:
     def synchronize(self) -> None:
         """Wait for all work queued on the current stream."""
 
+    def device_id(self) -> int:
+        """The current device's ordinal (-1 on CPU ranks): a cache key for device arrays."""
+        return -1
+
     def info_value(self, info) -> int:
         """A LAPACK info (host int or device scalar) as a host int."""
         return int(info)

@@ -81,6 +81,9 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     def synchronize(self) -> None:
         self.xp.cuda.get_current_stream().synchronize()
 
+    def device_id(self) -> int:
+        return self.xp.cuda.runtime.getDevice()
+
     @contextlib.contextmanager
     def staging(self):
         stager = _PinnedStaging(self.xp)
