@@ -407,11 +407,13 @@ def cmd_solve(args, comm) -> int:
     xtrue = None
     anorm = None          # ||A||_inf once known: one pass over A serves every check
     if binfo is not None and binfo.dtype.kind == "c" and dtype.kind != "c":
-        if args.method not in LU_PIVOTING or args.device != "cpu":
+        if (args.method not in LU_PIVOTING and args.method != "cholesky") or \
+                args.device != "cpu":
             raise CommandError(
                 f"--rhs: {binfo.path} is complex but the matrix is real; --method "
                 f"{args.method} on {args.device} ranks solves real systems only (solve "
-                f"the real and imaginary parts separately, or use an LU method on CPU)")
+                f"the real and imaginary parts separately, or use an LU method or "
+                f"cholesky on CPU)")
         say("rhs is complex: the real matrix is promoted to complex")
         dtype = np.dtype(np.complex64 if dtype == np.float32 else np.complex128)
         A = A.astype(dtype)

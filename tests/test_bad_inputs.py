@@ -241,6 +241,13 @@ def _complex_solution(d, p):
     np.testing.assert_allclose(_nonsym() @ x, b, atol=1e-10)
 
 
+def _complex_spd_solution(d, p):
+    x = np.load(d / "xh.npy")
+    b = np.load(d / "b_complex.npy")
+    assert np.iscomplexobj(x) and np.abs(x.imag).max() > 0
+    np.testing.assert_allclose(np.load(d / "spd.npy") @ x, b, atol=1e-10)
+
+
 def _solves(name, a):
     """Check: the solution file ``name`` holds x with a x = a @ ones (the default rhs)."""
     def check(d, p):
@@ -311,8 +318,11 @@ CLI_CASES = [
     ("complex rhs with a real matrix, gepp: promoted", 2,
      _S + ["--matrix", "nonsym.npy", "--rhs", "b_complex.npy", "--method", "gepp", "--out",
            "xc.npy"], 0, "", _complex_solution),
-    ("complex rhs with a real matrix, cholesky: refused", 1,
-     _S + ["--matrix", "spd.npy", "--rhs", "b_complex.npy", "--method", "cholesky"],
+    ("complex rhs with a real matrix, cholesky: promoted (Hermitian)", 1,
+     _S + ["--matrix", "spd.npy", "--rhs", "b_complex.npy", "--method", "cholesky",
+           "--out", "xh.npy"], 0, "", _complex_spd_solution),
+    ("complex rhs with a real matrix, rbt: refused", 1,
+     _S + ["--matrix", "nonsym.npy", "--rhs", "b_complex.npy", "--method", "rbt"],
      EXIT_USAGE, "is complex but the matrix is real", None),
     ("genp with a zero leading pivot", 2,
      _S + ["--matrix", "zero_pivot.npy", "--method", "genp"], EXIT_NUMERIC, "needs pivoting",

@@ -50,6 +50,9 @@ class PotrfLoop:
         self.comms = g.comms(A.device)
         self.n, self.nb, self.nt = A.n, A.nb, A.nt
         self.P, self.Q = g.nprow, g.npcol
+        # complex A (Hermitian, A = L L^H): the panel's solve and the update conjugate
+        self.complex = A.dtype.kind == "c"
+        self.op_h = "C" if self.complex else "T"
         self._columns()
         self._plan()
         self._alloc()
@@ -230,7 +233,7 @@ class PotrfLoop:
                         be.gemm("N", "T", 1.0, inv, Pv, 0.0, seg.T, tf32=self.panel_tf32)
                         be.copy(Pv, seg)
                 else:
-                    be.trsm("R", "L", "T", "N", 1.0, Lkk, Pv)
+                    be.trsm("R", "L", self.op_h, "N", 1.0, Lkk, Pv)   # A21 Lkk^-H
                     be.copy(seg, Pv)
         req = None
         if self.Q > 1 and seg.size:              # cnt is the same along my process row
@@ -258,6 +261,8 @@ class PotrfLoop:
             else:
                 X = self.x_bufs[k % self.nbuf][:ncol * kb].reshape(ncol, kb)
                 self.transposed_rows(k, rows, X)
+            if self.complex and X.size:   # the update subtracts L21 L21^H: conj(L) rows
+                X = self.xp.conj(X) if p["sel"] is not None else self.xp.conj(X, out=X)
         ops = None
         if self.compute != "native" and seg.size and X.size:
             with trace("update"):    # the update's operands, once for every GEMM of step k
@@ -307,7 +312,7 @@ class PotrfLoop:
                     Cd, Cb = C[:w], C[w:]
                 LT = seg[rs - r0:].T                     # kb x rows, column-major
                 XT = X[cs - c0:cs - c0 + w].T            # kb x w
-                if Cd is not None:                       # diagonal block(s) here
+                if Cd is not None and not self.complex:  # diagonal block(s) here
                     be.syrk("L", "T", -1.0, LT[:, :w], 1.0, Cd)
                     be.gemm("T", "N", -1.0, LT[:, w:], XT, 1.0, Cb)
                 else:

@@ -63,7 +63,7 @@ from .mixed import (
 __all__ = ["cholesky", "cho_factor", "cho_solve", "cho_rcond", "cho_solve_rcond",
            "solve_cholesky", "logdet"]
 
-_REAL = (np.dtype(np.float32), np.dtype(np.float64))
+_TYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
 
 
 # ---------------------------------------------------------------------------------------
@@ -72,11 +72,12 @@ _REAL = (np.dtype(np.float32), np.dtype(np.float64))
 def cholesky(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
              lookahead: int = 1, check_finite: bool = True,
              check_symmetric: bool = True, gemm: str = "native") -> DistMatrix:
-    """Collective: the Cholesky factor of the symmetric positive definite ``A`` (n x n, square
-    ``nb x nb`` blocks, float32/float64, CPU or GPU).
+    """Collective: the Cholesky factor of the symmetric (complex: Hermitian) positive definite
+    ``A`` (n x n, square ``nb x nb`` blocks, float32/float64, CPU or GPU; complex64/complex128
+    on CPU ranks, pzpotrf).
 
-    ``lower=True`` returns L with ``A = L L^T`` (only A's lower triangle is read), otherwise U
-    with ``A = U^T U`` (only the upper triangle is read; costs two transposes). The factor has
+    ``lower=True`` returns L with ``A = L L^H`` (only A's lower triangle is read), otherwise U
+    with ``A = U^H U`` (only the upper triangle is read; costs two transposes). The factor has
     A's layout and its other triangle is zero. ``overwrite_a`` lets the lower factorization
     work in A's storage (A then holds L). ``lookahead`` is the lookahead depth (0 = none).
     Phases (panel, bcast, wait, update) are timed by an active :class:`distla.trace.Tracer`.
@@ -163,11 +164,11 @@ def cho_solve(c_and_lower, B: DistMatrix, overwrite_b: bool = False,
         _check_rhs(C, B, "cho_solve")
     if check_finite:
         check_finite_(("B", B), what="cho_solve")
-    if lower:   # L Y = B, L^T X = Y
+    if lower:   # L Y = B, L^H X = Y
         Y = triangular_solve(C, B, lower=True, trans=False, overwrite_b=overwrite_b)
-        return triangular_solve(C, Y, lower=True, trans=True, overwrite_b=True)
-    # U^T Y = B, U X = Y
-    Y = triangular_solve(C, B, lower=False, trans=True, overwrite_b=overwrite_b)
+        return triangular_solve(C, Y, lower=True, trans="C", overwrite_b=True)
+    # U^H Y = B, U X = Y
+    Y = triangular_solve(C, B, lower=False, trans="C", overwrite_b=overwrite_b)
     return triangular_solve(C, Y, lower=False, trans=False, overwrite_b=True)
 
 
@@ -181,7 +182,8 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
     ``check_symmetric``: see :func:`cholesky`). ``check_rcond``: estimate the condition number
     from the factor and warn with :class:`distla.LinAlgWarning` when rcond < eps.
 
-    ``precision='mixed'`` (float64 A): Cholesky of a float32 copy with updates in
+    ``precision='mixed'`` (float64 or complex128 A): Cholesky of a float32 (complex64) copy
+    with updates in
     ``factor_dtype`` ('fp32'; GPU ranks also 'tf32', 'fp16', 'bf16'; default 'fp32' on CPU
     ranks, 'tf32' on GPU ranks), refined to float64,
     with the float64 solve as fallback (dsposv-style; :mod:`distla.linalg.mixed`;
@@ -301,7 +303,7 @@ def logdet(L: DistMatrix) -> float:
     for j, cs, w in L.my_block_cols():
         if L.row_owner(j * L.nb) == L.grid.myrow:
             rs = L.local_row_start(j * L.nb)
-            d = xp.diagonal(L.local[rs:rs + w, cs:cs + w]).astype(np.float64)
+            d = xp.real(xp.diagonal(L.local[rs:rs + w, cs:cs + w])).astype(np.float64)
             low = xp.minimum(low, xp.min(d))
             with np.errstate(divide="ignore", invalid="ignore"):
                 total = total + xp.sum(xp.log(d))
@@ -325,8 +327,9 @@ def _validate_factor_input(A, lookahead):
     if A.mb != A.nb:
         raise ValueError(f"cholesky needs square blocks (mb == nb), got {A.block}; "
                          f"redistribute(block=({A.nb}, {A.nb})) first")
-    if A.dtype not in _REAL:
-        raise TypeError(f"cholesky supports float32 and float64, not {A.dtype}")
+    if A.dtype not in _TYPES:
+        raise TypeError(f"cholesky supports float32, float64, complex64 and complex128 "
+                        f"(Hermitian), not {A.dtype}")
     if not isinstance(lookahead, numbers.Integral) or isinstance(lookahead, bool) \
             or lookahead < 0:
         raise ValueError(f"lookahead must be a non-negative int, not {lookahead!r}")
