@@ -745,7 +745,8 @@ def test_npy_header_with_negative_or_huge_shape(tmp_path):
     ("array", "real", "1 2"), ("coordinate", "real", "1 1 1,25"),
     ("coordinate", "real", "1.5 1 3"), ("coordinate", "real", "1 1"),
     ("coordinate", "integer", "1 1 2.5"), ("coordinate", "pattern", "1 1 7"),
-    ("array", "complex", "1.0"),
+    ("array", "complex", "1.0"), ("array", "real", "1_0"), ("coordinate", "real", "1 1_0 2"),
+    ("array", "real", "1e5.5"), ("array", "real", "+.e3"),
 ])
 def test_matrix_market_entries_are_parsed_strictly(tmp_path, layout, field, line):
     """SciPy's reader takes a number's prefix ('4,5' read as 4, '0x10' as 0, '4 junk' as 4):
@@ -813,3 +814,34 @@ def test_io_hints_are_parsed_strictly(spec, ok):
     else:
         with pytest.raises(ValueError, match=f"DISTLA_IO_HINTS=.*{ok}"):
             io._parse_hints(spec)
+
+
+def test_matrix_market_vectorized_check_agrees_with_the_line_check(tmp_path):
+    """The byte-level check (io._mtx_plain_numbers) accepts exactly what the line-by-line
+    check accepts, on random lines of number characters (valid and not): it decides for
+    well-formed files, the line check names the line otherwise."""
+    from distla.io import MatrixFileError, _check_mtx_lines, _mtx_plain_numbers
+    rng = np.random.default_rng(9)
+    words = ["1", "-2", "3.5", "+.5", "6.", "1e5", "-2.5E-3", "007", "0", "5.e3", ".5e-2"]
+    kinds = [("array", "real", 1, 0), ("coordinate", "real", 3, 2),
+             ("coordinate", "integer", 3, 2), ("array", "complex", 2, 0),
+             ("coordinate", "pattern", 2, 2)]
+    f = tmp_path / "f.mtx"
+    for _ in range(1500):
+        layout, field, want, ints = kinds[rng.integers(len(kinds))]
+        lines = [f"%%MatrixMarket matrix {layout} {field} general", "% c", "3 3"]
+        for _ in range(rng.integers(1, 5)):
+            k = want if rng.random() < 0.8 else int(rng.integers(0, 4))
+            toks = [words[rng.integers(len(words))] if rng.random() < 0.5 else
+                    "".join(rng.choice(list("0123456789+-.eE"), rng.integers(1, 5)))
+                    for _ in range(k)]
+            lines.append(" " * int(rng.integers(0, 2)) + "\t ".join(toks)
+                         + ("\r" if rng.random() < 0.1 else ""))
+        text = "\n".join(lines) + "\n"
+        f.write_text(text)
+        try:
+            _check_mtx_lines(str(f), layout, field, want, ints)
+            ok = True
+        except MatrixFileError:
+            ok = False
+        assert _mtx_plain_numbers(text.encode(), want, ints, field == "integer") == ok, text
