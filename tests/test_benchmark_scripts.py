@@ -77,3 +77,19 @@ def test_records_table_prints_one_row_per_record():
     out = mod.table(recs).splitlines()
     assert len(out) == 2 + len(recs)
     assert all(line.startswith("| ") and line.endswith(" |") for line in out[2:])
+
+
+@pytest.mark.mpi
+def test_cpu_reference_threads_are_at_most_the_cores(comm, monkeypatch):
+    """The one-process CPU reference gets the cores the run uses: its ranks on the node, but
+    never more threads than the node has cores (4 ranks on 2 cores ran SciPy with 4 threads,
+    350x slower than with 1, and the benchmark printed a 58x 'speedup')."""
+    import os
+
+    from distla.bench import common
+    on_node = common.ranks_on_node(comm)
+    assert common.reference_threads(comm) == min(on_node, os.cpu_count())
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert common.reference_threads(comm) == 1
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert common.reference_threads(comm) == 1

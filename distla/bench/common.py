@@ -49,8 +49,8 @@ __all__ = ["parse_grid", "make_grid", "parse_sizes", "default_device", "sync", "
            "reference_rank0", "flops", "tflops", "record", "spd_matrix",
            "general_matrix", "covariance_matrix", "make_problem", "PROBLEM_KINDS",
            "add_problem_arguments", "format_table", "default_nb", "ranks_on_node",
-           "blas_threads", "global_normal", "problem_entries", "default_threshold", "judge",
-           "check_options"]
+           "reference_threads", "blas_threads", "global_normal", "problem_entries",
+           "default_threshold", "judge", "check_options"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -357,6 +357,14 @@ def ranks_on_node(comm=None) -> int:
     k = local.Get_size()
     local.Free()
     return k
+
+
+def reference_threads(comm=None) -> int:
+    """Collective over ``comm``: the BLAS threads of a one-process CPU reference, the cores
+    the run uses on this node: its ranks here, but at most the node's cores (4 ranks on a
+    2-core machine gave the reference 4 threads on 2 cores: 5.3 s for what 1 thread does in
+    0.015 s, and a bogus speedup)."""
+    return max(1, min(ranks_on_node(comm), os.cpu_count() or 1))
 
 
 @contextlib.contextmanager

@@ -71,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip the single-device reference")
     parser.add_argument("--ref-threads", type=int, default=None,
                         help="BLAS threads for the CPU reference on rank 0 (default: the "
-                             "number of ranks on the node, i.e. the cores the run uses)")
+                             "ranks on the node, at most its cores: the cores the run uses)")
 
 
 def run(args) -> list[dict]:
@@ -169,7 +169,7 @@ def _run(args) -> list[dict]:
         del A
         if getattr(args, "reference", True):
             # collective: not in the lambda
-            threads = args.ref_threads or common.ranks_on_node(comm)
+            threads = args.ref_threads or common.reference_threads(comm)
             ref = common.reference_rank0(
                 lambda: _reference(n, args.seed, dtype, device, args.reps, threads), comm)
             if ref is not None:

@@ -25,9 +25,9 @@ from .common import (
     judge,
     make_grid,
     parse_sizes,
-    ranks_on_node,
     record,
     reference_rank0,
+    reference_threads,
     sync,
     timed,
 )
@@ -40,8 +40,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--check", action="store_true",
                         help="also report |C x - A (B x)| / |A (B x)| for a random x")
     parser.add_argument("--ref-threads", type=int, default=None, metavar="K",
-                        help="BLAS threads of the CPU reference on rank 0 (default: the number "
-                             "of ranks on rank 0's node, i.e. the cores the run uses)")
+                        help="BLAS threads of the CPU reference on rank 0 (default: the ranks on "
+                             "rank 0's node, at most its cores: the cores the run uses)")
 
 
 def _free(device) -> None:
@@ -105,7 +105,7 @@ def run(args) -> list[dict]:
     reference = getattr(args, "reference", True)
     quiet = getattr(args, "quiet", False)
     ranks = comm.Get_size()
-    ref_threads = getattr(args, "ref_threads", None) or ranks_on_node(comm)
+    ref_threads = getattr(args, "ref_threads", None) or reference_threads(comm)
     out = []
     for n in sizes:
         nb = args.nb or default_nb(n, device, grid)

@@ -149,7 +149,7 @@ def _reference_rows(A, B, method, reps, device, nfl, base, quiet) -> list[dict]:
     """Collective: the one-device reference on rank 0 (gathered A and b), as records."""
     comm = A.grid.comm
     a, b = A.to_global(0), B.to_global(0)
-    threads = common.ranks_on_node(comm)
+    threads = common.reference_threads(comm)
     ref = common.reference_rank0(lambda: _reference(a, b, method, reps, device, threads),
                                  comm)
     if ref is None:

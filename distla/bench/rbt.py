@@ -173,7 +173,7 @@ def run(args) -> list[dict]:
         A = B = None  # free the matrices before the reference runs
         _free(device)
         if getattr(args, "reference", True):
-            threads = common.ranks_on_node(comm)  # collective: outside the rank-0-only reference
+            threads = common.reference_threads(comm)  # collective: not in the rank-0 reference
             ref = common.reference_rank0(
                 lambda: _reference(n, args.nrhs, args.seed, dtype, device, args.reps,
                                    threads), comm)
