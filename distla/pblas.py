@@ -398,15 +398,16 @@ def _solve_by_inverses(A, B, inverses, lower, trans, unit, alpha, overwrite_b):
     """One process: ``op(A)^-1 alpha B`` with A's inverted diagonal blocks (made once per
     context, :func:`inverted_diagonal_solves`)."""
     be, key = A.backend, (id(A), bool(lower), bool(unit))
+    nbi = be.inverse_block_size(A.n, A.nb)
     if key not in inverses:
-        inverses[key] = (A, be.triangular_block_inverses(A.local, A.nb, lower, unit))
+        inverses[key] = (A, be.triangular_block_inverses(A.local, nbi, lower, unit))
     X = B if overwrite_b else B.copy()
     if X.local.size:
         if alpha != 1.0:
             X.local *= alpha
         # X.local becomes the partial sums, then holds x
-        X.local[...] = be.trsm_inverse_blocks(A.local, inverses[key][1], A.nb, lower,
-                                              trans, X.local)
+        X.local[...] = be.trsm_inverse_blocks(A.local, inverses[key][1], nbi, lower, trans,
+                                              X.local)
     return X
 
 

@@ -161,6 +161,33 @@ def test_context_checks_each_factors_diagonal_once(monkeypatch):
     assert len(reads) == 5
 
 
+@pytest.mark.parametrize("block, start", [(16, 0), (20, 0), (16, 1000)])
+def test_inverse_blocks_wider_than_the_matrix_blocks(forced, monkeypatch, block, start):
+    """Backend.inverse_block: from ``start`` on, the inverted diagonal blocks are a multiple
+    of the matrix's block size at least ``block`` wide (on one process they need not follow
+    the distribution); the solves stay right, in every op and triangle."""
+    made = []
+    orig = Backend.triangular_block_inverses
+    monkeypatch.setattr(Backend, "triangular_block_inverses",
+                        lambda self, t, nb, *a: made.append(nb) or orig(self, t, nb, *a))
+    monkeypatch.setattr(Backend, "inverse_block", block)
+    monkeypatch.setattr(Backend, "inverse_block_from", start)
+    g = _one_process()
+    for lower in (True, False):
+        t = _triangular(45, lower, np.float64, seed=4)
+        A = DistMatrix.from_global(g, t, block=8)
+        b = np.random.default_rng(5).standard_normal((45, 2))
+        B = DistMatrix.from_global(g, b, block=8)
+        with inverted_diagonal_solves():
+            for trans in (False, True):
+                X = triangular_solve(A, B, lower=lower, trans=trans)
+                ref = sla.solve_triangular(np.tril(t) if lower else np.triu(t), b,
+                                           lower=lower, trans=int(trans))
+                np.testing.assert_allclose(X.to_global(None), ref, rtol=1e-11, atol=1e-11)
+    want = 8 if start > 45 else 8 * -(-block // 8)
+    assert made == [want, want]
+
+
 def test_many_columns_keep_the_library_solve(forced):
     g = _one_process()
     t = _triangular(40, True, np.float64)

@@ -49,6 +49,19 @@ class Backend:
     #: inverted diagonal blocks (:meth:`trsm_inverse_blocks`): GEMVs that read the factor
     #: once at memory speed, where the library's trsv/trsm is latency-bound
     inverse_block_solves = False
+    #: ... with diagonal blocks of at least this order (a multiple of the matrix's block
+    #: size) from this matrix order on: wider blocks mean fewer, longer GEMVs per sweep
+    #: against a costlier inversion, done once per factor (None: the matrix's block size)
+    inverse_block, inverse_block_from = None, 0
+
+    def inverse_block_size(self, n: int, nb: int) -> int:
+        """The order of the diagonal blocks :func:`distla.pblas.inverted_diagonal_solves`
+        inverts for an ``n x n`` one-process factor with blocks of ``nb`` (on one process
+        any width serves: the blocks need not follow the distribution's). Local."""
+        if self.inverse_block is None or n < self.inverse_block_from or \
+                nb >= self.inverse_block:
+            return nb
+        return nb * -(-self.inverse_block // nb)
 
     def __init__(self):
         self._identities = {}      # dtype -> identity matrix (triangular_inverse)

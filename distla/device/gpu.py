@@ -174,6 +174,10 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     #: one H200, n = 32768, nb 1024: a 1-column solve 1.9x (float64) / 1.4x (float32) faster
     #: than cuBLAS trsm, 2-4 columns 2.5-7.6x (record 2026-11-27-h200-trsv-inverse-probe.jsonl)
     inverse_block_solves = True
+    #: one H200, float32 (record 2026-11-27-h200-sweep-dot-form.jsonl): L and L^T sweeps
+    #: 3.3 + 2.9 ms at n = 65536 with 1024 blocks, 2.5 + 2.5 ms with 2048, whose inversion
+    #: takes 8.9 ms instead of 3.8 ms; a mixed solve's refinement makes 10-30 solves
+    inverse_block, inverse_block_from = 2048, 49152
 
     def trsm_inverse_blocks(self, t, S, nb, lower, trans, b):
         # Backend's loop with cuBLAS called straight (2 calls per block: host-bound else)
