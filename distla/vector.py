@@ -93,11 +93,15 @@ def column_scales(X: DistMatrix):
     of two ``2^e`` with ``max_i |X[i, j]| <= 2^e < 2 max_i |X[i, j]|`` (1 for a column that
     is zero or not finite), so that ``X / scales`` has columns of largest magnitude in
     [1/2, 1]: exact, and inside every precision's range (a solve with low-precision factors
-    of a column of 1e300, or 1e-45, is one of O(1) times a power of two)."""
+    of a column of 1e300, or 1e-45, is one of O(1) times a power of two). A column of
+    subnormal entries gets the smallest normal power of two, not a subnormal one (dividing a
+    complex column by that overflowed to inf + inf j)."""
     xp = X.xp
     m = column_max(X)
     ok = (m > 0) & (m < np.inf)
-    return xp.where(ok, xp.exp2(xp.ceil(xp.log2(xp.where(ok, m, 1.0)))), 1.0)
+    tiny = float(np.finfo(X.dtype).tiny)
+    return xp.where(ok, xp.exp2(xp.ceil(xp.log2(xp.where(ok, xp.maximum(m, tiny), 1.0)))),
+                    1.0)
 
 
 def global_max(grid, value: float) -> float:

@@ -137,3 +137,75 @@ def test_mixed_with_rhs_columns_outside_float32_range(grids, method):
         assert info.precision == "mixed" and not info.fallback, info.reason
         err = np.abs(X.to_global(None) - xs).max(axis=0) / np.abs(xs).max(axis=0)
         assert (err < 1e-12).all(), err
+
+
+# ---- thirteenth sweep: structured hard matrices -------------------------------------------
+def _small_pivot_ill_conditioned(n=50, cond=1e12, pivot=1e-6, seed=0):
+    """An ill-conditioned A (cond_1 ~1e13) whose first pivot is ``pivot`` times the largest
+    entry below it: LU without pivoting accepts it (its threshold is sqrt(eps)) and grows
+    by ~6e4, enough to lose every digit at this condition number."""
+    r = np.random.default_rng(seed)
+    u, _ = np.linalg.qr(r.standard_normal((n, n)))
+    v, _ = np.linalg.qr(r.standard_normal((n, n)))
+    a = (u * np.logspace(0, -np.log10(cond), n)) @ v.T
+    a[0, 0] = pivot * np.abs(a[1:, 0]).max()
+    return a
+
+
+@pytest.mark.mpi
+def test_genp_warns_where_its_growth_leaves_no_digits(grids):
+    """GENP returned forward errors of 0.5-2.5 with no warning: its factors' own condition
+    estimate (of the matrix they hold, A plus growth x eps) stayed above eps. solve_lu now
+    warns when rcond < growth x eps (mixed too: it ends in that solve); GEPP stays quiet on
+    the same matrix, as LAPACK, with its answer right to ~cond eps."""
+    a = _small_pivot_ill_conditioned()
+    b = a @ np.ones((a.shape[0], 1))
+    for g in grids:
+        A, B = _dist(g, a), _dist(g, b)
+        for precision in ("double", "mixed"):
+            with pytest.warns(LinAlgWarning, match="ill-conditioned"):
+                X = solve(A, B, method="genp", precision=precision)
+            assert np.abs(X.to_global(None) - 1).max() > 1e-3      # (the warning is earned)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", LinAlgWarning)
+            X = solve(A, B, method="gepp")
+        assert np.abs(X.to_global(None) - 1).max() < 1e-3
+
+
+@pytest.mark.mpi
+def test_overflowing_solutions_raise_in_mixed_precision_and_rbt(grids):
+    """A well-conditioned A of 1e-10 and B of 1e300: the solution overflows. The float64
+    solves raised DistlaError; the mixed solves and RBT returned NaN/Inf (their fallbacks
+    solve with check_finite=False). Now every method raises, with no NumPy warning."""
+    r = np.random.default_rng(3)
+    s = r.standard_normal((20, 20))
+    a = 1e-10 * (s @ s.T + 20 * np.eye(20))
+    b = 1e300 * r.standard_normal((20, 1))
+    for g in grids:
+        A, B = _dist(g, a), _dist(g, b)
+        for method in ("gepp", "genp", "cholesky", "rbt"):
+            for precision in ("double", "mixed"):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error", RuntimeWarning)
+                    warnings.filterwarnings("ignore", message=".*falling back")   # RBT's
+                    with pytest.raises(DistlaError, match="non-finite"):
+                        solve(A, B, method=method, precision=precision)
+
+
+@pytest.mark.mpi
+def test_complex_mixed_solve_of_a_subnormal_rhs(grids):
+    """complex128 mixed solves with B of 1e-310 fell back to complex128 and leaked NumPy's
+    overflow: the column's subnormal scale 2^e overflowed complex division. The scale is now
+    at least the smallest normal number; the mixed solve converges."""
+    r = np.random.default_rng(4)
+    a = r.standard_normal((33, 33)) + 1j * r.standard_normal((33, 33))
+    b = (1e-310 * r.standard_normal((33, 1))).astype(complex)
+    for g in grids:
+        A, B = _dist(g, a), _dist(g, b)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            X, info = solve(A, B, method="gepp", precision="mixed", return_info=True)
+        assert info.precision == "mixed" and not info.fallback, info
+        x = X.to_global(None)
+        ref = np.linalg.solve(a, b)
+        assert np.abs(x - ref).max() <= 1e-12 * np.abs(ref).max()

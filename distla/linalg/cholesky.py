@@ -209,6 +209,8 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
         if not check_symmetric:   # refinement's residuals read all of A: make it what the
             A = _hermitian_from_lower(A)    # factorization reads, its lower triangle
         X, info = _solve_mixed(A, B, fd, lookahead, max_iter, fallback, check_rcond)
+        if check_finite:    # finite A and B: a non-finite X means the solves overflowed
+            check_finite_result(X, "solve_cholesky")
         return (X, info) if return_info else X
     # Hermitian A: ||A||_1 = ||A||_inf, a by-product of the symmetry probe when it ran
     if check_rcond and anorm is None:

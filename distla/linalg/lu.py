@@ -105,6 +105,7 @@ class LUFactor:
         self.anorm = None          # ||A||_1, set by lu_factor
         self._perm = None
         self._rcond = None
+        self._growth = None         # growth_factor(), once read
 
     def rcond(self, anorm: float | None = None) -> float:
         """Collective: reciprocal 1-norm condition estimate of A (pdgecon; cached), the same
@@ -134,11 +135,13 @@ class LUFactor:
         """Collective: ``max |U| / max |A|`` (the element growth of the elimination; GEPP's
         bound is ``2^(n-1)``, tournament pivoting's is larger, GENP's unbounded). Returns inf
         for a zero A. One read of U, a block column at a time (no temporaries for real U)."""
-        U = self.lu
-        loc = float(U.backend.to_host(U.backend.upper_max_abs(
-            U.local, U.row_indices(), U.col_indices(), U.nb))) if U.local.size else 0.0
-        mu = U.grid.allreduce(loc, "max")
-        return mu / self.max_abs_a if self.max_abs_a > 0 else math.inf
+        if self._growth is None:
+            U = self.lu
+            loc = float(U.backend.to_host(U.backend.upper_max_abs(
+                U.local, U.row_indices(), U.col_indices(), U.nb))) if U.local.size else 0.0
+            mu = U.grid.allreduce(loc, "max")
+            self._growth = mu / self.max_abs_a if self.max_abs_a > 0 else math.inf
+        return self._growth
 
     def solve(self, B: DistMatrix, trans: bool = False, overwrite_b: bool = False):
         """Collective: same as :func:`lu_solve` (``self``, B)."""
@@ -427,6 +430,8 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
         if check_finite:
             check_finite_(("A", A), ("B", B), what="solve_lu")
         X, info = _solve_mixed(A, B, pivoting, fd, max_iter, fallback, check_rcond, kw)
+        if check_finite:    # finite A and B: a non-finite X means the solves overflowed
+            check_finite_result(X, "solve_lu")
         return (X, info) if return_info else X
     if check_finite:      # A's own check rides on the factorization's pass for ||A||_1
         check_finite_(("B", B), what="solve_lu")
@@ -438,8 +443,9 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
         X, _ = lu_solve_rcond(F, B, check_finite=False)
     else:
         X = lu_solve(F, B, trans=trans, overwrite_b=overwrite_b, check_finite=False)
-    if check_rcond:
-        warn_if_ill_conditioned(F.rcond(), A.dtype, "solve_lu")
+    if check_rcond:       # (the growth: one read of U, kept for the growth warning)
+        growth = F.growth_factor() if F.max_abs_a > 0 else None
+        warn_if_ill_conditioned(F.rcond(), A.dtype, "solve_lu", growth=growth)
     if pivoting_name(pivoting) != "none":     # GENP's growth was checked by lu_factor
         warn_if_large_growth(F, "solve_lu")
     warn_if_subnormal_scale(F.max_abs_a, A.dtype, "solve_lu")

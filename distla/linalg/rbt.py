@@ -53,7 +53,7 @@ from ..errors import ConvergenceError, SingularMatrixError, collective, signatur
 from ..matrix import DistMatrix, check_compatible
 from ..trace import trace
 from ..validate import check_finite as check_finite_
-from ..validate import check_flags
+from ..validate import check_finite_result, check_flags
 from ..vector import all_columns, fanin_trsv
 from ..vector import replicate as _replicate  # noqa: F401 - tests reach it here
 from ..vector import residual as _residual  # noqa: F401 - tests reach it here
@@ -274,8 +274,11 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, fdt, compute, depth: int, seed: i
     t = dict(times)
     solve = _rbt_inverse(F, U, V, A.dtype, times)
     # low-precision factors cannot see A's condition below their own eps: the estimate of
-    # A's, their solves verified against A (condition.refined_rcond)
-    rcond = None if not check_rcond else F.rcond if not low else \
+    # A's, their solves verified against A (condition.refined_rcond); GENP's own factors
+    # cannot see it below their growth times eps (a matrix of cond 5e15 was estimated above
+    # eps): their estimate over the growth, as solve_lu's warning reads it
+    rcond = None if not check_rcond else \
+        (lambda: F.rcond() / max(1.0, F.growth_factor())) if not low else \
         (lambda: refined_rcond(A, norm(A, 1), solve,
                                _rbt_inverse(F, U, V, A.dtype, times, adjoint=True)))
     with _clock(times, "refine"):
@@ -339,13 +342,16 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     :func:`distla.linalg.condition.refined_rcond`) is at least eps: a numerically singular
     matrix takes the failure path (the partial-pivoting fallback then warns with
     :class:`distla.LinAlgWarning` like :func:`solve_lu`). ``info.rcond`` holds the estimate
-    used. ``check_rcond=False`` skips the estimate (and that protection): float32 factors
-    then serve GMRES-IR up to ``cond(A) ~ 1e12``, where refinement cannot certify A's
-    condition. ``overwrite_a`` is accepted for :func:`distla.linalg.solve`'s sake: A is
-    never overwritten (RBT works on ``U^T A V``, a new matrix). ``check_finite``: NaN/Inf in A
-    or B raise ValueError before any work. ``seed``: the butterflies' seed, fixed by default
-    (``DEFAULT_SEED``) so that a solve gives the same answer on every run and grid shape;
-    ``None`` draws a fresh one (rank 0 draws it).
+    used (in double precision: the GENP factors' estimate over their element growth, as
+    :func:`solve_lu` judges GENP). ``check_rcond=False`` skips the estimate (and that
+    protection): float32 factors then serve GMRES-IR up to ``cond(A) ~ 1e12``, where
+    refinement cannot certify A's condition. ``overwrite_a`` is accepted for
+    :func:`distla.linalg.solve`'s sake: A is never overwritten (RBT works on ``U^T A V``, a
+    new matrix). ``check_finite``: NaN/Inf in A or B raise ValueError before any work, and a
+    non-finite X from finite A and B (the solves overflowed) raises DistlaError. ``seed``:
+    the butterflies' seed, fixed by default (``DEFAULT_SEED``) so that a solve gives the same
+    answer (up to rounding) on every run and grid shape; ``None`` draws a fresh one (rank 0
+    draws it).
     """
     grid = A.grid if isinstance(A, DistMatrix) else None
     with collective(grid.comm if grid is not None else None, signature(
@@ -378,6 +384,8 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
             info.backward_error = info.normwise_backward_error = info.residual = 0.0
     else:
         X = _solve(A, B, info, int(max_iter) if refine else 0, fallback, check_rcond)
+    if check_finite:    # finite A and B: a non-finite X means the solves overflowed
+        check_finite_result(X, "rbt_solve")
     A.backend.synchronize()
     info.times["total"] = time.perf_counter() - t_start
     if return_info and A.n and B.n:
@@ -437,7 +445,8 @@ def _fallback(A, B, info: RBTInfo, fallback: bool, zero_pivot,
             X = X.redistribute(block=B.block, src=B.src)
         info.rcond = F.rcond() if check_rcond else None
     if check_rcond:
-        warn_if_ill_conditioned(info.rcond, A.dtype, "rbt_solve (partial-pivoting fallback)")
+        warn_if_ill_conditioned(info.rcond, A.dtype, "rbt_solve (partial-pivoting fallback)",
+                                growth=F.growth_factor() if F.max_abs_a > 0 else None)
     info.fallback, info.iterations, info.converged = True, -1, False
     info.factor_dtype = info.compute = str(A.dtype)
     info.precision = "double"
