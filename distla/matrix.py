@@ -670,9 +670,10 @@ class DistMatrix:
             pass                  # ranks asking for different norms would not meet
         if ord is None:           # (NumPy's and SciPy's default for a matrix)
             ord = "fro"
-        if isinstance(ord, tuple):
-            return self._norms(ord)
-        return self._norms((ord,))[0]
+        with np.errstate(over="ignore"):    # a norm beyond float's range is inf, no warning
+            if isinstance(ord, tuple):
+                return self._norms(ord)
+            return self._norms((ord,))[0]
 
     def _norms(self, ords):
         xp, be = self.xp, self.backend

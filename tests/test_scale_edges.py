@@ -209,3 +209,24 @@ def test_complex_mixed_solve_of_a_subnormal_rhs(grids):
         x = X.to_global(None)
         ref = np.linalg.solve(a, b)
         assert np.abs(x - ref).max() <= 1e-12 * np.abs(ref).max()
+
+
+@pytest.mark.mpi
+def test_entries_near_the_float_range_leak_no_numpy_warnings(grids):
+    """A of entries ~1e307 (||A||_1 beyond float64): the norm is inf and RBT's butterflies
+    overflow, as they may; only distla's own warnings say so (NumPy's 'overflow encountered'
+    leaked from the norm and the butterflies), and every answer is right."""
+    from distla.linalg.rbt import RBTFallbackWarning
+    r = np.random.default_rng(6)
+    a = r.standard_normal((20, 20)) * 1e307 + np.eye(20) * 1e308
+    b = r.standard_normal((20, 1))
+    for g in grids:
+        A, B = _dist(g, a), _dist(g, b)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            warnings.simplefilter("ignore", LinAlgWarning)       # (rcond 0: ||A|| is inf)
+            warnings.simplefilter("ignore", RBTFallbackWarning)
+            assert A.norm(1) == np.inf
+            for method in ("gepp", "rbt"):
+                x = solve(A, B, method=method).to_global(None)
+                assert np.abs(a @ x - b).max() <= 1e-12 * np.abs(b).max()

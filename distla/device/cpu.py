@@ -156,11 +156,18 @@ class CpuBackend(Backend):
         np.take(a, idx, axis=0, out=out, mode="clip")
 
     def axpby(self, x, p, a, b) -> None:
-        p *= b
-        x *= a
-        x += p
+        with np.errstate(over="ignore", invalid="ignore"):   # (as butterfly_quad)
+            p *= b
+            x *= a
+            x += p
 
     def butterfly_quad(self, a00, a01, a10, a11, ut, ub, vl, vr) -> None:
+        # entries near the float range overflow here without a NumPy warning: RBT's pivot
+        # and finiteness checks then fall back to partial pivoting, with their own warning
+        with np.errstate(over="ignore", invalid="ignore"):
+            self._butterfly_quad(a00, a01, a10, a11, ut, ub, vl, vr)
+
+    def _butterfly_quad(self, a00, a01, a10, a11, ut, ub, vl, vr) -> None:
         h, w = a00.shape
         step = max(1, _CHUNK_ELEMS // max(1, h))
         for j0 in range(0, w, step):
