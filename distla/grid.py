@@ -236,6 +236,8 @@ class ProcessGrid:
         rank gives NaN (MPI leaves NaN in MAX/MIN undefined)."""
         if op not in ("sum", "max", "min"):
             raise ValueError(f"op must be 'sum', 'max' or 'min', not {op!r}")
+        if self.size == 1:        # (no message, no NumPy reduction: ~7 us a call)
+            return int(value) if isinstance(value, (int, np.integer)) else float(value)
         vals = self.comm.allgather(value)
         f = {"sum": np.sum, "max": np.max, "min": np.min}[op]
         out = f(np.asarray(vals))

@@ -92,6 +92,17 @@ def check_compatible(A, B, what: str) -> None:
 # it; slabs of 32 MiB made `random` 2x and `problems.spd_matrix` 3-6x slower (n=4096), and
 # the in-place symmetric hash of spd_matrix runs best near 2^18 entries (n=8192)
 _SLAB_ELEMS = {"cpu": 1 << 18, "gpu": 1 << 25}
+_MIN_SLAB_ELEMS = 1 << 16
+
+
+def _slab_width(mloc: int, nloc: int, device: str) -> int:
+    """Local columns per slab of a pass over a local matrix: at most ``_SLAB_ELEMS`` entries
+    and a 32nd of the columns (temporaries stay a fraction of the matrix), but at least
+    ``_MIN_SLAB_ELEMS`` entries (a 64 x 64 matrix took 32 slabs of ~8 NumPy calls each: its
+    Frobenius norm cost 170x NumPy's)."""
+    rows = max(1, mloc)
+    return max(1, min(nloc, _SLAB_ELEMS[device] // rows,
+                      max(-(-nloc // 32), _MIN_SLAB_ELEMS // rows)))
 
 
 def _operand_error(op: str, other) -> TypeError:
@@ -303,7 +314,7 @@ class DistMatrix:
             I = xp.asarray(A.row_indices()).reshape(-1, 1)
             J = xp.asarray(A.col_indices()).reshape(1, -1)
             mloc, nloc = A.local_shape
-            w = max(1, min(nloc, _SLAB_ELEMS[device] // max(1, mloc), -(-nloc // 32)))
+            w = _slab_width(mloc, nloc, device)
             for c in range(0, max(nloc, 1), w):   # fn runs at least once, even on no columns
                 vals = A.backend.asarray(fn(I, J[:, c:c + w]))
                 if vals.dtype.kind == "c" and A.dtype.kind != "c":
@@ -383,6 +394,10 @@ class DistMatrix:
         agree(comm, err)
         shape, dts = comm.bcast(meta, root=root)
         A = cls.zeros(grid, shape, block, dtype=np.dtype(dts), device=device, src=src)
+        if grid.size == 1:        # one rank: the local matrix is the array (no buffers)
+            if A.local.size:
+                A.local[...] = A.backend.asarray(np.asarray(a, dtype=A.dtype))
+            return A
         counts = []
         for r in range(grid.size):
             pr, pc = grid.coords(r)
@@ -483,6 +498,10 @@ class DistMatrix:
                                          not isinstance(root, bool) and 0 <= root < grid.size):
                 raise ValueError(f"root {root!r} is not a rank of the {grid.size}-rank grid "
                                  f"(an int, or None for every rank)")
+        if grid.size == 1:        # one rank: the local matrix is the array (no buffers)
+            out = np.empty(self.shape, dtype=self.dtype)
+            out[...] = self.backend.to_host(self.local)
+            return out
         mine = np.asarray(self.backend.to_host(self.local), order="F").ravel(order="F")
         shapes = [(layout.numroc(self.m, self.mb, pr, self.rsrc, grid.nprow),
                    layout.numroc(self.n, self.nb, pc, self.csrc, grid.npcol))
@@ -695,7 +714,7 @@ class DistMatrix:
         if fused is not None:     # the row sums in one pass, no temporaries
             acc[np.inf] = fused[2][:, 0]
         # column slabs: the temporaries stay a fraction of the local matrix
-        w = max(1, min(nloc, _SLAB_ELEMS[self.device] // max(1, mloc), -(-nloc // 32)))
+        w = _slab_width(mloc, nloc, self.device)
         for c in range(0, nloc, w) if rest and fused is None else ():
             # |A| of the slab's transpose: a walk in memory order (row j of absA: column j)
             absA = xp.abs(self.local[:, c:c + w].T)

@@ -32,3 +32,50 @@ def test_norm1_estimate_is_a_close_lower_bound():
                 est = norm1_estimate(n, np.float64, lambda X: M @ X, lambda X: M.T @ X, t=t)
                 true = np.abs(M).sum(axis=0).max()
                 assert true / 3 <= est <= true * (1 + 1e-12), (n, t, est, true)
+
+
+def test_one_cpu_rank_takes_lapacks_estimate():
+    """On one CPU rank rcond (LU and Cholesky, both triangles, and the estimates beside a
+    solve) is LAPACK's xGECON / xPOCON on the local factor: the same numbers as SciPy's
+    LAPACK wrappers, 0.0 for a numerically singular A, and the solves still right."""
+    import scipy.linalg as sla
+    from mpi4py import MPI
+
+    from distla import DistMatrix, ProcessGrid
+    from distla.linalg import (
+        cho_factor,
+        cho_rcond,
+        cho_solve_rcond,
+        lu_factor,
+        lu_solve_rcond,
+        rcond,
+    )
+    g = ProcessGrid(1, 1, MPI.COMM_SELF)
+    r = np.random.default_rng(7)
+    for n, dtype in ((1, np.float64), (30, np.float64), (45, np.complex128), (30, np.float32)):
+        a = (r.standard_normal((n, n)) + (1j * r.standard_normal((n, n))
+                                         if np.dtype(dtype).kind == "c" else 0)).astype(dtype)
+        s = (a @ a.conj().T + n * np.eye(n)).astype(dtype)
+        A, S = DistMatrix.from_global(g, a, block=8), DistMatrix.from_global(g, s, block=8)
+        anorm = float(np.abs(a).sum(axis=0).max())
+        lu, _ = sla.lu_factor(a)
+        gecon = sla.get_lapack_funcs("gecon", (lu,))
+        want = float(gecon(lu, anorm, norm="1")[0])
+        F = lu_factor(A)
+        assert np.isclose(F.rcond(), want, rtol=1e-4) and np.isclose(rcond(A, F), want,
+                                                                      rtol=1e-4)
+        B = DistMatrix.from_global(g, np.ones((n, 2), dtype), block=8)
+        X, rc = lu_solve_rcond(F, B)
+        assert np.isclose(rc, want, rtol=1e-4)
+        np.testing.assert_allclose(a @ X.to_global(None), np.ones((n, 2)), atol=1e-3)
+        snorm = float(np.abs(s).sum(axis=0).max())
+        for lower in (True, False):
+            c = sla.cholesky(s, lower=lower)
+            pocon = sla.get_lapack_funcs("pocon", (c,))
+            want = float(pocon(c, snorm, uplo="L" if lower else "U")[0])
+            C = cho_factor(S, lower=lower)
+            assert np.isclose(cho_rcond(C, snorm), want, rtol=1e-4)
+            _, rc = cho_solve_rcond(C, B, snorm)
+            assert np.isclose(rc, want, rtol=1e-4)
+    sing = DistMatrix.from_global(g, np.ones((6, 6)), block=2)
+    assert rcond(sing) == 0.0

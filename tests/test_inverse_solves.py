@@ -201,8 +201,11 @@ def test_many_columns_keep_the_library_solve(forced):
                                                                        lower=True))
 
 
-def test_rcond_and_mixed_solves_with_inverse_blocks(forced):
-    from distla.linalg import cho_factor, lu_factor, rcond, solve
+def test_rcond_and_mixed_solves_with_inverse_blocks(forced, monkeypatch):
+    from distla.linalg import cho_factor, condition, lu_factor, rcond, solve
+    # one CPU rank would take LAPACK's own estimate (condition.lapack_rcond): the
+    # distributed estimator, whose solves this tests, as on a GPU rank
+    monkeypatch.setattr(condition, "_on_one_cpu", lambda template: False)
     g = _one_process()
     rng = np.random.default_rng(5)
     n = 60

@@ -45,6 +45,7 @@ from ..validate import check_finite as check_finite_
 from ..validate import check_finite_result, check_flags, check_symmetric, signature
 from ._potrf_loop import PotrfLoop
 from .condition import (
+    lapack_rcond,
     rcond_estimate,
     solve_and_rcond,
     subnormal_floor,
@@ -135,9 +136,9 @@ def cho_rcond(c_and_lower, anorm: float) -> float:
     """Collective: reciprocal 1-norm condition estimate of A from its Cholesky factor and
     ``anorm = ||A||_1`` (pdpocon): a few :func:`cho_solve` calls on n x t blocks (t =
     ``Backend.rcond_vectors``)."""
-    C = c_and_lower[0] if isinstance(c_and_lower, tuple) else c_and_lower
+    C, lower = c_and_lower if isinstance(c_and_lower, tuple) else (c_and_lower, True)
     f = (lambda X: cho_solve(c_and_lower, X, overwrite_b=True, check_finite=False))
-    return rcond_estimate(anorm, C, f, f)
+    return rcond_estimate(anorm, C, f, f, local=lapack_rcond(C, anorm, "cholesky", lower))
 
 
 def cho_solve(c_and_lower, B: DistMatrix, overwrite_b: bool = False,
@@ -283,7 +284,9 @@ def cho_solve_rcond(c_and_lower, B: DistMatrix, anorm: float, check_finite: bool
 
     def inv(M):   # A^-1 = A^-H
         return cho_solve(c_and_lower, M, overwrite_b=True, check_finite=False)
-    return solve_and_rcond(B, C, inv, anorm, inv, inv)
+    lower = c_and_lower[1] if isinstance(c_and_lower, tuple) else True
+    return solve_and_rcond(B, C, inv, anorm, inv, inv,
+                           local=lapack_rcond(C, anorm, "cholesky", lower))
 
 
 def logdet(L: DistMatrix) -> float:

@@ -53,6 +53,7 @@ from ..validate import check_finite_result, check_flags, signature
 from ._lu_loop import LULoop
 from ._pivoting import ipiv_to_perm, largest_multiplier, permute_rows
 from .condition import (
+    lapack_rcond,
     rcond_estimate,
     solve_and_rcond,
     warn_if_ill_conditioned,
@@ -113,12 +114,14 @@ class LUFactor:
         factorization (:func:`distla.linalg.rcond` passes its A's); the factor is not
         changed by it."""
         if anorm is not None and anorm != self.anorm:
-            return rcond_estimate(anorm, self.lu, *_inverse_ops(self), inverses=False)
+            return rcond_estimate(anorm, self.lu, *_inverse_ops(self), inverses=False,
+                                  local=lapack_rcond(self.lu, anorm, "lu"))
         if self._rcond is None:
             if self.anorm is None:
                 raise ValueError("this LUFactor has no ||A||_1; use distla.linalg.rcond(A, F)")
             self._rcond = rcond_estimate(self.anorm, self.lu, *_inverse_ops(self),
-                                         inverses=False)
+                                         inverses=False,
+                                         local=lapack_rcond(self.lu, self.anorm, "lu"))
         return self._rcond
 
     @property
@@ -381,7 +384,7 @@ def lu_solve_rcond(F: LUFactor, B: DistMatrix, check_finite: bool = True):
         check_finite_(("B", B), what="lu_solve")
     X, rc = solve_and_rcond(      # (no inverted diagonal blocks: docs/condition.md)
         B, F.lu, lambda M: lu_solve(F, M, overwrite_b=True, check_finite=False), F.anorm,
-        *_inverse_ops(F), inverses=False)
+        *_inverse_ops(F), inverses=False, local=lapack_rcond(F.lu, F.anorm, "lu"))
     F._rcond = rc
     return X, rc
 
