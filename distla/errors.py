@@ -93,7 +93,7 @@ def agree(comm, exc: BaseException | None = None, signature: str | None = None) 
         payload = exc if exc is None else _picklable(exc)
     except Exception:  # pragma: no cover
         payload = DistlaError(repr(exc))
-    gathered = comm.allgather((payload, signature))
+    gathered = comm.allgather((payload, None if signature is None else str(signature)))
     for r, (e, _) in enumerate(gathered):
         if e is not None:
             new = _mark_agreed(_rebuild(e, r, comm.Get_size()))
@@ -216,8 +216,31 @@ def describe(x) -> str:
     return type(x).__name__
 
 
-def signature(what: str, *args, **kw) -> str:
-    """``what(arg, ..., key=value)`` with every argument :func:`describe`-d: passed to
-    :func:`collective` so that ranks calling with different arguments fail together."""
-    parts = [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in sorted(kw.items())]
-    return f"{what}({', '.join(parts)})"
+class _Signature:
+    """A call's signature, written out (:meth:`__str__`) only when it travels: a one-rank
+    communicator never sends it (a solve on one rank described ~27 calls at ~7 us each)."""
+
+    __slots__ = ("what", "args", "kw")
+
+    def __init__(self, what, args, kw):
+        self.what, self.args, self.kw = what, args, kw
+
+    def __str__(self) -> str:
+        parts = [describe(a) for a in self.args] + \
+            [f"{k}={describe(v)}" for k, v in sorted(self.kw.items())]
+        return f"{self.what}({', '.join(parts)})"
+
+    __repr__ = __str__
+
+    def __eq__(self, other) -> bool:
+        return str(self) == str(other)
+
+    __hash__ = None
+
+
+def signature(what: str, *args, **kw):
+    """``what(arg, ..., key=value)`` with every argument :func:`describe`-d (as text when
+    ``str()`` is taken: :func:`agree` takes it only on communicators of several ranks):
+    passed to :func:`collective` so that ranks calling with different arguments fail
+    together."""
+    return _Signature(what, args, kw)
