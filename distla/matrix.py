@@ -398,24 +398,17 @@ class DistMatrix:
             if A.local.size:
                 A.local[...] = A.backend.asarray(np.asarray(a, dtype=A.dtype))
             return A
-        counts = []
-        for r in range(grid.size):
-            pr, pc = grid.coords(r)
-            counts.append(layout.numroc(A.m, A.mb, pr, A.rsrc, grid.nprow)
-                          * layout.numroc(A.n, A.nb, pc, A.csrc, grid.npcol))
-        counts = np.array(counts, dtype=np.int64)
+        shapes = A._local_shapes()
+        counts = np.array([p * q for p, q in shapes], dtype=np.int64)
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
         sendbuf = None
         if comm.Get_rank() == root:
             sendbuf = np.empty(int(counts.sum()), dtype=A.dtype)
-            for r in range(grid.size):      # strided copies, no index arrays
-                pr, pc = grid.coords(r)
-                piece = sendbuf[displs[r]:displs[r] + counts[r]].reshape(
-                    (layout.numroc(A.m, A.mb, pr, A.rsrc, grid.nprow),
-                     layout.numroc(A.n, A.nb, pc, A.csrc, grid.npcol)), order="F")
+            for r, (pr, pc) in enumerate(map(grid.coords, range(grid.size))):
+                piece = sendbuf[displs[r]:displs[r] + counts[r]].reshape(shapes[r], order="F")
                 for gv, lv in layout.block_cyclic_views(a, piece, A.block, (pr, pc), A.src,
                                                         grid.shape):
-                    lv[...] = gv
+                    lv[...] = gv            # strided copies, no index arrays
         recv = np.empty(int(counts[grid.rank]), dtype=A.dtype)
         from mpi4py import MPI
         mt = MPI._typedict[A.dtype.char]
@@ -488,6 +481,13 @@ class DistMatrix:
         return DistMatrix(self.grid, self.shape, self.block, dtype=self.dtype, device=device,
                           src=self.src, local=be.asarray(self.backend.to_host(self.local)))
 
+    def _local_shapes(self) -> list:
+        """The local matrix shape of every rank of the grid, in rank order. Local."""
+        g = self.grid
+        return [(layout.numroc(self.m, self.mb, pr, self.rsrc, g.nprow),
+                 layout.numroc(self.n, self.nb, pc, self.csrc, g.npcol))
+                for pr, pc in map(g.coords, range(g.size))]
+
     def to_global(self, root: int | None = 0):
         """Collective: the global ndarray (NumPy) on ``root``, None elsewhere; every rank gets
         it when ``root`` is None."""
@@ -503,9 +503,7 @@ class DistMatrix:
             out[...] = self.backend.to_host(self.local)
             return out
         mine = np.asarray(self.backend.to_host(self.local), order="F").ravel(order="F")
-        shapes = [(layout.numroc(self.m, self.mb, pr, self.rsrc, grid.nprow),
-                   layout.numroc(self.n, self.nb, pc, self.csrc, grid.npcol))
-                  for pr, pc in map(grid.coords, range(grid.size))]
+        shapes = self._local_shapes()
         counts = np.array([a * b for a, b in shapes], dtype=np.int64)
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
         mt = MPI._typedict[self.dtype.char]

@@ -216,9 +216,7 @@ def swap_moves(piv, start: int):
     rows = np.sort(np.concatenate([np.arange(start, start + k, dtype=np.int64), piv]),
                    kind="stable")   # a sorted run + k values: fast; np.unique is ~10x slower
     rows = rows[np.concatenate(([True], rows[1:] != rows[:-1]))]
-    ip = (np.searchsorted(rows, piv) + 1).astype(np.int32)   # 1-based compact pivots
-    v = rows.astype(np.float64)
-    _fn("dlaswp")(_i(1), _ptr(v), _i(max(1, v.size)), _i(1), _i(k), ip.ctypes.data_as(_P),
-                  _i(1))
+    # row start + i is compact row i (every pivot is >= start): the swaps on compact rows
+    v = rows[swapped_order(np.searchsorted(rows, piv), rows.size)]
     moved = np.flatnonzero(v != rows)
-    return rows[moved], v[moved].astype(np.int64)
+    return rows[moved], v[moved]

@@ -24,6 +24,24 @@ def _mark_library(cls) -> None:
             setattr(cls, name, library(cls.__dict__[name]))
 
 
+def _diagonal_bands(xp, rows, cols, nb):
+    """Yield ``(cs, w, first, last, I, J)`` for each block of ``nb`` local columns of a local
+    matrix with increasing global ``rows`` and ``cols`` (host arrays): its columns
+    ``cs:cs + w``; ``first`` the local rows wholly above its diagonal band (global row below
+    its first column), ``last`` the end of the band (global row at most its last column);
+    ``I`` (band rows x 1) and ``J`` (1 x w) the band's global indices as device arrays, for a
+    mask of either triangle (None when the band is empty). Local."""
+    for cs in range(0, len(cols), nb):
+        w = min(nb, len(cols) - cs)
+        first = int(np.searchsorted(rows, cols[cs]))
+        last = int(np.searchsorted(rows, cols[cs + w - 1], side="right"))
+        I = J = None
+        if last > first:
+            I = xp.asarray(rows[first:last]).reshape(-1, 1)
+            J = xp.asarray(cols[cs:cs + w]).reshape(1, -1)
+        yield cs, w, first, last, I, J
+
+
 class Backend:
     """Local storage, kernels and streams for one device kind. ``xp`` is numpy or cupy;
     ``name`` 'cpu' or 'gpu'. Subclasses implement the ``_kernel`` methods."""
@@ -408,20 +426,16 @@ class Backend:
         """``max |a_ij|`` over the entries on or above the global diagonal (``rows[i] <=
         cols[j]``; ``rows``, ``cols``: the increasing global indices of a's rows and columns,
         host arrays) as a 0-d array of this device, NaN there propagated: the U of an LU
-        factor's local storage. Here one block column (``nb`` local columns) at a time: the
-        rows wholly above it, then its diagonal band masked. Local."""
+        factor's local storage. Here one block column (``nb`` local columns) at a time
+        (:func:`_diagonal_bands`): the rows wholly above it, then its diagonal band masked.
+        Local."""
         xp = self.xp
         top = [xp.zeros((), np.finfo(a.dtype).dtype)]
-        for cs in range(0, a.shape[1], nb):
-            w = min(nb, a.shape[1] - cs)
-            above = int(np.searchsorted(rows, cols[cs]))             # rows < first column
-            band = int(np.searchsorted(rows, cols[cs + w - 1], side="right"))
-            if above:
-                top.append(self.max_abs(a[:above, cs:cs + w]))
-            if band > above:
-                I = xp.asarray(rows[above:band]).reshape(-1, 1)
-                J = xp.asarray(cols[cs:cs + w]).reshape(1, -1)
-                top.append(self.max_abs(xp.where(I <= J, a[above:band, cs:cs + w], 0)))
+        for cs, w, first, last, I, J in _diagonal_bands(xp, rows, cols, nb):
+            if first:
+                top.append(self.max_abs(a[:first, cs:cs + w]))
+            if I is not None:
+                top.append(self.max_abs(xp.where(I <= J, a[first:last, cs:cs + w], 0)))
         return xp.max(xp.stack(top))
 
     def lower_column_max_abs(self, a, rows, cols, nb):
@@ -433,16 +447,11 @@ class Backend:
         :meth:`column_abs_stats`, its diagonal band masked. Local."""
         xp = self.xp
         out = xp.zeros(a.shape[1], np.finfo(a.dtype).dtype)
-        for cs in range(0, a.shape[1], nb):
-            w = min(nb, a.shape[1] - cs)
-            lo = int(np.searchsorted(rows, cols[cs], side="right"))
-            hi = int(np.searchsorted(rows, cols[cs + w - 1], side="right"))
-            if hi < a.shape[0]:
-                out[cs:cs + w] = self.column_abs_stats(a[hi:, cs:cs + w])[1]
-            if hi > lo:
-                I = xp.asarray(rows[lo:hi]).reshape(-1, 1)
-                J = xp.asarray(cols[cs:cs + w]).reshape(1, -1)
-                band = xp.where(I > J, xp.abs(a[lo:hi, cs:cs + w]), 0).max(axis=0)
+        for cs, w, first, last, I, J in _diagonal_bands(xp, rows, cols, nb):
+            if last < a.shape[0]:
+                out[cs:cs + w] = self.column_abs_stats(a[last:, cs:cs + w])[1]
+            if I is not None:
+                band = xp.where(I > J, xp.abs(a[first:last, cs:cs + w]), 0).max(axis=0)
                 out[cs:cs + w] = xp.maximum(out[cs:cs + w], band)
         return out
 
