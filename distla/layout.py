@@ -84,9 +84,17 @@ def _view(a, shape):
     """``a.reshape(shape)``, which must be a view of ``a`` (an assignment into a copy would
     be lost)."""
     v = a.reshape(shape)
-    if v.size and not np.may_share_memory(v, a):
+    if v.size and not _may_share_memory(v, a):
         raise AssertionError("block_cyclic_views: reshape copied")
     return v
+
+
+def _may_share_memory(a, b) -> bool:
+    """``may_share_memory`` of NumPy, or of CuPy for device arrays."""
+    if isinstance(a, np.ndarray):
+        return np.may_share_memory(a, b)
+    import cupy
+    return cupy.may_share_memory(a, b)
 
 
 def block_cyclic_views(g, loc, block, coords, src, grid_shape):

@@ -18,7 +18,7 @@ LAYERS = {
     "distla.grid": 3,
     "distla.matrix": 4,
     "distla.pblas": 5, "distla.validate": 5, "distla.io": 5, "distla.h5io": 5, "distla.checks": 5,
-    "distla.covariance": 5, "distla.vector": 5,
+    "distla.covariance": 5, "distla.vector": 5, "distla.replicate": 5,
     "distla.linalg": 6, "distla.tlr": 6,
     "distla.problems": 7, "distla.defaults": 7, "distla.runtime": 7, "distla.warmup": 7,
     "distla.model": 7, "distla.gp": 7,

@@ -99,6 +99,74 @@ def test_mixed_reaches_double_backward_error(grids, method, dtype):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("method,dtype", METHODS)
+def test_mixed_with_replicated_factors(grids, monkeypatch, method, dtype):
+    """Whole copies of the float32 factors on every rank (REPLICATE, on CPU ranks only when
+    asked): the same accuracy as the distributed solves, on every grid; one rank solves alone."""
+    from distla.linalg import mixed, solve
+    monkeypatch.setitem(mixed.REPLICATE, "cpu", True)
+    a = conditioned(N, 1e3, 1, spd=method == "cholesky", complex_=dtype == np.complex128)
+    b = random_array((N, 2), dtype, seed=2)
+    ref = _ref_berr(a, b)
+    for grid in grids:
+        A, B = _dist(grid, a, src=corner(grid)), _dist(grid, b, (NB, 1))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            X, info = solve(A, B, method=method, precision="mixed", return_info=True)
+        assert info.replicated == (grid.size > 1), info
+        assert ("replicate" in info.times) == (grid.size > 1), info.times
+        assert not info.fallback and info.iterations >= 1, info
+        assert X.dtype == dtype and X.same_layout(B)
+        assert berr_np(a, X.to_global(None), b) <= max(20 * ref, 4 * N * EPS)
+
+
+@pytest.mark.mpi
+def test_replicated_factors_need_the_memory(grids, monkeypatch):
+    """No copies when one rank lacks the memory for them: every rank then solves distributed
+    (the decision is agreed, not taken per rank)."""
+    from distla.linalg import mixed, solve
+    monkeypatch.setitem(mixed.REPLICATE, "cpu", True)
+    a = conditioned(N, 1e2, 3, spd=True)
+    b = random_array((N, 1), seed=4)
+    for grid in grids:
+        A = _dist(grid, a)
+        low = 0 if grid.comm.rank == grid.size - 1 else 1 << 40     # the last rank: none
+        monkeypatch.setattr(type(A.backend), "free_memory", lambda self: low, raising=False)
+        X, info = solve(A, _dist(grid, b, (NB, 1)), method="cholesky", precision="mixed",
+                        return_info=True)
+        assert info.replicated is False, info
+        assert not info.fallback and berr_np(a, X.to_global(None), b) <= 4 * N * EPS
+
+
+@pytest.mark.mpi
+def test_replicated_solve_failing_on_one_rank_raises_everywhere(grids, monkeypatch):
+    """A rank whose own solve with the copies fails (here: injected) does not leave the
+    others waiting in the next residual: every rank raises the same error."""
+    import importlib
+
+    from distla import DistlaError
+    from distla.linalg import mixed, solve
+    ch = importlib.import_module("distla.linalg.cholesky")
+    from distla.replicate import self_grid
+    monkeypatch.setitem(mixed.REPLICATE, "cpu", True)
+    real = ch.cho_solve
+
+    def failing(c, B, **kw):
+        if B.grid is self_grid() and grids[0].comm.rank == grids[0].size - 1:
+            raise MemoryError("injected: out of memory in the local sweep")
+        return real(c, B, **kw)
+    monkeypatch.setattr(ch, "cho_solve", failing)
+    a = conditioned(N, 1e2, 3, spd=True)
+    b = random_array((N, 1), seed=4)
+    for grid in grids:
+        if grid.size == 1:
+            continue
+        with pytest.raises((MemoryError, DistlaError), match="injected"):
+            solve(_dist(grid, a), _dist(grid, b, (NB, 1)), method="cholesky",
+                  precision="mixed")
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("method", ["cholesky", "gepp"])
 def test_mixed_with_ranks_that_hold_no_columns(grids, method):
     """One block larger than the matrix: every rank but one holds no entries of A (the
@@ -115,18 +183,35 @@ def test_mixed_with_ranks_that_hold_no_columns(grids, method):
 
 
 @pytest.mark.mpi
-def test_gmres_ir_takes_over_when_ir_stalls(grids, monkeypatch):
+@pytest.mark.parametrize("replicate", ["no", "copies", "copies, no memory to promote them"])
+def test_gmres_ir_takes_over_when_ir_stalls(grids, monkeypatch, replicate):
     """cond 1e9: float32 factors make classical IR diverge (cond * eps32 > 1); GMRES-IR
     (preconditioned by the factors in float64) still converges from the float32 LU (without
-    the time budget, which at this size would rather fall back)."""
+    the time budget, which at this size would rather fall back): with distributed factors,
+    with whole copies (promoted for GMRES-IR), and with copies for the classical solves but
+    too little memory left to promote them (GMRES-IR then promotes the distributed ones)."""
+    from distla.device.base import Backend
     from distla.linalg import mixed, solve_lu
     monkeypatch.setattr(mixed, "REFINE_BUDGET", None)
+    monkeypatch.setitem(mixed.REPLICATE, "cpu", replicate != "no")
+    if replicate.endswith("promote them"):        # enough for the copies, then nothing
+        calls = []
+
+        def free_memory(self):
+            calls.append(1)
+            return 1 << 40 if len(calls) == 1 else 0
+        monkeypatch.setattr(Backend, "free_memory", free_memory)
     a = conditioned(N, 1e9, 3)
     b = random_array((N, 1), seed=4)
     for grid in grids:
+        if replicate.endswith("promote them"):
+            calls.clear()
         X, info = solve_lu(_dist(grid, a), _dist(grid, b), precision="mixed",
                            return_info=True, check_rcond=False)   # (certifies in IR's range)
         assert info.precision == "mixed" and not info.fallback, info
+        assert info.replicated == (replicate != "no" and grid.size > 1), info
+        if replicate.endswith("promote them") and grid.size > 1:
+            assert len(calls) == 2          # asked once for the copies, once to promote
         assert info.gmres_iterations and all(1 <= m <= 30 for m in info.gmres_iterations)
         assert berr_np(a, X.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * N * EPS)
 
@@ -629,7 +714,7 @@ def test_refined_rcond_from_float32_factors(grids):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("method", ["gepp", "calu", "genp", "rbt"])
+@pytest.mark.parametrize("method", ["gepp", "calu", "genp", "rbt", "gepp-replicated"])
 def test_mixed_on_a_numerically_singular_matrix_warns_like_double(grids, method,
                                                                   monkeypatch):
     """A singular A (cond 4e16) with float32 factors: refinement converges to a backward
@@ -639,6 +724,9 @@ def test_mixed_on_a_numerically_singular_matrix_warns_like_double(grids, method,
     from distla import LinAlgWarning
     from distla.linalg import mixed, solve
     monkeypatch.setattr(mixed, "REFINE_BUDGET", None)
+    if method.endswith("-replicated"):    # the certificate's solves on whole copies
+        method = method.split("-")[0]
+        monkeypatch.setitem(mixed.REPLICATE, "cpu", True)
     n = 48
     rng = np.random.default_rng(7)
     a = rng.standard_normal((n, n))

@@ -114,6 +114,10 @@ class Backend:
                 loader.join()
 
     # ---- storage -------------------------------------------------------------------------
+    def free_memory(self) -> int | None:
+        """Bytes this rank's device can still allocate (None: not known, CPU ranks). Local."""
+        return None
+
     def empty(self, shape, dtype=np.float64):
         return self.xp.empty(shape, dtype=dtype, order="F")
 

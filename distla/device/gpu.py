@@ -81,6 +81,11 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     def synchronize(self) -> None:
         self.xp.cuda.get_current_stream().synchronize()
 
+    def free_memory(self) -> int:
+        # the device's free memory and what CuPy's pool holds unused
+        return int(self.xp.cuda.runtime.memGetInfo()[0]
+                   + self.xp.get_default_memory_pool().free_bytes())
+
     def device_id(self) -> int:
         return self.xp.cuda.runtime.getDevice()
 

@@ -58,7 +58,6 @@ from .mixed import (
     check_refinement_options,
     double_info,
     mixed_solve,
-    verified_rcond,
 )
 
 __all__ = ["cholesky", "cho_factor", "cho_solve", "cho_rcond", "cho_solve_rcond",
@@ -260,7 +259,7 @@ def _solve_mixed(A, B, fd, lookahead, max_iter, fallback, check_rcond):
         factor=lambda A32, gemm: cholesky(A32, overwrite_a=True, lookahead=lookahead,
                                           check_finite=False, check_symmetric=False,
                                           gemm=gemm),
-        apply=apply, rcond=verified_rcond(A, apply) if check_rcond else None,
+        apply=apply, check_rcond=check_rcond, localize=lambda L, rep: rep(L),
         promote=lambda L: L.astype(A.dtype), max_iter=max_iter, fallback=fallback,
         full=lambda: solve_cholesky(A, B, lookahead=lookahead, check_finite=False,
                                     check_symmetric=False, check_rcond=check_rcond))

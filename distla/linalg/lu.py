@@ -65,7 +65,6 @@ from .mixed import (
     check_refinement_options,
     double_info,
     mixed_solve,
-    verified_rcond,
 )
 
 __all__ = ["LUFactor", "lu_factor", "lu_solve", "lu_solve_rcond", "solve_lu", "PIVOTING",
@@ -471,6 +470,11 @@ def _solve_mixed(A, B, pivoting, fd, max_iter, fallback, check_rcond, kw):
         G.anorm = F.anorm
         return G
 
+    def localize(F, rep):   # (the pivots are global, the same on every rank)
+        G = LUFactor(rep(F.lu), F.piv, F.pivoting, F.max_abs_a, F.tree)
+        G.anorm = F.anorm
+        return G
+
     refined_kw = dict(kw)    # GENP's factors are refined here: moderate growth is fine
     if pivoting_name(pivoting) == "none":
         refined_kw.setdefault("pivot_threshold", REFINED_PIVOT_THRESHOLD)
@@ -485,8 +489,8 @@ def _solve_mixed(A, B, pivoting, fd, max_iter, fallback, check_rcond, kw):
         A, B, method=_METHOD[pivoting_name(pivoting)], factor_dtype=fd,
         factor=lambda A32, gemm: lu_factor(A32, pivoting=pivoting, overwrite_a=True,
                                            check_finite=False, gemm=gemm, **refined_kw),
-        apply=apply, promote=promote, max_iter=max_iter, fallback=fallback,
-        rcond=verified_rcond(A, apply, apply_h) if check_rcond else None,
+        apply=apply, apply_h=apply_h, promote=promote, localize=localize,
+        max_iter=max_iter, fallback=fallback, check_rcond=check_rcond,
         full=lambda: solve_lu(A, B, pivoting=pivoting, check_finite=False,
                               check_rcond=check_rcond, **kw))
     if not X.same_layout(B0):

@@ -10,8 +10,11 @@ low-precision solves; GMRES-IR, preconditioned by the factors applied in A's pre
 the first correction that does not halve the residual; stop at the first GMRES-IR correction
 that does not halve it, or when the refinement has taken ``REFINE_BUDGET`` times the
 low-precision factorization's time (``MIN_SOLVES`` solves' at least). With a condition
-certificate (``rcond``) the certificate is checked before the switch to GMRES-IR (its
-answer would be rejected without it). Any failure
+certificate (``check_rcond``) the certificate is checked before the switch to GMRES-IR (its
+answer would be rejected without it). On GPU ranks of one node the low-precision factors are
+copied whole onto every rank when they fit (:data:`REPLICATE`): each refinement solve then
+runs on every rank alone, without the per-block messages of a distributed triangular sweep
+(:mod:`distla.replicate`). Any failure
 (factorization breakdown, overflow, stagnation, the time budget, no convergence in
 ``max_iter``) runs the full-precision solve instead (``fallback=True``) or raises
 :class:`distla.ConvergenceError`; an unrefined answer is never returned. docs/mixed.md.
@@ -24,9 +27,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ConvergenceError, DistlaError, raised_everywhere
+from ..errors import ConvergenceError, DistlaError, collective, raised_everywhere
 from ..matrix import DistMatrix
 from ..pblas import inverted_diagonal_solves
+from ..replicate import distribute_like, one_node, replicate
 from ..trace import trace
 from ..vector import column_scales
 from .condition import refined_rcond, subnormal_floor
@@ -34,7 +38,7 @@ from .methods import FACTOR_DTYPES
 from .refine import refine
 
 __all__ = ["SolveInfo", "mixed_solve", "check_mixed", "low_dtype", "double_info", "PRECISIONS",
-           "verified_rcond", "check_refinement_options"]
+           "verified_rcond", "check_refinement_options", "REPLICATE"]
 
 PRECISIONS = ("double", "mixed")
 # The refinement may take REFINE_BUDGET times the low-precision factorization's seconds, or
@@ -46,6 +50,13 @@ PRECISIONS = ("double", "mixed")
 REFINE_BUDGET = 1.5
 MIN_SOLVES = 10
 MIN_BUDGET_S = 0.25
+# Whole copies of the low-precision factors on every rank for the refinement's solves, per
+# device, on grids of one node only (one all-gather over NVLink or shared memory), when the copy
+# and its receive buffer take at most REPLICATE_MEMORY of every rank's free device memory (the
+# buffer returns to the pool right after: n = 65536 on two 80 GB GPUs needs 34 of ~52 GB free).
+# CPU ranks: off (host memory is shared by the node's ranks; tests turn it on).
+REPLICATE = {"cpu": False, "gpu": True}
+REPLICATE_MEMORY = 0.8
 _LOW = {np.dtype(np.float64): np.dtype(np.float32),
         np.dtype(np.complex128): np.dtype(np.complex64)}
 
@@ -64,7 +75,8 @@ class SolveInfo:
     ``fallback``: a mixed solve ended in the full-precision one; ``reason``: why.
     ``times``: host seconds of 'factor' (low precision), 'refine', 'fallback' and 'total';
     ``anorm``: ``||A||_inf`` (both for mixed solves only: a full-precision solve leaves
-    ``times`` empty and ``anorm`` NaN).
+    ``times`` empty and ``anorm`` NaN). ``replicated``: the refinement solved with whole
+    copies of the factors on every rank (``times['replicate']``: making them).
     """
 
     method: str
@@ -79,6 +91,7 @@ class SolveInfo:
     reason: str | None = None
     times: dict = field(default_factory=dict)
     anorm: float = float("nan")
+    replicated: bool = False
 
 
 def low_dtype(dtype) -> np.dtype:
@@ -124,16 +137,18 @@ def check_refinement_options(max_iter, fallback, what: str) -> None:
 
 
 def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str, factor,
-                apply, promote, full, max_iter: int = 30, fallback: bool = True,
-                rcond=None):
+                apply, promote, full, apply_h=None, localize=None, max_iter: int = 30,
+                fallback: bool = True, check_rcond: bool = False):
     """Collective: ``(X, SolveInfo)`` for ``A X = B`` (B with A's row blocking).
 
     ``factor(A_low, gemm)``: the factorization of the low-precision copy (gemm: the update
     mode for ``factor_dtype``); a :class:`distla.DistlaError` or ``LinAlgError`` it raises
     (breakdown, raised on every rank) means fallback. ``apply(F, C)``: ``A^-1 C`` from
-    factors F in C's dtype. ``promote(F)``: the factors in A's precision (GMRES-IR's
-    preconditioner). ``full()``: the full-precision solve. ``rcond(F, anorm)``: optional
-    condition estimate (>= eps to accept; ``anorm``: ``||A||_inf``, already computed here)."""
+    factors F in C's dtype; ``apply_h(F, C)``: ``A^-H C`` (None: A is Hermitian and ``apply``
+    serves both). ``promote(F)``: the factors in A's precision (GMRES-IR's preconditioner).
+    ``localize(F, rep)``: F with each of its DistMatrix parts M replaced by ``rep(M)`` (None:
+    never replicated, :data:`REPLICATE`). ``full()``: the full-precision solve.
+    ``check_rcond``: certify A's condition from the factors (:func:`verified_rcond`)."""
     info = SolveInfo(method=method, precision="mixed", factor_dtype=str(low_dtype(A.dtype)),
                      compute=factor_dtype, requested=factor_dtype)
     t0 = time.perf_counter()
@@ -143,13 +158,13 @@ def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str,
         return B.copy(), info
     F, why = _factor_low(A, factor, factor_dtype, info)
     if F is not None:
-        ref = _refine(A, B, F, apply, promote, max_iter, rcond, f"{factor_dtype} {method}",
-                      info)
+        solves = _LowSolves(A, F, apply, apply_h, promote, localize, info)
+        ref = _refine(A, B, solves, max_iter, check_rcond, f"{factor_dtype} {method}", info)
         if ref.converged:
             info.times["total"] = time.perf_counter() - t0
             return ref.x, info
         why = ref.reason
-        del ref
+        del ref, solves
     del F
     info.reason = why
     if not fallback:
@@ -163,6 +178,72 @@ def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str,
     info.factor_dtype = info.compute = str(A.dtype)
     info.times["total"] = time.perf_counter() - t0
     return X, info
+
+
+def _fits_everywhere(A: DistMatrix, nbytes: int) -> bool:
+    """Collective: whether ``nbytes`` take at most :data:`REPLICATE_MEMORY` of every rank's
+    free device memory (unknown free memory counts as enough), the same on every rank."""
+    free = A.backend.free_memory()
+    return A.grid.allreduce(int(free is None or nbytes <= REPLICATE_MEMORY * free),
+                            "min") == 1
+
+
+def _replicates(A: DistMatrix) -> bool:
+    """Collective: whether the refinement's solves use whole copies of the low-precision
+    factors on every rank (:data:`REPLICATE`: device, one node, memory for the copy and its
+    receive buffer), the same on every rank."""
+    g = A.grid
+    if g.size == 1 or not REPLICATE.get(A.device, False) or not one_node(g):
+        return False
+    return _fits_everywhere(A, 2 * A.m * A.n * low_dtype(A.dtype).itemsize)
+
+
+class _LowSolves:
+    """The refinement's solves with the low-precision factors F of A (collective, C and R
+    with A's row layout): ``solve(C)`` / ``solve_h(C)``: ``A^-1 C`` / ``A^-H C`` in the factors'
+    dtype (``solve_h`` is ``solve`` when ``apply_h`` is None); ``precond(R)``: ``A^-1 R`` with
+    the factors promoted to A's precision (GMRES-IR), promoted on first use. On whole copies
+    of F on every rank when :func:`_replicates` says so (``info.replicated``); GMRES-IR then
+    promotes the copies too where every rank has the memory for it, else F."""
+
+    def __init__(self, A, F, apply, apply_h, promote, localize, info):
+        self.A, self.F, self.apply, self.promote = A, F, apply, promote
+        self.Fs, self._precond = None, None
+        if localize is not None and _replicates(A):
+            t = time.perf_counter()
+            with trace("mixed.replicate"), collective(A.grid.comm):   # (out of memory)
+                self.Fs = localize(F, replicate)
+            info.times["replicate"] = time.perf_counter() - t
+        info.replicated = self.Fs is not None
+        self.solve = self._through(apply, F, self.Fs)
+        self.solve_h = self.solve if apply_h is None else self._through(apply_h, F, self.Fs)
+
+    def _through(self, f, F, Fs):
+        """``C -> f(F, C)``, or with Fs: C copied whole to every rank, ``f(Fs, C)`` there,
+        each rank keeping its own blocks of the answer."""
+        if Fs is None:
+            return lambda C: f(F, C)
+        comm = self.A.grid.comm
+
+        def solve(C):
+            Cs = replicate(C)
+            with collective(comm):           # one rank's failure raised on every rank
+                Xs = f(Fs, Cs)
+            return distribute_like(Xs, C)
+        return solve
+
+    def precond(self, R):
+        if self._precond is None:
+            A, Fs = self.A, self.Fs
+            if Fs is not None and _fits_everywhere(A, A.m * A.n * A.dtype.itemsize):
+                with trace("mixed.promote"), collective(A.grid.comm):
+                    G = self.promote(Fs)
+                self._precond = self._through(self.apply, None, G)
+            else:
+                with trace("mixed.promote"):
+                    G = self.promote(self.F)
+                self._precond = self._through(self.apply, G, None)
+        return self._precond(R)
 
 
 def _factor_low(A, factor, factor_dtype, info):
@@ -188,24 +269,19 @@ def _factor_low(A, factor, factor_dtype, info):
     return F, None
 
 
-def _refine(A, B, F, apply, promote, max_iter, rcond, label, info):
-    """Refinement in A's precision with the low-precision factors (module docstring)."""
+def _refine(A, B, solves, max_iter, check_rcond, label, info):
+    """Refinement in A's precision with the low-precision factors (module docstring):
+    ``solves``, a :class:`_LowSolves`."""
     wdt, low = A.dtype, low_dtype(A.dtype)
-    promoted = []
 
     def solve(R):                       # classical IR: solves in the factors' precision,
         s = column_scales(R)            # each column scaled by a power of two into its range
         T = R.copy()
         T.local /= s[None, :]
-        X = apply(F, T.astype(low)).astype(wdt)
+        X = solves.solve(T.astype(low)).astype(wdt)
         with np.errstate(over="ignore", invalid="ignore"):   # an overflowing solution is
             X.local *= s[None, :]     # the refinement's to judge (non-finite: it fails)
         return X
-
-    def precond(R):                     # GMRES-IR: the factors applied in A's precision
-        if not promoted:
-            promoted.append(promote(F))
-        return apply(promoted[0], R)
 
     t = time.perf_counter()
     # the corrections' solves may use inverted diagonal blocks: refinement removes their error
@@ -214,31 +290,29 @@ def _refine(A, B, F, apply, promote, max_iter, rcond, label, info):
         t_solve = A.grid.allreduce(time.perf_counter() - t, "max")
         budget = None if REFINE_BUDGET is None else \
             max(REFINE_BUDGET * info.times["factor"], MIN_SOLVES * t_solve, MIN_BUDGET_S)
-        ref = refine(A, B, solve, x=x, precond=precond, anorm=info.anorm, max_iter=max_iter,
-                     mode="auto", label=label, rcond=None if rcond is None else
-                     (lambda: rcond(F, info.anorm)), budget=budget)
+        ref = refine(A, B, solve, x=x, precond=solves.precond, anorm=info.anorm,
+                     max_iter=max_iter, mode="auto", label=label, rcond=(
+                         lambda: verified_rcond(A, info.anorm, solves.solve, solves.solve_h))
+                     if check_rcond else None, budget=budget)
     info.times["refine"] = time.perf_counter() - t
     info.iterations, info.history = ref.iterations, ref.history
     info.gmres_iterations = list(ref.gmres_iterations)
     return ref
 
 
-def verified_rcond(A: DistMatrix, apply, apply_h=None):
-    """The ``rcond`` callback of :func:`mixed_solve` for ``check_rcond``: A's condition in
-    its own precision from the low-precision factors F
-    (:func:`distla.linalg.condition.refined_rcond`: the estimator's solves with F, verified
-    by refinement against A), so that a numerically singular A is not accepted from factors
-    that cannot see it (the full-precision fallback then warns). ``apply_h(F, C)``: ``A^-H
-    C`` (None: A is Hermitian, ``apply`` serves both, and ``||A||_1`` is the
-    ``||A||_inf`` that :func:`mixed_solve` passes)."""
+def verified_rcond(A: DistMatrix, anorm_inf: float, solve, solve_h) -> float:
+    """Collective: A's reciprocal condition number in its own precision, certified from the
+    low-precision factors' solves ``solve(C)`` / ``solve_h(C)`` (``A^-1 C`` / ``A^-H C`` in
+    the factors' dtype; the same function for Hermitian A, whose ``||A||_1`` is the
+    ``anorm_inf`` given) by :func:`distla.linalg.condition.refined_rcond`: the estimator's
+    solves verified by refinement against A, so that a numerically singular A is not accepted
+    from factors that cannot see it (the full-precision fallback then warns)."""
     low = low_dtype(A.dtype)
 
-    def rc(F, anorm_inf):
-        def through(f):
-            return lambda X: f(F, X.astype(low)).astype(A.dtype)
-        anorm1 = anorm_inf if apply_h is None else A.norm(1)
-        return refined_rcond(A, anorm1, through(apply), through(apply_h or apply))
-    return rc
+    def through(f):
+        return lambda X: f(X.astype(low)).astype(A.dtype)
+    anorm1 = anorm_inf if solve_h is solve else A.norm(1)
+    return refined_rcond(A, anorm1, through(solve), through(solve_h))
 
 
 def double_info(A: DistMatrix, method: str) -> SolveInfo:
