@@ -232,16 +232,17 @@ class ProcessGrid:
 
     def allreduce(self, value, op: str = "sum"):
         """Collective over ``comm``: ``op`` ('sum', 'max' or 'min') of one host scalar per
-        rank, the same value on every rank (an int when every rank passed an int). NaN on any
-        rank gives NaN (MPI leaves NaN in MAX/MIN undefined)."""
+        rank, the same value on every rank (an exact int when every rank passed an int, however
+        large). NaN on any rank gives NaN (MPI leaves NaN in MAX/MIN undefined)."""
         if op not in ("sum", "max", "min"):
             raise ValueError(f"op must be 'sum', 'max' or 'min', not {op!r}")
         if self.size == 1:        # (no message, no NumPy reduction: ~7 us a call)
             return int(value) if isinstance(value, (int, np.integer)) else float(value)
         vals = self.comm.allgather(value)
+        if all(isinstance(v, (int, np.integer)) for v in vals):   # exact: Python ints
+            return {"sum": sum, "max": max, "min": min}[op](int(v) for v in vals)
         f = {"sum": np.sum, "max": np.max, "min": np.min}[op]
-        out = f(np.asarray(vals))
-        return int(out) if all(isinstance(v, (int, np.integer)) for v in vals) else float(out)
+        return float(f(np.asarray(vals, dtype=np.float64)))
 
     def agree(self, exc: BaseException | None = None) -> None:
         """Collective: raise the same exception on every rank if any rank passed one."""

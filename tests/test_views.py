@@ -111,6 +111,19 @@ def test_grid_allreduce_scalar_is_nan_safe(comm):
         g.allreduce(1, "prod")
 
 
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_grid_allreduce_of_ints_is_exact_beyond_int64(comm):
+    """Sums of ints do not wrap at 2^63 (NumPy's int64 sum did, silently); mixed int and
+    float values reduce as floats."""
+    g = ProcessGrid(comm=comm)
+    assert g.allreduce(2 ** 62, "sum") == comm.size * 2 ** 62
+    assert g.allreduce(np.int64(2 ** 62), "sum") == comm.size * 2 ** 62
+    assert g.allreduce(-(2 ** 70) * (comm.rank + 1), "min") == -(2 ** 70) * comm.size
+    mixed = g.allreduce(1 if comm.rank == 0 else 0.5, "sum")
+    assert isinstance(mixed, float) and mixed == 1 + 0.5 * (comm.size - 1)
+
+
 def test_host_stream_runs_deferred_work_at_join_in_order():
     s, log = HostStream(), []
     with s:
