@@ -183,8 +183,9 @@ class _Likelihood:
 
 class TLRLikelihood(_Likelihood):
     """Collective: the profile likelihood with the TLR Cholesky (``tol``: fixed accuracy;
-    ``method``: build method of :func:`distla.tlr.from_kernel`). ``C`` is built from the
-    kernel tile by tile, never dense."""
+    ``method``: build method of :func:`distla.tlr.from_kernel`; the default 'auto' meets
+    ``tol``, 'aca' is a heuristic that can miss it silently). ``C`` is built from the kernel
+    tile by tile, never dense."""
 
     kind = "TLR"
 

@@ -11,8 +11,13 @@ Build methods (``method=``), for the off-diagonal tiles (the diagonal tiles are 
   the small projection). ``'svd'``: the same with a full SVD per tile (optimal ranks, slow).
 * ``'aca'``: adaptive cross approximation (:func:`distla.tlr.batched.aca`), evaluating only
   ``O(nb k)`` entries per tile (rows, columns and a few random entries for its stopping test).
-* ``'auto'``: ``'aca'`` for tiles of at least :data:`ACA_MIN_TILE` rows on CPU ranks, else
-  ``'dense'`` (see docs/tlr_build.md for the measurements behind it).
+  A heuristic, used only when asked for: its stopping test probes a few random rows and
+  columns, so a tile whose mass sits in a few rows it never probes (short length scales) can
+  stop early with an error far above ``delta``, silently (``||A - A_tlr||_F`` was 4e-2
+  ``||A||_F`` at tol 1e-8 for a squared exponential of beta 0.01; docs/tlr_build.md). The
+  tolerance bound below holds for the orthogonal methods, not for 'aca'.
+* ``'auto'`` (the default): ``'dense'`` on every device, whose exact residual check meets
+  ``tol``.
 
 Fixed accuracy needs ``F = ||A||_F`` before truncating, and ``F`` is known only after every
 tile was seen. The build runs once: it compresses with the threshold ``delta1`` of a lower
@@ -43,14 +48,9 @@ from . import _memory, batched
 from .batched import host
 from .matrix import _EPS_FLOOR, TLRMatrix
 
-__all__ = ["ACA_MIN_TILE", "BUILD_METHODS", "compress", "from_function", "from_kernel"]
+__all__ = ["BUILD_METHODS", "compress", "from_function", "from_kernel"]
 
 BUILD_METHODS = ("auto", "dense", "aca", "rsvd", "svd")
-
-#: 'auto' picks 'aca' on CPU ranks from this tile size on (2-core CPU, n = 8192, tol 1e-8, CPU
-#: seconds: a tie at tile 128 for exponential/Matern kernels, ACA 1.3-1.7x faster at 256, 2-2.5x
-#: at 512; docs/tlr_build.md). GPU ranks use 'dense' until measured.
-ACA_MIN_TILE = 256
 
 _PER_TILE_DENSE = 4.0   # nb x nb arrays per tile in a 'dense' batch (stack, scratch, residual)
 
@@ -150,7 +150,8 @@ def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=None
     triangle is read. ``tol``: fixed accuracy (see :mod:`distla.tlr.matrix`: every tile is
     truncated to ``delta = tol * ||A||_F / nt``, so ``||A - A_tlr||_F <= tol ||A||_F``);
     ``max_rank``: cap on every rank (alone: fixed rank). ``method``: 'svd' (truncated SVD,
-    optimal ranks), 'rsvd' (adaptive randomized, seeded by ``seed``) or 'aca'. ``workspace``:
+    optimal ranks), 'rsvd' (adaptive randomized, seeded by ``seed``) or 'aca' (a heuristic
+    without the bound: see :mod:`distla.tlr.build`). ``workspace``:
     bytes of scratch per batched call (default: from the free memory).
     """
     from ..matrix import DistMatrix
@@ -214,7 +215,10 @@ def from_function(grid, n, tile, fn, tol=1e-8, max_rank=None, method="auto", *,
     ``fn.tiles(I, J, out, tmp, diagonal)``, when present (as on
     :func:`distla.covariance.entry_function`), evaluates stacks in place.
 
-    ``method``: 'auto', 'dense' (= 'rsvd'), 'aca' or 'svd' (see :mod:`distla.tlr.build`).
+    ``method``: 'auto' (= 'dense'), 'dense' (= 'rsvd'), 'aca' or 'svd' (see
+    :mod:`distla.tlr.build`). ``||A - A_tlr||_F <= tol ||A||_F`` holds for all but 'aca', a
+    heuristic that can miss tol by orders of magnitude without a warning (short length
+    scales: tiles whose mass sits in a few rows).
     Raises :class:`distla.DistlaError` on every rank when the result will not fit in memory.
     """
     t0 = time.perf_counter()
@@ -250,11 +254,10 @@ def from_kernel(grid, pts, kernel, tile, tol=1e-8, max_rank=None, method="auto",
 
 
 def _method(method, T):
-    """The build method 'auto' stands for (the same on every rank: it depends on the tile
-    size and the device only)."""
-    if method == "auto":
-        return "aca" if (T.device == "cpu" and T.nb >= ACA_MIN_TILE) else "rsvd"
-    return "rsvd" if method == "dense" else method
+    """The build method a ``method`` argument stands for: 'auto' and 'dense' are 'rsvd' (the
+    exact residual check meets tol; 'aca' can miss it by orders of magnitude, so it is never
+    picked unasked)."""
+    return "rsvd" if method in ("auto", "dense") else method
 
 
 class _Builder:

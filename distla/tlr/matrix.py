@@ -17,7 +17,9 @@ the Cholesky factor is the identity, of log-determinant 0).
 Fixed accuracy (``tol``): with ``F = ||A||_F`` (the Frobenius norm of the whole symmetric
 matrix, computed at compression) and ``nt`` tile rows, every off-diagonal tile is stored with
 the smallest rank whose discarded singular values satisfy ``sqrt(sum_{l>k} s_l^2) <= delta``,
-``delta = tol * F / nt``; hence ``||A - A_tlr||_F <= tol * F``. The TLR Cholesky truncates
+``delta = tol * F / nt``; hence ``||A - A_tlr||_F <= tol * F`` (for the build methods 'svd',
+'rsvd'/'dense' and the default 'auto'; 'aca' is a heuristic that can miss it, see
+:mod:`distla.tlr.build`). The TLR Cholesky truncates
 every updated tile with the same ``delta``. ``max_rank`` caps every rank (fixed-rank mode when
 ``tol`` is None).
 
