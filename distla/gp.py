@@ -197,8 +197,8 @@ class TLRLikelihood(_Likelihood):
             from .tlr.build import BUILD_METHODS
             if method not in BUILD_METHODS:
                 raise ValueError(f"method must be one of {BUILD_METHODS}, not {method!r}")
-            if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
-                raise ValueError(f"seed must be a non-negative int, not {seed!r}")
+            from .tlr._args import check_seed
+            seed = check_seed(seed)
         super().__init__(grid, pts, y, kernel, tile, device=device)
         self.tol, self.method, self.seed = tol, method, seed
 

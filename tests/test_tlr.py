@@ -706,3 +706,31 @@ def test_solve_names_the_compression_method_compression(tmp_path_factory):
         assert p.returncode == 0, p.stdout + p.stderr
         p = run(["solve", "--matrix", d / "A.npy", "-m", "tlr", "-O", "method=svd"], n=2)
         assert p.returncode == 2 and "compression" in p.stderr and "multiple" not in p.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("seed, exc", [(-1, ValueError), (1.5, TypeError), (None, TypeError),
+                                       (True, TypeError), (2 ** 32 - 10, None),
+                                       (2 ** 70, None), (np.uint32(7), None)])
+def test_seed_checked_alike_on_every_rank(comm, seed, exc):
+    """``seed + 7919 * rank`` seeded each rank's RandomState: seed -1 raised on rank 0 only and
+    2**32 - 10 on rank 1 only, and the other ranks hung (sweep 16). The seed is now checked
+    up front on every rank alike, and each rank's stream comes from SeedSequence([seed,
+    rank])."""
+    from distla import gp, tlr
+    from distla.grid import ProcessGrid
+    g = ProcessGrid(comm=comm)
+    x, k = _problem(60, seed=1)
+    A = cov.covariance_matrix(g, x, k, block=16)
+    T = tlr.from_kernel(g, x, k, 16, tol=1e-8)
+    calls = [lambda: tlr.from_kernel(g, x, k, 16, tol=1e-8, seed=seed),
+             lambda: tlr.from_function(g, 60, 16, cov.entry_function(x, k), seed=seed),
+             lambda: tlr.compress(A, method="rsvd", seed=seed),
+             lambda: tlr.cholesky(T, seed=seed),
+             lambda: gp.TLRLikelihood(g, x, np.ones(60), k, 16, seed=seed)]
+    for call in calls:
+        if exc is None:
+            call()
+        else:
+            with pytest.raises(exc, match="seed must be a non-negative int"):
+                call()

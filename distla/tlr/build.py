@@ -44,7 +44,7 @@ from ..device import get_backend
 from ..errors import LinAlgWarning, agree, collective, signature
 from ..grid import ProcessGrid
 from ..trace import trace
-from . import _memory, batched
+from . import _args, _memory, batched
 from .batched import host
 from .matrix import _EPS_FLOOR, TLRMatrix
 
@@ -162,6 +162,7 @@ def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=None
         if not isinstance(A, DistMatrix):
             raise TypeError(f"compress needs a DistMatrix, not {type(A).__name__}")
         _check_common(A.grid, tol, max_rank, method, batched.METHODS)
+        seed = _args.check_seed(seed)
         if A.m != A.n:
             raise ValueError(f"TLR needs a square matrix, got {A.shape}")
         if A.mb != A.nb:
@@ -189,7 +190,7 @@ def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=None
     err, parts, capped = None, [], 0
     step = _memory.tiles_fit(work, nb, T.dtype.itemsize, _PER_TILE_DENSE)
     try:
-        rng = xp.random.RandomState(seed + 7919 * A.grid.rank)
+        rng = _args.rank_rng(xp, seed, A.grid.rank)
         for c0 in range(0, len(T.keys), step):
             slots = np.arange(c0, min(c0 + step, len(T.keys)))
             stack = xp.zeros((len(slots), nb, nb), T.dtype)
@@ -226,6 +227,7 @@ def from_function(grid, n, tile, fn, tol=1e-8, max_rank=None, method="auto", *,
             "tlr.from_function", n=n, tile=tile, tol=tol, max_rank=max_rank, method=method,
             device=device, src=src, dtype=str(dtype), seed=seed, workspace=workspace)):
         _check_common(grid, tol, max_rank, method, BUILD_METHODS)
+        seed = _args.check_seed(seed)
         n, tile = int(n), int(tile)
         if n < 0 or tile <= 0:
             raise ValueError(f"need n >= 0 and tile > 0, got n={n}, tile={tile}")
@@ -267,7 +269,7 @@ class _Builder:
     def __init__(self, T, fn, method, max_rank, seed, workspace):
         self.T, self.fn, self.method, self.max_rank = T, fn, method, max_rank
         self.xp, self.err = T.xp, None
-        self.rng = T.xp.random.RandomState(seed + 7919 * T.grid.rank)
+        self.rng = _args.rank_rng(T.xp, seed, T.grid.rank)
         self.work = _memory.workspace(T.device, T.grid.comm, workspace)
         self.parts, self.capped, self.ss, self.peak = [], 0, 0.0, 0
         self.r0 = 16                         # first sample width of the range finder

@@ -50,7 +50,7 @@ import numpy as np
 
 from ..errors import NotPositiveDefiniteError, agree, collective, signature
 from ..trace import trace
-from . import _memory, batched
+from . import _args, _memory, batched
 from .factor import TLRCholesky
 from .matrix import TLRMatrix
 
@@ -72,7 +72,8 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int | None = N
     """
     t0 = time.perf_counter()
     L = _start(T, overwrite, signature("tlr.cholesky", overwrite=overwrite,
-                                       workspace=workspace, seed=seed))
+                                       workspace=workspace, seed=seed),
+               check=lambda: _args.check_seed(seed))
     st = _Loop(L, workspace, seed, rank_guess=int(T.ranks.max))
     for k in range(L.nt):
         RK = st.row_of_factor(k)             # 1. L_kj (j < k) down every process column
@@ -86,13 +87,15 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int | None = N
     return _finish(st, T, t0)
 
 
-def _start(T, overwrite, sig=None):
-    """Collective: check ``T`` (and that every rank called with the same arguments, ``sig``),
-    check that a copy (and the workspace) fits, return the factor's storage (``T`` itself
-    with ``overwrite``)."""
+def _start(T, overwrite, sig=None, check=None):
+    """Collective: check ``T`` and the other arguments (``check()``, which raises on a bad
+    one; and that every rank called with the same arguments, ``sig``), check that a copy (and
+    the workspace) fits, return the factor's storage (``T`` itself with ``overwrite``)."""
     with collective(getattr(getattr(T, "grid", None), "comm", None), sig):
         if not isinstance(T, TLRMatrix) or T.factored:
             raise TypeError(f"cholesky needs a TLRMatrix (not a factor), got {type(T).__name__}")
+        if check is not None:
+            check()
     if not overwrite:
         own = T.D.nbytes + T.U.nbytes + T.V.nbytes
         _memory.require(T.grid.comm, own, _memory.available(T.device),
@@ -116,7 +119,7 @@ class _Loop:
         self.rguess = rank_guess     # expected panel rank (for the range finder)
         self.kmax = 0                # largest rank of this rank's current panel
         self.cols_prev: list = []
-        self.rng = L.xp.random.RandomState(seed + 7919 * L.grid.rank)
+        self.rng = _args.rank_rng(L.xp, seed, L.grid.rank)
         self.work = _memory.workspace(L.device, L.grid.comm, workspace)
         self.peak = 0                # bytes of the largest chunk of scratch
 
