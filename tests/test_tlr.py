@@ -734,3 +734,40 @@ def test_seed_checked_alike_on_every_rank(comm, seed, exc):
         else:
             with pytest.raises(exc, match="seed must be a non-negative int"):
                 call()
+
+
+@pytest.mark.mpi
+def test_diagonal_tiles_that_do_not_fit_raise_distla_error_everywhere(comm, monkeypatch):
+    """TLRMatrix allocated its dense diagonal tiles before the agreed memory check: a raw
+    MemoryError on the ranks that ran out and a hang on the others (sweep 16, r_mem.py). The
+    check and the allocation are now agreed: the same DistlaError on every rank."""
+    from distla import DistlaError, tlr
+    from distla.grid import ProcessGrid
+    from distla.tlr import _memory
+    from distla.tlr.matrix import TLRMatrix
+    g = ProcessGrid(comm=comm)
+    x, k = _problem(60, seed=1)
+    A = cov.covariance_matrix(g, x, k, block=16)
+    real = TLRMatrix.allocate_diagonal
+
+    def fails_on_last_rank(self):
+        if comm.rank == comm.size - 1:
+            raise MemoryError("Unable to allocate 24.0 GiB (test)")
+        real(self)
+
+    monkeypatch.setattr(TLRMatrix, "allocate_diagonal", fails_on_last_rank)
+    for call in (lambda: tlr.from_kernel(g, x, k, 16, tol=1e-8),
+                 lambda: tlr.compress(A, tol=1e-8)):
+        with pytest.raises(DistlaError, match="out of memory at n = 60"):
+            call()
+    monkeypatch.setattr(TLRMatrix, "allocate_diagonal", real)
+    # every rank's allocation fails for real (~137 GiB of diagonal tiles a rank), the checks
+    # being told there is room
+    monkeypatch.setattr(_memory, "available", lambda dev: 2 ** 62)
+    nb = 2 ** 17
+    with pytest.raises(DistlaError, match="dense diagonal tiles"):
+        tlr.from_function(g, comm.size * nb, nb, lambda I, J: 1.0 * (I == J), tol=1e-8)
+    monkeypatch.undo()
+    # a huge n is refused before the layout's loops over ~1e8 tiles
+    with pytest.raises(DistlaError, match=r"n = 1000000000000 does not fit"):
+        tlr.from_function(g, 10 ** 12, 4096, lambda I, J: 1.0 * (I == J), tol=1e-8)

@@ -170,7 +170,9 @@ def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=None
                              f"block {A.block}")
         if A.dtype.kind != "f":
             raise TypeError(f"TLR supports real float32/float64 matrices, not {A.dtype}")
-    T = TLRMatrix(A.grid, A.n, A.nb, device=A.device, src=A.src, dtype=A.dtype)
+    _fits_at_all(A.grid, A.n, A.nb, A.dtype, A.device)
+    T = TLRMatrix(A.grid, A.n, A.nb, device=A.device, src=A.src, dtype=A.dtype, allocate=False)
+    _allocate_diagonal(T, 0, "compress (dense diagonal tiles)")
     xp, nb = T.xp, T.nb
     work = _memory.workspace(T.device, A.grid.comm, workspace)
 
@@ -234,7 +236,8 @@ def from_function(grid, n, tile, fn, tol=1e-8, max_rank=None, method="auto", *,
         if np.dtype(dtype).kind != "f":
             raise TypeError(f"TLR supports real float32/float64 matrices, not {dtype}")
         get_backend(device, grid.comm)
-    T = TLRMatrix(grid, n, tile, device=device, src=src, dtype=dtype)
+    _fits_at_all(grid, n, tile, dtype, device)
+    T = TLRMatrix(grid, n, tile, device=device, src=src, dtype=dtype, allocate=False)
     b = _Builder(T, fn, _method(method, T), max_rank, seed, workspace)
     lower = b.diagonal()                 # dense diagonal tiles, ||diagonal tiles||_F <= ||A||_F
     delta1 = _delta(T, tol, lower)
@@ -253,6 +256,30 @@ def from_kernel(grid, pts, kernel, tile, tol=1e-8, max_rank=None, method="auto",
         fn = entry_function(pts, kernel, get_backend(device, grid.comm).xp)
     return from_function(grid, fn.n, tile, fn, tol, max_rank, method, device=device, src=src,
                          dtype=dtype, seed=seed, workspace=workspace)
+
+
+def _fits_at_all(grid, n, nb, dtype, device):
+    """Collective: DistlaError on every rank when the dense diagonal tiles alone cannot fit
+    (the rank holding the most holds at least ``ceil(nt / (P Q))`` of them), before the
+    layout's Python loops over the tiles (minutes for n = 1e12)."""
+    nt = -(-int(n) // int(nb)) if n else 0
+    least = -(-nt // (grid.nprow * grid.npcol)) * int(nb) ** 2 * np.dtype(dtype).itemsize
+    _memory.require(grid.comm, least, _memory.available(device),
+                    "build (dense diagonal tiles)", int(n), scale=1.0)
+
+
+def _allocate_diagonal(T, extra, what):
+    """Collective: check that the dense diagonal tiles and ``extra`` bytes fit on every rank,
+    then allocate the tiles; either failure raises the same DistlaError on every rank (an
+    allocation failing on one rank hung the others)."""
+    _memory.require(T.grid.comm, T.diag_nbytes + extra, _memory.available(T.device), what,
+                    T.n, scale=1.0)
+    err = None
+    try:
+        T.allocate_diagonal()
+    except Exception as e:  # noqa: BLE001 - agreed on below
+        err = _memory.explained(e, what, T.n)
+    agree(T.grid.comm, err)
 
 
 def _method(method, T):
@@ -274,9 +301,7 @@ class _Builder:
         self.parts, self.capped, self.ss, self.peak = [], 0, 0.0, 0
         self.r0 = 16                         # first sample width of the range finder
         self.tiles = getattr(fn, "tiles", None) or _generic_tiles(fn, T.xp)
-        need = T.D.nbytes + self.work
-        _memory.require(T.grid.comm, need, _memory.available(T.device) + T.D.nbytes,
-                        "build (dense diagonal tiles + workspace)", T.n, scale=1.0)
+        _allocate_diagonal(T, self.work, "build (dense diagonal tiles + workspace)")
 
     def guard(self, fn, *args):
         if self.err is None:

@@ -76,9 +76,12 @@ class TLRMatrix:
 
     factored = False
 
-    def __init__(self, grid, n: int, nb: int, *, device="cpu", src=(0, 0), dtype=np.float64):
+    def __init__(self, grid, n: int, nb: int, *, device="cpu", src=(0, 0), dtype=np.float64,
+                 allocate: bool = True):
         """Empty storage for an ``n x n`` matrix in ``nb x nb`` tiles (local, not collective;
-        use the constructor functions)."""
+        use the constructor functions). ``allocate=False`` leaves the diagonal tiles ``D``
+        empty (``(0, nb, nb)``) until :meth:`allocate_diagonal`: the constructors first agree
+        that they fit (a local allocation failure hung the other ranks)."""
         self.grid = grid
         self.n, self.nb = int(n), int(nb)
         self.nt = layout.num_blocks(self.n, self.nb)
@@ -110,11 +113,22 @@ class TLRMatrix:
         self.key_cols = np.array([k[1] for k in self.keys], dtype=np.int64)
         self.row_slots = {i: np.flatnonzero(self.key_rows == i) for i in self.rows}
         xp = self.xp
-        self.D = xp.zeros((len(self.diag_keys), self.nb, self.nb), self.dtype)
+        self.D = xp.zeros((len(self.diag_keys) if allocate else 0, self.nb, self.nb),
+                          self.dtype)
         self.U = xp.zeros((len(self.keys), self.nb, 0), self.dtype)
         self.V = xp.zeros((len(self.keys), self.nb, 0), self.dtype)
         self.rank = np.zeros(len(self.keys), dtype=np.int64)
         del P, Q
+
+    @property
+    def diag_nbytes(self) -> int:
+        """Bytes of this rank's dense diagonal tiles ``D`` (allocated or not)."""
+        return len(self.diag_keys) * self.nb * self.nb * self.dtype.itemsize
+
+    def allocate_diagonal(self) -> None:
+        """Allocate the dense diagonal tiles ``D`` (zeros; local: the constructors agree on
+        its outcome)."""
+        self.D = self.xp.zeros((len(self.diag_keys), self.nb, self.nb), self.dtype)
 
     # ---- layout ---------------------------------------------------------------------------
     def prow(self, i: int) -> int:
