@@ -124,6 +124,7 @@ class _Likelihood:
             kern = self.kernel.replace(beta=_real("beta", beta))
         t = [time.perf_counter()]
         factor, rank, ok = None, 0.0, True
+        self._rcond = None          # set by a back end that estimates it (dense)
         try:
             factor, rank = self._factor(kern, t)
         except NotPositiveDefiniteError:     # raised on every rank alike
@@ -140,8 +141,8 @@ class _Likelihood:
         times = np.diff(np.array(t))
         from mpi4py import MPI
         self.grid.comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
-        ld, quad = self.grid.comm.bcast((ld, quad), root=0)
-        why = self._why_not_finite(ok, ld, quad)          # the same on every rank
+        ld, quad, rcond = self.grid.comm.bcast((ld, quad, self._rcond), root=0)
+        why = self._why_not_finite(ok, ld, quad, rcond)   # the same on every rank
         ll, s2 = -math.inf, math.nan
         if not why:       # for y / yscale, then for y: sigma2 * yscale^2, loglik - n log yscale
             ll, s2 = profile_loglik(ld, quad, self.n)
@@ -162,11 +163,17 @@ class _Likelihood:
             self.report(ev)
         return ev
 
-    def _why_not_finite(self, ok, ld, quad) -> str:
+    def _why_not_finite(self, ok, ld, quad, rcond=None) -> str:
         """Why the likelihood from ``log det C = ld`` and ``quad`` (for y / yscale) is not
-        finite ('' when it is). Not collective."""
+        finite ('' when it is); ``rcond``: C's reciprocal condition estimate, when the back
+        end has one. Not collective."""
         if not ok:
             return "C(beta) is not positive definite (at this accuracy)"
+        limit = self.n * float(np.finfo(np.float64).eps)
+        if rcond is not None and not rcond >= limit:
+            return (f"C(beta) is numerically singular (reciprocal condition estimate below "
+                    f"n eps = {limit:.2g}: its Cholesky factor, log det and y^T C^-1 y carry "
+                    f"no correct digits; near-coinciding points without a nugget?)")
         if not math.isfinite(ld):
             return f"log det C(beta) = {ld} is not finite"
         if quad == 0 and not np.any(self.y):
@@ -185,7 +192,8 @@ class TLRLikelihood(_Likelihood):
     """Collective: the profile likelihood with the TLR Cholesky (``tol``: fixed accuracy;
     ``method``: build method of :func:`distla.tlr.from_kernel`; the default 'auto' meets
     ``tol``, 'aca' is a heuristic that can miss it silently). ``C`` is built from the kernel
-    tile by tile, never dense."""
+    tile by tile, never dense. As with :class:`DenseLikelihood`, a ``C`` whose reciprocal
+    condition estimate (from the factor) is below ``n eps`` gives ``-inf`` with ``why``."""
 
     kind = "TLR"
 
@@ -208,6 +216,7 @@ class TLRLikelihood(_Likelihood):
         rank = T.ranks.mean
         self._sync_mark(t)
         L = tlr.cholesky(T, overwrite=True, seed=self.seed)
+        self._rcond = float(L.rcond())      # (as the dense back end: see _why_not_finite)
         self._sync_mark(t)
         return L, rank
 
@@ -224,16 +233,23 @@ class TLRLikelihood(_Likelihood):
 
 class DenseLikelihood(_Likelihood):
     """Collective: the profile likelihood with distla's dense Cholesky (``C`` formed in
-    ``tile x tile`` blocks, then factored in place)."""
+    ``tile x tile`` blocks, then factored in place). A ``C`` whose reciprocal condition
+    estimate (from the factor) is below ``n eps`` is numerically singular: the evaluation is
+    ``-inf`` with ``why`` saying so, as when ``C`` is not positive definite (the TLR back end's
+    outcome for such a ``C``)."""
 
     kind = "dense"
 
     def _factor(self, kern, t):
-        from .linalg.cholesky import cholesky
+        from .linalg.cholesky import cho_rcond, cholesky
         A = cov.covariance_matrix(self.grid, self.pts, kern, block=(self.tile, self.tile),
                                   device=self.device)
+        anorm = A.norm(1)
         self._sync_mark(t)
         L = cholesky(A, overwrite_a=True, check_finite=False, check_symmetric=False)
+        # a factor that exists may still be meaningless: near-coinciding points without a
+        # nugget gave log-likelihoods off by hundreds and a wrong fit (sweep 16)
+        self._rcond = float(cho_rcond(L, anorm))
         self._sync_mark(t)
         return L, 0.0
 

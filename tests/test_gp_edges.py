@@ -231,3 +231,28 @@ def test_dense_and_tlr_likelihoods_refuse_an_unrepresentable_beta_alike(comm, be
             lik("0.1")
         assert lik.history == []
     assert msgs[0] == msgs[1]
+
+
+@pytest.mark.mpi
+def test_numerically_singular_c_gives_minus_inf_on_both_back_ends(grids):
+    """Two points 1e-9 apart and no nugget: C's Cholesky succeeded and DenseLikelihood returned
+    log-likelihoods off by hundreds (and gp.fit an estimate) while TLRLikelihood said 'not
+    positive definite' (sweep 16, r_gp_neardup.py). A C whose reciprocal condition estimate
+    is below n eps now gives -inf with why on both back ends; well-separated points are
+    unaffected."""
+    from distla import gp
+    pts = cov.points(20, 2, seed=2)
+    pts[11] = pts[10] + 1e-9
+    y = np.random.default_rng(0).standard_normal(20)
+    k = cov.SquaredExponential(beta=0.1)
+    for g in grids:
+        for L in (gp.DenseLikelihood, gp.TLRLikelihood):
+            lik = L(g, pts, y, k, 8)
+            for beta in (0.05, 0.3):
+                ev = lik(beta)
+                assert ev.loglik == -math.inf, (L.kind, beta, ev.loglik)
+                assert "numerically singular" in ev.why or "positive definite" in ev.why
+            with pytest.raises(ValueError, match="no finite likelihood"):
+                gp.fit(lik, bounds=(0.05, 0.3), xatol=1e-2)
+        ok = gp.DenseLikelihood(g, cov.points(20, 2, seed=2), y, k, 8)(0.1)
+        assert math.isfinite(ok.loglik) and ok.why == ""
