@@ -771,3 +771,43 @@ def test_diagonal_tiles_that_do_not_fit_raise_distla_error_everywhere(comm, monk
     # a huge n is refused before the layout's loops over ~1e8 tiles
     with pytest.raises(DistlaError, match=r"n = 1000000000000 does not fit"):
         tlr.from_function(g, 10 ** 12, 4096, lambda I, J: 1.0 * (I == J), tol=1e-8)
+
+
+@pytest.mark.mpi
+def test_solve_checks_b_before_any_work(comm, monkeypatch):
+    """tlr.solve checked B's length, dtype and grid only after compressing and factoring A
+    (sweep 16, r_late.py). Now before: compress and cholesky are never reached."""
+    import importlib
+
+    from distla import DistMatrix, tlr
+    from distla.grid import ProcessGrid
+    tsolve = importlib.import_module("distla.tlr.solve")
+    g = ProcessGrid(comm=comm)
+    x, k = _problem(60, seed=1)
+    A = cov.covariance_matrix(g, x, k, block=16)
+    T = tlr.from_kernel(g, x, k, 16, tol=1e-8)
+
+    def never(*a, **kw):
+        raise AssertionError("compressed or factored before B was checked")
+
+    monkeypatch.setattr(tsolve, "compress", never)
+    monkeypatch.setattr(tsolve, "cholesky", never)
+    monkeypatch.setattr(tsolve, "norm1_estimate", never)
+    other = ProcessGrid(comm=comm.Dup())
+    bad = [(np.ones(59), ValueError, "expected an array of 60 rows"),
+           (np.ones((60, 2, 1)), ValueError, "expected an array of 60 rows"),
+           (np.ones(60, complex), TypeError, "complex128 right-hand side"),
+           (DistMatrix.zeros(g, (60, 1), (16, 16), dtype=np.float32), TypeError,
+            "dtypes differ"),
+           (DistMatrix.zeros(g, (61, 1), (16, 16)), ValueError, "B has 61 rows"),
+           (DistMatrix.zeros(other, (60, 1), (16, 16)), ValueError, "process grid")]
+    for M in (A, T):
+        for B, exc, match in bad:
+            with pytest.raises(exc, match=match):
+                tlr.solve(M, B)
+    nan = np.ones(60)
+    nan[3] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        tlr.solve(T, nan)
+    monkeypatch.undo()
+    np.testing.assert_allclose(tlr.solve(T, T.matvec(np.ones(60))), np.ones(60), rtol=1e-6)

@@ -78,16 +78,7 @@ class TLRCholesky(TLRMatrix):
         ``(n,)`` or ``(n, r)`` replicated on every rank (NumPy or CuPy; the result is
         replicated, same shape, on this factor's device)."""
         with collective(self.grid.comm):
-            if isinstance(B, DistMatrix):
-                if not (B.grid == self.grid):
-                    raise ValueError("B must live on the factor's process grid")
-                if B.m != self.n:
-                    raise ValueError(f"B has {B.m} rows, the matrix is {self.n} x {self.n}")
-                if B.device != self.device:
-                    raise TypeError(f"B is on {B.device}, the factor on {self.device}")
-                if B.dtype != self.dtype:     # as the dense solvers (never truncate complex)
-                    raise TypeError(f"solve: dtypes differ ({self.dtype} and {B.dtype}); "
-                                    f"use astype first")
+            check_rhs(self, B)
         if not isinstance(B, DistMatrix):
             return _solve_replicated(self, B)
         x = _solve_replicated(self, B.to_global(root=None))
@@ -110,6 +101,31 @@ class TLRCholesky(TLRMatrix):
         with trace("solve"):
             _tri_solve(self, Bs, trans=bool(trans))
         return self._unstack(Bs, shape)
+
+
+def check_rhs(A, B) -> None:
+    """Local (callers agree on it): ValueError/TypeError unless ``B`` suits a solve with the
+    ``n x n`` matrix ``A`` (a TLR matrix or factor, or a dense DistMatrix; its ``grid``, ``n``,
+    ``dtype`` and ``device`` are read): a DistMatrix with ``n`` rows on A's grid and device
+    of A's dtype, or an array of shape ``(n,)`` or ``(n, r)`` whose dtype casts to A's."""
+    n, dtype = A.n, np.dtype(A.dtype)
+    if isinstance(B, DistMatrix):
+        if not (B.grid == A.grid):
+            raise ValueError("B must live on the factor's process grid")
+        if B.m != n:
+            raise ValueError(f"B has {B.m} rows, the matrix is {n} x {n}")
+        if B.device != A.device:
+            raise TypeError(f"B is on {B.device}, the factor on {A.device}")
+        if B.dtype != dtype:     # as the dense solvers (never truncate complex)
+            raise TypeError(f"solve: dtypes differ ({dtype} and {B.dtype}); use astype first")
+        return
+    b = B if (hasattr(B, "shape") and hasattr(B, "dtype")) else np.asarray(B)
+    if len(b.shape) not in (1, 2) or b.shape[0] != n:
+        raise ValueError(f"expected an array of {n} rows (1-D or 2-D), got shape "
+                         f"{tuple(b.shape)}")
+    if not np.can_cast(b.dtype, dtype, "same_kind"):
+        raise TypeError(f"a {b.dtype} right-hand side with a {dtype} matrix (it would be "
+                        f"truncated); use a matrix of that kind")
 
 
 def _solve_replicated(L, b):

@@ -17,7 +17,7 @@ from ..validate import check_finite as _check_finite
 from ..validate import check_symmetric as _check_symmetric
 from .build import compress
 from .cholesky import cholesky
-from .factor import TLRCholesky
+from .factor import TLRCholesky, check_rhs
 from .matrix import TLRMatrix
 
 __all__ = ["cho_solve", "solve", "norm1_estimate"]
@@ -42,8 +42,9 @@ def cho_solve(L: TLRCholesky, B, check_finite: bool = True):
 
 
 def _check_b(T, B, what: str) -> None:
-    """Collective over T's grid: ValueError on every rank if B (a DistMatrix, or an array
-    replicated on every rank: checked locally) holds NaN or Inf."""
+    """Collective over T's grid (T: a TLR matrix or factor, or a dense DistMatrix):
+    ValueError on every rank if B (a DistMatrix, or an array replicated on every rank:
+    checked locally) holds NaN or Inf."""
     if isinstance(B, DistMatrix):
         _check_finite(("B", B), what=what)
         return
@@ -83,6 +84,9 @@ def solve(A, B, *, tol=1e-8, max_rank=None, method="svd", overwrite=False,
             if A.dtype not in (np.float32, np.float64):      # before the symmetry check,
                 raise TypeError(f"TLR supports real float32/float64 matrices, not "  # whose
                                 f"{A.dtype}")       # advice (check_symmetric=False) won't help
+            check_rhs(A, B)      # B before any work (it was checked after the factorization)
+        if check_finite:
+            _check_b(A, B, "tlr.solve")
         if check_symmetric and A.n:
             _check_symmetric(A, what="tlr.solve", finite=check_finite)
         elif check_finite:
@@ -106,10 +110,13 @@ def solve(A, B, *, tol=1e-8, max_rank=None, method="svd", overwrite=False,
     elif not isinstance(A, TLRMatrix) or A.factored:
         with collective(getattr(getattr(A, "grid", None), "comm", None)):
             raise TypeError(f"solve needs a TLRMatrix or a DistMatrix, got {type(A).__name__}")
-    elif check_rcond:
-        anorm = norm1_estimate(A)
-    if check_finite:
-        _check_b(A, B, "tlr.solve")
+    else:
+        with collective(A.grid.comm):
+            check_rhs(A, B)
+        if check_finite:
+            _check_b(A, B, "tlr.solve")
+        if check_rcond:
+            anorm = norm1_estimate(A)
     accuracy = A.tol
     L = cholesky(A, overwrite=overwrite)
     X = cho_solve(L, B, check_finite=False)
