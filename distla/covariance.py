@@ -320,6 +320,10 @@ def entry_function(pts, kernel: Kernel, xp=np):
     p = np.asarray(pts, dtype=np.float64)
     if p.ndim != 2:
         raise ValueError(f"points must be an n x d array, got shape {p.shape}")
+    bad = np.argwhere(~np.isfinite(p))
+    if bad.size:       # (NaN gave 'SVD did not converge' in a TLR build)
+        raise ValueError(f"the points hold a non-finite value ({p[tuple(bad[0])]}) at index "
+                         f"{tuple(int(i) for i in bad[0])}")
     P = xp.asarray(p)
     d = P.shape[1]
     nug = float(kernel.nugget)

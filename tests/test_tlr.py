@@ -811,3 +811,48 @@ def test_solve_checks_b_before_any_work(comm, monkeypatch):
         tlr.solve(T, nan)
     monkeypatch.undo()
     np.testing.assert_allclose(tlr.solve(T, T.matvec(np.ones(60))), np.ones(60), rtol=1e-6)
+
+
+@pytest.mark.mpi
+def test_non_finite_input_to_the_builders_is_named(comm):
+    """NaN/Inf in the TLR builders' input gave 'SVD did not converge' (compress, the dense
+    build, a NaN point), was dropped silently (ACA), or gave logdet = inf (Inf on A's
+    diagonal) (sweep 16, r_nan.py). Now a ValueError naming the entry or point, on every
+    rank."""
+    from distla import DistMatrix, tlr
+    from distla.grid import ProcessGrid
+    g = ProcessGrid(comm=comm)
+    n = 70
+
+    def fn_with(val, at):
+        def fn(I, J):
+            v = np.exp(-np.abs(I - J) / 10.0) + 1.0 * (I == J)
+            return np.where(((I == at[0]) & (J == at[1])) | ((I == at[1]) & (J == at[0])),
+                            val, v)
+        return fn
+
+    for val, at in ((np.nan, (50, 3)), (np.inf, (20, 20)), (-np.inf, (69, 0))):
+        fn = fn_with(val, at)
+        A = DistMatrix.from_function(g, (n, n), (16, 16), fn)
+        lo = f"\\({max(at)}, {min(at)}\\)"
+        with pytest.raises(ValueError, match=f"compress: A holds a non-finite value .* {lo}"):
+            tlr.compress(A, tol=1e-8)
+        with pytest.raises(ValueError, match=f"non-finite value .* at entry {lo}"):
+            tlr.from_function(g, n, 16, fn, tol=1e-8, method="dense")
+        if at[0] == at[1]:             # diagonal tiles are evaluated whole by every method
+            with pytest.raises(ValueError, match=f"non-finite value .* at entry {lo}"):
+                tlr.from_function(g, n, 16, fn, tol=1e-8, method="aca")
+
+    def nan_row(I, J):     # ACA reads whole rows and columns of a tile, not every entry
+        off = ((I == 50) & (J < 48)) | ((J == 50) & (I < 48))     # off the diagonal tiles
+        return np.where(off, np.nan, fn_with(0.0, (0, 0))(I, J))
+
+    with pytest.raises(ValueError, match=r"non-finite value \(nan\) at entry \(50, "):
+        tlr.from_function(g, n, 16, nan_row, tol=1e-8, method="aca")
+    x, k = _problem(n, seed=1)
+    x[17, 0] = np.nan
+    with pytest.raises(ValueError, match=r"non-finite value \(nan\) at index \(17, 0\)"):
+        tlr.from_kernel(g, x, k, 16)
+    big = DistMatrix.from_function(g, (n, n), (16, 16), lambda I, J: 1e200 * (I == J))
+    T = tlr.compress(big, tol=1e-8)       # squares beyond float range are no error
+    assert np.isfinite(T.D).all()

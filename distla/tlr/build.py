@@ -15,7 +15,8 @@ Build methods (``method=``), for the off-diagonal tiles (the diagonal tiles are 
   columns, so a tile whose mass sits in a few rows it never probes (short length scales) can
   stop early with an error far above ``delta``, silently (``||A - A_tlr||_F`` was 4e-2
   ``||A||_F`` at tol 1e-8 for a squared exponential of beta 0.01; docs/tlr_build.md). The
-  tolerance bound below holds for the orthogonal methods, not for 'aca'.
+  tolerance bound below holds for the orthogonal methods, not for 'aca'. (Likewise, a NaN or
+  Inf among the entries 'aca' never reads goes unseen; the other methods read every entry.)
 * ``'auto'`` (the default): ``'dense'`` on every device, whose exact residual check meets
   ``tol``.
 
@@ -26,6 +27,9 @@ it is evaluated (from the approximation, for 'aca'), and finally truncates the c
 factors further with what is left of the final ``delta = tol F / nt`` (``sqrt(delta^2 -
 delta1^2)`` for the orthogonal methods, ``delta - delta1`` for 'aca'), so that every tile
 still meets ``delta``.
+
+NaN or Inf in what is evaluated (or in ``compress``'s A, or in ``from_kernel``'s points)
+raises ValueError on every rank naming the entry (or point).
 
 Memory: the stacks of one batch (a workspace from the free memory, agreed over the grid, see
 :mod:`distla.tlr._memory`), the dense diagonal tiles and the low-rank stacks; a problem whose
@@ -180,8 +184,17 @@ def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=None
         r0, c0 = T.row_pos[i] * nb, T.col_pos[j] * nb
         return A.local[r0:r0 + T.tile_size(i), c0:c0 + T.tile_size(j)]
 
-    ss = sum(float(xp.sum(tile(k, k) ** 2)) for k in T.diag_keys) \
-        + sum(2.0 * float(xp.sum(tile(i, j) ** 2)) for i, j in T.keys)
+    with np.errstate(over="ignore"):     # (squares beyond float range: F = inf, below)
+        ss = sum(float(xp.sum(tile(k, k) ** 2)) for k in T.diag_keys) \
+            + sum(2.0 * float(xp.sum(tile(i, j) ** 2)) for i, j in T.keys)
+    err = None
+    if not math.isfinite(ss):     # NaN/Inf in A (or squares beyond float range: no error)
+        keys = [(k, k) for k in T.diag_keys] + list(T.keys)
+        for a in range(0, len(keys), 64):
+            err = _nonfinite(T, keys[a:a + 64], xp.stack([
+                _padded(xp, tile(i, j), nb) for i, j in keys[a:a + 64]]), "compress: A holds")
+            if err is not None:
+                break
     F = math.sqrt(max(_allreduce_sum(A.grid.comm, ss), 0.0))
     delta = _delta(T, tol, F)
     for s, k in enumerate(T.diag_keys):
@@ -189,9 +202,11 @@ def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=None
         T.D[s, :m, :m] = tile(k, k)
         if m < nb:
             T.D[s, m:, m:] = xp.eye(nb - m, dtype=T.dtype)
-    err, parts, capped = None, [], 0
+    parts, capped = [], 0
     step = _memory.tiles_fit(work, nb, T.dtype.itemsize, _PER_TILE_DENSE)
     try:
+        if err is not None:
+            raise err
         rng = _args.rank_rng(xp, seed, A.grid.rank)
         for c0 in range(0, len(T.keys), step):
             slots = np.arange(c0, min(c0 + step, len(T.keys)))
@@ -204,7 +219,7 @@ def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=None
             capped += c
     except Exception as e:  # noqa: BLE001
         err = _memory.explained(e, "compress", T.n)
-    agree(A.grid.comm, err)
+    agree(A.grid.comm, err)     # (a non-finite A: the same ValueError on every rank)
     peak = min(step, len(T.keys)) * _PER_TILE_DENSE * nb * nb * T.dtype.itemsize
     return _finish(T, parts, tol, max_rank, F, t0, method, capped, delta, peak)
 
@@ -333,7 +348,10 @@ class _Builder:
         D = T.D[int(sl[0]):int(sl[-1]) + 1]
         self.tiles(*_index_stacks(T, keys), D, None, True)
         _zero_padding(T, keys, D)
-        self.ss += float(xp.vdot(D.ravel(), D.ravel()))
+        v = float(xp.vdot(D.ravel(), D.ravel()))
+        if not math.isfinite(v):
+            _raise_nonfinite(T, keys, D)
+        self.ss += v
         last = [a for a, (k, _) in enumerate(keys) if T.tile_size(k) < T.nb]
         for a in last:                       # identity in the padded part (det 1)
             m = T.tile_size(keys[a][0])
@@ -372,13 +390,42 @@ class _Builder:
                 A = xp.empty((len(keys), T.nb, T.nb), T.dtype)
                 self.tiles(*_index_stacks(T, keys), A, None, False)
                 _zero_padding(T, keys, A)
-                self.ss += 2.0 * float(xp.vdot(A.ravel(), A.ravel()))
+                v = float(xp.vdot(A.ravel(), A.ravel()))
+                if not math.isfinite(v):
+                    _raise_nonfinite(T, keys, A)
+                self.ss += 2.0 * v
             with trace("compress"):
                 U, V, k, c = batched.compress_tiles(A, delta1, self.max_rank, self.method,
                                                     self.rng, r0=self.r0)
             del A
             self.r0 = min(T.nb, max(16, -(-(int(np.percentile(k, 90)) + 8) // 8) * 8))
         return U, V, k, c
+
+
+def _nonfinite(T, keys, stack, what="the entry function gave"):
+    """A ValueError naming the first NaN/Inf of the tile stack ``stack`` (tiles ``keys``) by
+    its global entry, or None when it has none (a sum of squares beyond float range)."""
+    bad = T.xp.argwhere(~T.xp.isfinite(stack))
+    if not bad.size:
+        return None
+    a, r, c = (int(v) for v in host(bad[0]))
+    i, j = keys[a]
+    return ValueError(f"{what} a non-finite value ({float(stack[a, r, c])}) at entry "
+                      f"({i * T.nb + r}, {j * T.nb + c}) of the matrix; a TLR matrix needs "
+                      f"finite entries (NaN or Inf)")
+
+
+def _raise_nonfinite(T, keys, stack):
+    err = _nonfinite(T, keys, stack)
+    if err is not None:
+        raise err
+
+
+def _padded(xp, t, nb):
+    """Tile ``t`` zero-padded to ``nb x nb``."""
+    out = xp.zeros((nb, nb), t.dtype)
+    out[:t.shape[0], :t.shape[1]] = t
+    return out
 
 
 def _aca_per_tile(nb):
@@ -426,12 +473,25 @@ def _aca_tiles(T, fn, keys, delta, max_rank):
     VI = xp.asarray((np.arange(T.nb)[None, :] < m[:, None]).astype(T.dtype))
     VJ = xp.asarray((np.arange(T.nb)[None, :] < n[:, None]).astype(T.dtype))
 
+    def finite(vals, I, J):
+        """``vals`` (entries ``(I, J)``), else a ValueError naming a NaN/Inf (ACA would drop
+        it silently)."""
+        if not bool(xp.isfinite(vals).all()):
+            bad = tuple(host(xp.argwhere(~xp.isfinite(vals))[0]))
+            I, J = xp.broadcast_arrays(I, J)
+            raise ValueError(f"the entry function gave a non-finite value "
+                             f"({float(vals[bad])}) at entry ({int(I[bad])}, {int(J[bad])}) "
+                             f"of the matrix; a TLR matrix needs finite entries (NaN or Inf)")
+        return vals
+
     def rows(d, i):      # (a,) -> (a, nb)
-        vals = xp.asarray(fn(GI[d, i][:, None], GJ[d]), dtype=T.dtype)
+        I, J = GI[d, i][:, None], GJ[d]
+        vals = finite(xp.asarray(fn(I, J), dtype=T.dtype), I, J)
         return vals * VJ[d] * VI[d, i][:, None]
 
     def cols(d, j):      # (a,) -> (a, nb)
-        vals = xp.asarray(fn(GI[d], GJ[d, j][:, None]), dtype=T.dtype)
+        I, J = GI[d], GJ[d, j][:, None]
+        vals = finite(xp.asarray(fn(I, J), dtype=T.dtype), I, J)
         return vals * VI[d] * VJ[d, j][:, None]
 
     return batched.aca(rows, cols, len(keys), T.nb, T.nb, delta, max_rank, xp, T.dtype)
