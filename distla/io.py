@@ -680,6 +680,47 @@ def _check_mtx_values(path: str, layout: str, field: str) -> None:
     _check_mtx_lines(path, layout, field, want, ints)
 
 
+def _check_mtx_count(path: str, m: int, n: int, entries: int, layout: str,
+                     symmetry: str) -> None:
+    """MatrixFileError when the Matrix Market file ``path`` has fewer or more data lines than
+    its header promises (an array stores ``m n`` values, ``n (n + 1) / 2`` for a symmetric or
+    Hermitian one, ``n (n - 1) / 2`` for a skew-symmetric one; coordinate ``entries``): SciPy
+    fills a short symmetric array body with zeros, silently. Local (rank 0)."""
+    if layout == "coordinate":
+        want = entries
+    else:
+        want = {"symmetric": n * (n + 1) // 2, "hermitian": n * (n + 1) // 2,
+                "skew-symmetric": n * (n - 1) // 2}.get(symmetry, m * n)
+    with open(path, "rb") as f:
+        data = f.read()
+    got = _mtx_data_lines(data)
+    if got != want:
+        what = "truncated" if got < want else "longer than its header says"
+        raise MatrixFileError(f"{path}: Matrix Market file is {what}: {got} data lines, its "
+                              f"header ({m} x {n} {layout} {symmetry}) needs {want}")
+
+
+def _mtx_data_lines(data: bytes) -> int:
+    """Non-blank lines of the Matrix Market text ``data`` after its comments and size line
+    (vectorized over the bytes)."""
+    pos, size_seen = 0, False
+    while pos < len(data):               # the header: comment lines, then the size line
+        nl = data.find(b"\n", pos)
+        end = len(data) if nl < 0 else nl
+        line = data[pos:end].strip()
+        pos = end + 1
+        if line and not line.startswith(b"%"):
+            size_seen = True
+            break
+    if not size_seen or pos >= len(data):
+        return 0
+    b = np.frombuffer(data, np.uint8, len(data) - pos, pos)
+    content = ~np.isin(b, np.frombuffer(b" \t\r\n", np.uint8))
+    starts = np.concatenate([[0], np.flatnonzero(b == 10) + 1])
+    starts = starts[starts < b.size]
+    return int(np.count_nonzero(np.add.reduceat(content.astype(np.int64), starts)))
+
+
 def _check_mtx_lines(path: str, layout: str, field: str, want: int, ints: int) -> None:
     """:func:`_check_mtx_values` line by line in Python (exact; names the first bad line)."""
     with open(path) as f:
@@ -822,8 +863,9 @@ def _read_mtx(path: str) -> np.ndarray:
     info = _inspect_mtx(path)
     if 0 in info.shape:    # (scipy.io.mmread of a 0-row file died with SIGFPE in SciPy 1.17)
         return np.zeros(info.shape, dtype=info.dtype)
-    _, _, _, layout, field, _ = scipy.io.mminfo(path)
+    m, n, entries, layout, field, symmetry = scipy.io.mminfo(path)
     _check_mtx_values(path, layout, field)
+    _check_mtx_count(path, m, n, entries, layout, symmetry)
     try:
         a = scipy.io.mmread(path)
     except Exception as e:  # noqa: BLE001

@@ -74,6 +74,36 @@ def test_read_mtx_without_rows(tmp_path):
         assert a.shape == shape and a.dtype == np.float64
 
 
+@pytest.mark.parametrize("symmetry", ["general", "symmetric", "skew-symmetric", "hermitian"])
+def test_read_mtx_refuses_a_short_or_long_body(tmp_path, symmetry):
+    """SciPy fills a short symmetric, skew-symmetric or Hermitian array body with zeros (a
+    wrong matrix, silently): every array and coordinate file must have exactly the data lines
+    its header promises; whole files read exactly."""
+    import scipy.io
+    import scipy.sparse as sp
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((9, 9)) + (1j * rng.standard_normal((9, 9))
+                                       if symmetry == "hermitian" else 0)
+    a = {"general": a, "symmetric": a + a.T, "skew-symmetric": a - a.T,
+         "hermitian": a + a.conj().T}[symmetry]
+    whole = tmp_path / "whole.mtx"
+    scipy.io.mmwrite(whole, a, symmetry=symmetry)
+    np.testing.assert_array_equal(io._read_mtx(str(whole)), a)
+    lines = whole.read_text().splitlines()
+    for name, body in (("short", lines[:-2]), ("long", lines + [lines[-1]])):
+        f = tmp_path / f"{name}.mtx"
+        f.write_text("\n".join(body) + "\n")
+        with pytest.raises(io.MatrixFileError, match="truncated" if name == "short" else
+                           "longer than its header"):
+            io._read_mtx(str(f))
+    coo = tmp_path / "coo.mtx"
+    scipy.io.mmwrite(coo, sp.random(12, 7, density=0.3, random_state=2))
+    short = tmp_path / "coo_short.mtx"
+    short.write_text("\n".join(coo.read_text().splitlines()[:-1]) + "\n")
+    with pytest.raises(io.MatrixFileError):
+        io._read_mtx(str(short))
+
+
 def test_inspect_mtx(tmp_path):
     import scipy.io
     a = np.arange(6.0).reshape(2, 3)
