@@ -317,7 +317,7 @@ def entry_function(pts, kernel: Kernel, xp=np):
     cupy). The points are moved to ``xp``'s device once, here. Not collective."""
     if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be a distla.covariance.Kernel, not {type(kernel).__name__}")
-    p = np.asarray(pts, dtype=np.float64)
+    p = _real_points("points", pts)
     if p.ndim != 2:
         raise ValueError(f"points must be an n x d array, got shape {p.shape}")
     bad = np.argwhere(~np.isfinite(p))
@@ -369,6 +369,17 @@ def entry_function(pts, kernel: Kernel, xp=np):
     return fn
 
 
+def _real_points(name, a) -> np.ndarray:
+    """``a`` (NumPy, CuPy or a sequence) as a float64 NumPy array; TypeError for complex or
+    non-numeric data (a cast kept the real part with only a NumPy ComplexWarning)."""
+    arr = np.asarray(a.get() if (hasattr(a, "get") and not isinstance(a, np.ndarray)) else a)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must be real numbers, not {arr.dtype} data"
+                        + (" (complex: give the real part explicitly)"
+                           if arr.dtype.kind == "c" else ""))
+    return np.asarray(arr, dtype=np.float64)
+
+
 def cross_covariance(a, b, kernel: Kernel, xp=np):
     """``K[i, j] = k(|a_i - b_j|)`` for point sets ``a`` (``m x d``) and ``b`` (``n x d``):
     an ``(m, n)`` float64 array of ``xp`` (NumPy, or CuPy). No nugget: the nugget models
@@ -378,8 +389,7 @@ def cross_covariance(a, b, kernel: Kernel, xp=np):
     Not collective."""
     if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be a distla.covariance.Kernel, not {type(kernel).__name__}")
-    a = np.asarray(a.get() if hasattr(a, "get") else a, dtype=np.float64)
-    b = np.asarray(b.get() if hasattr(b, "get") else b, dtype=np.float64)
+    a, b = _real_points("points a", a), _real_points("points b", b)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
         raise ValueError(f"points must be m x d and n x d arrays, got shapes {a.shape} and "
                          f"{b.shape}")

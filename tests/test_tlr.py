@@ -856,3 +856,57 @@ def test_non_finite_input_to_the_builders_is_named(comm):
     big = DistMatrix.from_function(g, (n, n), (16, 16), lambda I, J: 1e200 * (I == J))
     T = tlr.compress(big, tol=1e-8)       # squares beyond float range are no error
     assert np.isfinite(T.D).all()
+
+
+@pytest.mark.mpi
+def test_bad_arguments_are_refused_clearly_on_every_rank(comm):
+    """sweep 16, r_args.py: workspace '1GB' gave int()'s message and -1 was accepted, tile
+    40.7 was truncated to 40, tol '1e-4' and max_rank True were accepted, complex points or
+    entry values kept their real part with only a ComplexWarning."""
+    import warnings
+
+    from distla import tlr
+    from distla.grid import ProcessGrid
+    g = ProcessGrid(comm=comm)
+    x, k = _problem(60, seed=1)
+    A = cov.covariance_matrix(g, x, k, block=16)
+    T = tlr.from_kernel(g, x, k, 16)
+    bad = [(dict(workspace="1GB"), ValueError, "workspace must be a number of bytes"),
+           (dict(workspace=-1), ValueError, "workspace must be a number of bytes"),
+           (dict(workspace=1.5), ValueError, "workspace must be a number of bytes"),
+           (dict(tol="1e-4"), TypeError, "tol must be a number in"),
+           (dict(tol=True), TypeError, "tol must be a number in"),
+           (dict(tol=1.5), ValueError, "tol must be in"),
+           (dict(tol=None, max_rank=True), TypeError, "max_rank must be a non-negative"),
+           (dict(max_rank=2.5), TypeError, "max_rank must be a non-negative"),
+           (dict(max_rank=-1), ValueError, "max_rank must be a non-negative"),
+           (dict(method=["svd"]), ValueError, "method must be one of")]
+    fn = cov.entry_function(x, k)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")        # no ComplexWarning: an error instead
+        for kw, exc, match in bad:
+            for call in (lambda: tlr.from_kernel(g, x, k, 16, **kw),
+                         lambda: tlr.from_function(g, 60, 16, fn, **kw),
+                         lambda: tlr.compress(A, **kw)):
+                with pytest.raises(exc, match=match):
+                    call()
+        for tile, exc in ((40.7, TypeError), ("16", TypeError), (True, TypeError),
+                          (0, ValueError)):
+            with pytest.raises(exc, match="tile must be an int >= 1"):
+                tlr.from_kernel(g, x, k, tile)
+        with pytest.raises(TypeError, match="n must be an int >= 0"):
+            tlr.from_function(g, 60.0, 16, fn)
+        for ws in ("1GB", -1):
+            with pytest.raises(ValueError, match="workspace must be a number of bytes"):
+                tlr.cholesky(T, workspace=ws)
+        with pytest.raises(TypeError, match="points must be real numbers, not complex128"):
+            tlr.from_kernel(g, x * (1 + 1j), k, 16)
+        for f in (cov.cross_covariance, lambda a, b, kern: cov.covariance_matrix(g, a, kern)):
+            with pytest.raises(TypeError, match="must be real numbers, not complex128"):
+                f(x * (1 + 1j), x, k)
+        for m in ("dense", "aca"):
+            with pytest.raises(TypeError, match="returned complex128 values"):
+                tlr.from_function(g, 60, 16, lambda I, J: (1 + 1j) * fn(I, J), method=m)
+        T2 = tlr.from_kernel(g, x, k, np.int64(16), tol=np.float64(1e-6), max_rank=np.int64(40),
+                             workspace=2 ** 20, seed=np.int64(3))
+        assert T2.nb == 16 and T2.tol == 1e-6

@@ -64,11 +64,9 @@ def _check_common(grid, tol, max_rank, method, methods):
         raise TypeError(f"grid must be a ProcessGrid, not {type(grid).__name__}")
     if tol is None and max_rank is None:
         raise ValueError("give tol (fixed accuracy) and/or max_rank (fixed rank)")
-    if tol is not None and not (0 < float(tol) < 1):
-        raise ValueError(f"tol must be in (0, 1), got {tol}")
-    if max_rank is not None and (int(max_rank) != max_rank or max_rank < 0):
-        raise ValueError(f"max_rank must be a non-negative integer or None, got {max_rank}")
-    if method not in methods:
+    _args.check_tol(tol)
+    _args.check_max_rank(max_rank)
+    if not isinstance(method, str) or method not in methods:
         raise ValueError(f"method must be one of {methods}, not {method!r}")
 
 
@@ -167,6 +165,7 @@ def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=None
             raise TypeError(f"compress needs a DistMatrix, not {type(A).__name__}")
         _check_common(A.grid, tol, max_rank, method, batched.METHODS)
         seed = _args.check_seed(seed)
+        workspace = _args.check_workspace(workspace)
         if A.m != A.n:
             raise ValueError(f"TLR needs a square matrix, got {A.shape}")
         if A.mb != A.nb:
@@ -245,9 +244,8 @@ def from_function(grid, n, tile, fn, tol=1e-8, max_rank=None, method="auto", *,
             device=device, src=src, dtype=str(dtype), seed=seed, workspace=workspace)):
         _check_common(grid, tol, max_rank, method, BUILD_METHODS)
         seed = _args.check_seed(seed)
-        n, tile = int(n), int(tile)
-        if n < 0 or tile <= 0:
-            raise ValueError(f"need n >= 0 and tile > 0, got n={n}, tile={tile}")
+        workspace = _args.check_workspace(workspace)
+        n, tile = _args.check_count("n", n, 0), _args.check_count("tile", tile, 1)
         if np.dtype(dtype).kind != "f":
             raise TypeError(f"TLR supports real float32/float64 matrices, not {dtype}")
         get_backend(device, grid.comm)
@@ -458,7 +456,8 @@ def _zero_padding(T, keys, A):
 def _generic_tiles(fn, xp):
     """Stacked evaluation for an ``fn(I, J)`` without a ``tiles`` method."""
     def tiles(I, J, out, tmp=None, diagonal=True):
-        out[...] = xp.asarray(fn(I[:, :, None], J[:, None, :]), dtype=out.dtype)
+        out[...] = xp.asarray(_args.real_values(fn(I[:, :, None], J[:, None, :]), xp),
+                              dtype=out.dtype)
         return out
     return tiles
 
@@ -486,12 +485,12 @@ def _aca_tiles(T, fn, keys, delta, max_rank):
 
     def rows(d, i):      # (a,) -> (a, nb)
         I, J = GI[d, i][:, None], GJ[d]
-        vals = finite(xp.asarray(fn(I, J), dtype=T.dtype), I, J)
+        vals = finite(xp.asarray(_args.real_values(fn(I, J), xp), dtype=T.dtype), I, J)
         return vals * VJ[d] * VI[d, i][:, None]
 
     def cols(d, j):      # (a,) -> (a, nb)
         I, J = GI[d], GJ[d, j][:, None]
-        vals = finite(xp.asarray(fn(I, J), dtype=T.dtype), I, J)
+        vals = finite(xp.asarray(_args.real_values(fn(I, J), xp), dtype=T.dtype), I, J)
         return vals * VI[d] * VJ[d, j][:, None]
 
     return batched.aca(rows, cols, len(keys), T.nb, T.nb, delta, max_rank, xp, T.dtype)

@@ -73,7 +73,7 @@ def cholesky(T: TLRMatrix, *, overwrite: bool = False, workspace: int | None = N
     t0 = time.perf_counter()
     L = _start(T, overwrite, signature("tlr.cholesky", overwrite=overwrite,
                                        workspace=workspace, seed=seed),
-               check=lambda: _args.check_seed(seed))
+               check=lambda: (_args.check_seed(seed), _args.check_workspace(workspace)))
     st = _Loop(L, workspace, seed, rank_guess=int(T.ranks.max))
     for k in range(L.nt):
         RK = st.row_of_factor(k)             # 1. L_kj (j < k) down every process column
