@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -366,7 +367,17 @@ def entry_function(pts, kernel: Kernel, xp=np):
 
     fn.n = p.shape[0]
     fn.tiles = tiles
+    fn.digest = lambda: digest(p)
     return fn
+
+
+def digest(a) -> str:
+    """A short text identifying the array ``a`` (shape, dtype and a CRC-32 of its bytes), for
+    the call signatures ranks agree on: point sets that differ between ranks (the docs require
+    them identical) then raise ValueError on every rank instead of building a patchwork
+    matrix. ``O(a.nbytes)``, local."""
+    a = np.ascontiguousarray(a)
+    return f"{'x'.join(map(str, a.shape))} {a.dtype} crc32 {zlib.crc32(a.data) & 0xffffffff:08x}"
 
 
 def _real_points(name, a) -> np.ndarray:
@@ -450,11 +461,14 @@ def covariance_matrix(grid, pts, kernel: Kernel, block=(64, 64), *, device="cpu"
     identical on every rank) as a :class:`~distla.DistMatrix`; each rank evaluates only its own
     entries (with CuPy index arrays on GPU ranks)."""
     from .device import get_backend
-    from .errors import collective
+    from .errors import collective, signature
     from .matrix import DistMatrix
-    with collective(grid.comm):
+    sig = signature("covariance_matrix")
+    with collective(grid.comm, sig):
         be = get_backend(device, grid.comm)
         fn = entry_function(pts, kernel, be.xp)
+        if grid.comm.Get_size() > 1:     # (checked as the points of every rank agree)
+            sig.kw["points"] = fn.digest()
     n = fn.n
     return DistMatrix.from_function(grid, (n, n), block, fn, dtype=dtype, device=device, src=src)
 

@@ -90,7 +90,9 @@ class _Likelihood:
     kind = "?"
 
     def __init__(self, grid, pts, y, kernel, tile, *, device="cpu"):
-        with collective(grid.comm):
+        from .errors import signature
+        sig = signature("gp likelihood")
+        with collective(grid.comm, sig):
             tile = _positive_int("tile", tile)
             pts, y = _real_array("points", pts), _real_array("y", y)
             if pts.ndim != 2 or y.shape != (pts.shape[0],):
@@ -104,6 +106,8 @@ class _Likelihood:
             if not isinstance(kernel, cov.Kernel):
                 raise TypeError(f"kernel must be a distla.covariance.Kernel, not "
                                 f"{type(kernel).__name__}")
+            if grid.comm.Get_size() > 1:   # the points and y must be the same on every rank
+                sig.kw.update(points=cov.digest(pts), y=cov.digest(y))
             if kernel.nugget == 0:
                 _refuse_coinciding(pts)
             from .device import get_backend

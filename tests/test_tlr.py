@@ -910,3 +910,30 @@ def test_bad_arguments_are_refused_clearly_on_every_rank(comm):
         T2 = tlr.from_kernel(g, x, k, np.int64(16), tol=np.float64(1e-6), max_rank=np.int64(40),
                              workspace=2 ** 20, seed=np.int64(3))
         assert T2.nb == 16 and T2.tol == 1e-6
+
+
+@pytest.mark.mpi
+def test_points_that_differ_between_ranks_are_refused(comm):
+    """Point sets drawn per rank built a patchwork matrix silently (from_kernel) or gave -inf
+    (TLRLikelihood) (sweep 16, r_diffpts.py): the points (and gp's y) are now part of the
+    call signature every rank agrees on, by a CRC-32."""
+    if comm.size == 1:
+        pytest.skip("needs 2+ ranks")
+    from distla import gp, tlr
+    from distla.grid import ProcessGrid
+    g = ProcessGrid(comm=comm)
+    k = cov.SquaredExponential(beta=0.1, nugget=1e-2)
+    same = cov.points(60, 2, seed=1)
+    mine = same.copy()
+    mine[-1, 1] += 1e-12 * (comm.rank == comm.size - 1)      # one bit on one rank
+    y = np.ones(60)
+    calls = [lambda p: tlr.from_kernel(g, p, k, 16),
+             lambda p: cov.covariance_matrix(g, p, k, block=16),
+             lambda p: gp.TLRLikelihood(g, p, y, k, 16),
+             lambda p: gp.DenseLikelihood(g, p, y, k, 16)]
+    for call in calls:
+        with pytest.raises(ValueError, match="different arguments.*points="):
+            call(mine)
+        call(same)
+    with pytest.raises(ValueError, match="different arguments.*y="):
+        gp.DenseLikelihood(g, same, y + (comm.rank == 0), k, 16)

@@ -239,9 +239,15 @@ def from_function(grid, n, tile, fn, tol=1e-8, max_rank=None, method="auto", *,
     Raises :class:`distla.DistlaError` on every rank when the result will not fit in memory.
     """
     t0 = time.perf_counter()
-    with collective(grid.comm if isinstance(grid, ProcessGrid) else None, signature(
+    comm = grid.comm if isinstance(grid, ProcessGrid) else None
+    # from_kernel's points (covariance.entry_function's digest): ranks whose point sets differ
+    # built a patchwork matrix silently; they now disagree in the signature
+    pts = fn.digest() if (comm is not None and comm.Get_size() > 1
+                          and callable(getattr(fn, "digest", None))) else None
+    with collective(comm, signature(
             "tlr.from_function", n=n, tile=tile, tol=tol, max_rank=max_rank, method=method,
-            device=device, src=src, dtype=str(dtype), seed=seed, workspace=workspace)):
+            device=device, src=src, dtype=str(dtype), seed=seed, workspace=workspace,
+            points=pts)):
         _check_common(grid, tol, max_rank, method, BUILD_METHODS)
         seed = _args.check_seed(seed)
         workspace = _args.check_workspace(workspace)
@@ -262,8 +268,9 @@ def from_function(grid, n, tile, fn, tol=1e-8, max_rank=None, method="auto", *,
 def from_kernel(grid, pts, kernel, tile, tol=1e-8, max_rank=None, method="auto", *,
                 device="cpu", src=(0, 0), dtype=np.float64, seed=0, workspace=None):
     """Collective: the TLR covariance matrix of points ``pts`` (``n x d``, identical on every
-    rank) and a :class:`distla.covariance.Kernel` (nugget on the diagonal), compressed tile by
-    tile on each owner without forming the dense matrix; see :func:`from_function`."""
+    rank: checked by a CRC-32 in the call signature, ValueError on every rank otherwise) and
+    a :class:`distla.covariance.Kernel` (nugget on the diagonal), compressed tile by tile on
+    each owner without forming the dense matrix; see :func:`from_function`."""
     from ..covariance import entry_function
     with collective(grid.comm if isinstance(grid, ProcessGrid) else None):
         fn = entry_function(pts, kernel, get_backend(device, grid.comm).xp)
