@@ -4,6 +4,7 @@ from .errors import (
                      ConvergenceError,
                      DistlaError,
                      LinAlgWarning,
+                     NonFiniteResultError,
                      NotPositiveDefiniteError,
                      SingularMatrixError,
                      install_excepthook,
@@ -14,7 +15,7 @@ from .matrix import DistMatrix
 
 __version__ = "0.1.0"
 
-__all__ = ["ProcessGrid", "DistMatrix", "Descriptor", "DistlaError",
+__all__ = ["ProcessGrid", "DistMatrix", "Descriptor", "DistlaError", "NonFiniteResultError",
            "NotPositiveDefiniteError", "SingularMatrixError", "ConvergenceError",
            "LinAlgWarning", "install_excepthook"]
 

@@ -19,9 +19,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import socket
 import sys
 import time
+import warnings
 
 from . import layout
 from .bench.common import default_threshold, flops, judge
@@ -312,24 +314,34 @@ def _solver(method: str):
         from . import linalg
         from .linalg.condition import warn_if_ill_conditioned
         from .pblas import norm
+        from .validate import check_finite_result
     except ImportError as e:
         raise CommandError(f"--method {method}: the solvers cannot be imported ({e})") from None
 
     def run(A, B, anorm=None, **kw):     # (kw checked by cmd_solve before any work)
-        if _SOLVE_ONLY & kw.keys() or method in ("rbt", "tlr"):
-            X, info = linalg.solve(A, B, method=method, return_info=True, **kw)
-            # these estimate rcond (and warn) themselves; mixed-precision LU and Cholesky
-            # solves do too, without returning it
+        if method != "cholesky" or "lower" not in kw:
+            # the library's own solve: its checks and warnings (growth, gradual underflow,
+            # a non-finite X from finite input), which estimate rcond (and warn) themselves;
+            # its warnings named as the command's (--method M) rather than the function's
+            caught = []
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    X, info = linalg.solve(A, B, method=method, return_info=True, **kw)
+            finally:             # (also before an error: the warnings may say why)
+                for w in caught:
+                    text = re.sub(r"^(solve_lu|solve_cholesky|solve|rbt_solve|tlr\.solve): ",
+                                  f"--method {method}: ", str(w.message))
+                    warnings.warn(text, w.category, stacklevel=2)
             return X, (info.get("rcond") if isinstance(info, dict) else
                        getattr(info, "rcond", None))
-        if method in LU_PIVOTING:
-            F = linalg.lu_factor(A, pivoting=LU_PIVOTING[method], **kw)
-            X, rc = linalg.lu_solve_rcond(F, B)     # the estimate shares the solve's sweeps
-        else:
-            anorm = norm(A, 1) if anorm is None else anorm   # Hermitian: ||A||_1 = ||A||_inf
-            c = linalg.cho_factor(A, **kw)
-            X, rc = linalg.cho_solve_rcond(c, B, anorm)
+        # -O lower=...: cho_factor's option (the solve reads the lower triangle)
+        anorm = norm(A, 1) if anorm is None else anorm   # Hermitian: ||A||_1 = ||A||_inf
+        c = linalg.cho_factor(A, **kw)
+        X, rc = linalg.cho_solve_rcond(c, B, anorm)
         warn_if_ill_conditioned(rc, A.dtype, f"--method {method}")
+        if kw.get("check_finite", True):   # finite A and B: a non-finite X is overflow
+            check_finite_result(X, f"--method {method}")
         return X, rc
     return run
 
@@ -345,7 +357,6 @@ def cmd_solve(args, comm) -> int:
     from .progress import Progress, Timings, format_rate
 
     say = Reporter(comm, _verbosity(args))
-    import warnings
     if comm.Get_rank() != 0:  # one copy of each warning, not one per rank
         warnings.simplefilter("ignore")
     warnings.formatwarning = lambda msg, cat, *a, **k: f"distla: warning: {msg}\n"
@@ -403,6 +414,10 @@ def cmd_solve(args, comm) -> int:
         with guarded(comm):
             A = io.read_matrix(ainfo.path, grid, (nb, nb), device=args.device,
                                dtype=dtype, info=ainfo)
+    if kw.get("check_finite", True):   # (before the rhs made from A could blame B)
+        from .validate import check_finite
+        with guarded(comm):
+            check_finite(("A", A), what=f"--matrix {ainfo.path}")
     dtype = A.dtype
     xtrue = None
     anorm = None          # ||A||_inf once known: one pass over A serves every check

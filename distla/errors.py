@@ -12,13 +12,19 @@ import sys
 import numpy as np
 import scipy.linalg as _scipy_linalg
 
-__all__ = ["DistlaError", "NotPositiveDefiniteError", "SingularMatrixError",
+__all__ = ["DistlaError", "NonFiniteResultError", "NotPositiveDefiniteError", "SingularMatrixError",
            "ConvergenceError", "LinAlgWarning", "agree", "collective", "on_root",
            "install_excepthook"]
 
 
 class DistlaError(RuntimeError):
     """A failure that has no more specific type (raised on every rank of the communicator)."""
+
+
+class NonFiniteResultError(DistlaError, np.linalg.LinAlgError):
+    """A computation on finite input produced NaN or Inf (overflow or underflow: a badly
+    scaled matrix, or large element growth). A :class:`DistlaError` and a ``LinAlgError``
+    (the command line's numerical-failure exit code, 1)."""
 
 
 class NotPositiveDefiniteError(np.linalg.LinAlgError):

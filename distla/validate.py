@@ -28,7 +28,13 @@ import numpy as np
 
 from . import layout
 from .device import get_backend
-from .errors import DistlaError, collective, describe, signature  # noqa: F401 - re-exported
+from .errors import (  # noqa: F401 - re-exported
+    DistlaError,
+    NonFiniteResultError,
+    collective,
+    describe,
+    signature,
+)
 
 __all__ = ["check_finite", "check_finite_result", "check_symmetric", "signature",
            "describe"]
@@ -101,15 +107,17 @@ def check_finite(*named, what: str = "solve") -> None:
 
 
 def check_finite_result(M, what: str) -> None:
-    """Collective: raise :class:`distla.DistlaError` on every rank if a computed result M
-    (e.g. factors of a finite matrix) holds NaN or Inf (overflow during the computation)."""
+    """Collective: raise :class:`distla.errors.NonFiniteResultError` (a DistlaError) on every
+    rank if a computed result M (e.g. factors of a finite matrix) holds NaN or Inf (overflow,
+    or underflow into a reciprocal, during the computation)."""
     with collective(M.grid.comm):
         hit = _first_nonfinite(M)
         if hit is not None:
-            raise DistlaError(
+            raise NonFiniteResultError(
                 f"{what}: the computation produced a non-finite value at global index "
-                f"({hit[0]}, {hit[1]}) from finite input (overflow: the matrix is badly "
-                f"scaled, or the element growth of this elimination is too large)")
+                f"({hit[0]}, {hit[1]}) from finite input (overflow, or underflow into a "
+                f"reciprocal: the matrix is badly scaled, or the element growth of this "
+                f"elimination is too large)")
 
 
 @functools.lru_cache(maxsize=2)

@@ -276,6 +276,23 @@ def test_not_positive_definite_exit_1(files):
                  "not positive definite")
 
 
+def test_non_finite_solution_from_finite_input_exit_1(tmp_path):
+    """A matrix of subnormal entries: BLAS's triangular solves multiply by the diagonal's
+    reciprocals (inf), so X is NaN. The command runs the library's own solve and its checks:
+    the same error and exit code 1 on every rank, no --out file, even with --check none
+    (which once wrote the NaNs with exit 0), and the gradual-underflow warning."""
+    a, b = 1e-310 * np.eye(20), 1e-310 * np.ones((20, 2))
+    np.save(tmp_path / "A.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    for check in ("residual", "none"):
+        out = tmp_path / f"x_{check}.npy"
+        p = run(["solve", "--matrix", tmp_path / "A.npy", "--rhs", tmp_path / "b.npy",
+                 "--method", "gepp", "--nb", 4, "--check", check, "--out", out], n=2)
+        assert_fails(p, 1, "non-finite value")
+        assert "gradual underflow" in p.stderr, p.stderr
+        assert not out.exists()
+
+
 def test_unwritable_output(files):
     assert_fails(run(["solve", "--matrix", files / "A.npy", "--out",
                       files / "no" / "such" / "dir" / "x.npy"], n=2), 2, "--out")

@@ -484,6 +484,13 @@ def test_double_precision_info_and_rbt_factor_dtype(grids):
         A, B = _dist(grid, a), _dist(grid, b)
         X, info = solve_cholesky(A, B, return_info=True)
         assert (info.precision, info.factor_dtype, info.iterations) == ("double", "float64", 0)
+        true = 1 / np.linalg.cond(a, 1)        # the double solves report their estimate
+        assert true * 0.9999 <= info.rcond <= true * 10, (info.rcond, true)   # (a lower
+        # bound of ||A^-1||_1: rcond at or above the true one)
+        assert solve_cholesky(A, B, return_info=True, check_rcond=False)[1].rcond is None
+        for m in ("gepp", "calu", "genp"):
+            rc = solve(A, B, method=m, return_info=True)[1].rcond
+            assert true * 0.9999 <= rc <= true * 10, (m, rc, true)
         X, info = rbt_solve(A, B, precision="mixed", factor_dtype="fp32", return_info=True)
         assert (info.factor_dtype, info.compute) == ("float32", "fp32") and info.converged
         Xm = solve(A, B, method="rbt", precision="mixed", return_info=True)[0]

@@ -223,6 +223,7 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
         warn_if_subnormal_scale(A.norm("max"), A.dtype, "solve_cholesky")
     L = cholesky(A, lower=True, overwrite_a=overwrite_a, lookahead=lookahead,
                  check_finite=False, check_symmetric=False)
+    rc = None
     if not check_rcond:
         X = cho_solve((L, True), B, overwrite_b=overwrite_b, check_finite=False)
     else:
@@ -230,7 +231,7 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
         warn_if_ill_conditioned(rc, A.dtype, "solve_cholesky")
     if check_finite:        # finite A and B: a non-finite X means the solves overflowed
         check_finite_result(X, "solve_cholesky")
-    return (X, double_info(A, "cholesky")) if return_info else X
+    return (X, double_info(A, "cholesky", rc)) if return_info else X
 
 
 def _hermitian_from_lower(A: DistMatrix) -> DistMatrix:

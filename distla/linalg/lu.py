@@ -453,7 +453,8 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
     warn_if_subnormal_scale(F.max_abs_a, A.dtype, "solve_lu")
     if check_finite:        # finite A and B: a non-finite X means the solves overflowed
         check_finite_result(X, "solve_lu")
-    return (X, double_info(A, method)) if return_info else X
+    return (X, double_info(A, method, F.rcond() if check_rcond else None)) if return_info \
+        else X
 
 
 _METHOD = {"partial": "gepp", "tournament": "calu", "none": "genp"}

@@ -76,7 +76,9 @@ class SolveInfo:
     ``times``: host seconds of 'factor' (low precision), 'refine', 'fallback' and 'total';
     ``anorm``: ``||A||_inf`` (both for mixed solves only: a full-precision solve leaves
     ``times`` empty and ``anorm`` NaN). ``replicated``: the refinement solved with whole
-    copies of the factors on every rank (``times['replicate']``: making them).
+    copies of the factors on every rank (``times['replicate']``: making them). ``rcond``:
+    the reciprocal condition estimate of a full-precision solve with ``check_rcond`` (None
+    otherwise).
     """
 
     method: str
@@ -92,6 +94,7 @@ class SolveInfo:
     times: dict = field(default_factory=dict)
     anorm: float = float("nan")
     replicated: bool = False
+    rcond: float | None = None
 
 
 def low_dtype(dtype) -> np.dtype:
@@ -315,7 +318,7 @@ def verified_rcond(A: DistMatrix, anorm_inf: float, solve, solve_h) -> float:
     return refined_rcond(A, anorm1, through(solve), through(solve_h))
 
 
-def double_info(A: DistMatrix, method: str) -> SolveInfo:
-    """The info of a full-precision solve (``precision='double'``)."""
+def double_info(A: DistMatrix, method: str, rcond: float | None = None) -> SolveInfo:
+    """The info of a full-precision solve (``precision='double'``; ``rcond``: its estimate)."""
     return SolveInfo(method=method, precision="double", factor_dtype=str(A.dtype),
-                     compute=str(A.dtype))
+                     compute=str(A.dtype), rcond=None if rcond is None else float(rcond))
