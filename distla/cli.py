@@ -570,20 +570,30 @@ def _target(path, dataset=None):
 
 def _refuse_same_target(comm, inputs, outputs) -> None:
     """Collective: CommandError on every rank (before any work) when an output names the
-    file (HDF5: the dataset) of an input -- ``inputs``: ``(option, MatrixInfo)`` -- or of
-    another output -- ``outputs``: ``(option, path or None)``: one write would destroy the
-    input or the other output."""
+    file (HDF5: the dataset -- by identity, so also through a soft, hard or external link)
+    of an input -- ``inputs``: ``(option, MatrixInfo)`` -- or of another output --
+    ``outputs``: ``(option, path or None)``: one write would destroy the input or the other
+    output."""
+    from . import h5io
+
+    def key(path, ds):
+        return h5io.dataset_key(path, ds) if ds else None
+
     def check():
         named = [(o, _target(i.path, i.dataset or None), True) for o, i in inputs] + \
             [(o, _target(p), False) for o, p in outputs if p is not None]
-        for k, (out, (f, ds), is_in) in enumerate(named):
+        named = [(o, (f, ds), key(f, ds), is_in) for o, (f, ds), is_in in named]
+        for k, (out, (f, ds), ident, is_in) in enumerate(named):
             if is_in:
                 continue
-            for other, (f2, ds2), other_in in named[:k]:
+            for other, (f2, ds2), ident2, other_in in named[:k]:
                 same = f == f2 or (os.path.exists(f) and os.path.exists(f2) and
                                    os.path.samefile(f, f2))
-                if same and (ds is None or ds2 is None or ds == ds2):
+                linked = ident is not None and ident == ident2 and ds != ds2
+                if linked or (same and (ds is None or ds2 is None or ds == ds2)):
                     what = f"{f2}:{ds2}" if ds2 and ds else f2
+                    if linked:
+                        what += f" (also reached as {f}:{ds}, an HDF5 link to it)"
                     raise CommandError(
                         f"{out} and {other} name the same "
                         f"{'dataset' if ds2 and ds else 'file'} {what}: writing {out} would "

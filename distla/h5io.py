@@ -31,7 +31,7 @@ import numpy as np
 from .errors import agree, on_root
 from .filebase import MatrixFileError, MatrixInfo, _check_writable, atomic_output
 
-__all__ = ["SUFFIXES", "split_path", "is_h5", "inspect", "read_into", "write",
+__all__ = ["SUFFIXES", "split_path", "is_h5", "dataset_key", "inspect", "read_into", "write",
            "write_slabs", "DEFAULT_DATASET"]
 
 SUFFIXES = (".h5", ".hdf5")
@@ -107,6 +107,32 @@ def resolve(path) -> tuple[str, str]:
         except (ImportError, OSError):
             pass
     return os.path.realpath(fpath), dset
+
+
+def dataset_key(path, dataset=None):
+    """The identity of the existing dataset that ``path`` (``file.h5:/name``, or the file
+    and ``dataset``) names: ``(real path of the file holding it, object address)`` -- equal
+    for two names of one dataset however they reach it (soft, hard or external links);
+    None when the file or the dataset does not exist (or h5py is missing). Not
+    collective."""
+    if dataset is None:
+        fpath, dataset = split_path(path) or (os.fspath(path), "")
+    else:
+        fpath = os.fspath(path)
+    dataset = dataset or DEFAULT_DATASET
+    if not os.path.isfile(fpath):
+        return None
+    try:
+        import h5py
+        with h5py.File(fpath, "r") as f:
+            obj = f.get(dataset)
+            if not isinstance(obj, h5py.Dataset):
+                return None
+            info = h5py.h5o.get_info(obj.id)
+            addr = getattr(info, "token", None) or getattr(info, "addr", None)
+            return os.path.realpath(obj.file.filename), addr
+    except (ImportError, OSError, KeyError, ValueError):
+        return None
 
 
 def is_h5(path) -> bool:

@@ -350,3 +350,33 @@ def test_writing_a_dataset_keeps_the_files_links(comm, grids, mpi_tmp_path):
             assert np.all(h["alias"][...] == 5.0) and np.all(h["hard"][...] == 5.0)
             assert np.all(h["B"][...] == 2.0) and h["g"].attrs["note"] == "kept"
     comm.Barrier()
+
+
+@pytest.mark.parametrize("link", ["soft", "hard"])
+def test_output_through_an_hdf5_link_to_an_input_is_refused(tmp_path, link):
+    """`--out m.h5:/alias`, /alias a soft or hard link to the --matrix (or --rhs) dataset,
+    overwrote the input with x (exit 0): the names differ, the dataset is the same. Refused
+    before any work, by the dataset's identity."""
+    import os
+
+    from test_cli import MPIEXEC, run
+    n = 8
+    a = np.eye(n) * 4 + 1
+    m = tmp_path / "m.h5"
+    with h5py.File(m, "w") as f:
+        f["A"], f["b"] = a, a.sum(axis=1)
+        for src, name in (("/A", "alias"), ("/b", "balias")):
+            f[name] = h5py.SoftLink(src) if link == "soft" else f[src]
+    assert h5io.dataset_key(f"{m}:/alias") == h5io.dataset_key(f"{m}:/A") is not None
+    assert h5io.dataset_key(f"{m}:/b") != h5io.dataset_key(f"{m}:/A")
+    assert h5io.dataset_key(f"{m}:/missing") is None
+    if not os.path.exists(MPIEXEC):
+        pytest.skip("no mpiexec")
+    for args, other in (([f"{m}:/A", "--out", f"{m}:/alias"], "--matrix"),
+                        ([f"{m}:/A", "--rhs", f"{m}:/b", "--out", f"{m}:/balias"], "--rhs")):
+        p = run(["solve", "--matrix", *args, "-q"], n=2)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert f"and {other} name the same dataset" in p.stderr and "link" in p.stderr
+    with h5py.File(m) as f:
+        np.testing.assert_array_equal(f["A"][...], a)
+        np.testing.assert_array_equal(f["b"][...], a.sum(axis=1))
