@@ -338,6 +338,37 @@ def read_into(info: MatrixInfo, A, slab_bytes: int = 1 << 27) -> None:
 # ---------------------------------------------------------------------------------------
 # write
 # ---------------------------------------------------------------------------------------
+def _reserve(path: str) -> None:
+    """Allocate the disk blocks of the file ``path`` up to its size (Linux ``fallocate``,
+    which keeps the contents): OSError (ENOSPC, EDQUOT, ...) if they cannot all be had. A
+    file system without ``fallocate`` reserves nothing (no error). Not collective."""
+    import ctypes
+    import errno
+    size = os.path.getsize(path)
+    if size == 0:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fallocate = libc.fallocate
+    except (OSError, AttributeError):      # not Linux/glibc
+        return
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fallocate.restype = ctypes.c_int
+    fd = os.open(path, os.O_RDWR)
+    try:
+        if fallocate(fd, 0, 0, size) != 0:
+            code = ctypes.get_errno()
+            if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+                raise OSError(code, os.strerror(code), path)
+    finally:
+        os.close(fd)
+
+
+def _land():
+    from mpi4py import MPI
+    return MPI.LAND
+
+
 def _use_mpi(h5py) -> bool:
     return bool(h5py.get_config().mpi) and os.environ.get("DISTLA_H5_MPI", "1") != "0"
 
@@ -453,12 +484,37 @@ def write_slabs(path, grid, shape, dtype, slabs, *, slab_bytes: int = 1 << 27) -
                     aliases = _copy_except(old, f, dset)
             else:
                 aliases = []
-            f.create_dataset(dset, shape=tuple(shape), dtype=dtype)
+            # its space allocated now (contiguous, never filled): the file's size is final,
+            # and the ranks' writes only overwrite it
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+            dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+            f.create_dataset(dset, shape=tuple(shape), dtype=dtype, dcpl=dcpl)
             for alias in aliases:             # other hard links to the rewritten dataset
                 f[alias] = f[dset]
+        # a full disk found now, in a clean error: HDF5 cannot recover from a write that
+        # fails for want of space (closing the file then crashed the process)
+        _reserve(tmp)
+
+    def failed(e) -> Exception:
+        """``e`` as the error this write raises: named by the target (the OS's reason
+        kept), and without its traceback, which holds h5py objects of a file whose write
+        failed (freeing them later, elsewhere, crashed HDF5)."""
+        if isinstance(e, MatrixFileError):
+            return e.with_traceback(None)
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        out = OSError(f"{fpath}:{dset}: cannot write ({reason})")
+        out.errno = getattr(e, "errno", None)
+        return out
+
+    def make(tmp):
+        try:
+            create(tmp)
+        except Exception as e:  # noqa: BLE001 - raised on every rank by on_root
+            raise failed(e) from None
 
     def write(tmp):
-        on_root(comm, lambda: create(tmp))
+        on_root(comm, lambda: make(tmp))
         mpi = _use_mpi(h5py)
         err = None
         for c0, S in slabs():
@@ -467,18 +523,23 @@ def write_slabs(path, grid, shape, dtype, slabs, *, slab_bytes: int = 1 << 27) -
                     with h5py.File(tmp, "r+", driver="mpio", comm=comm) as f:
                         _write_local(f[dset], S, c0, ndim, slab_bytes)
                 except Exception as e:  # noqa: BLE001 - agreed on below
-                    err = err or e
+                    err = failed(e)
+                if not comm.allreduce(err is None, op=_land()):   # all stop together
+                    break
                 continue
+            # one rank after the other; after a failed write (a full disk leaves the file
+            # inconsistent) no rank opens the file again: every rank learns of it at once
             for r in range(size):
-                if r == rank and err is None:
+                if r == rank:
                     try:
                         with h5py.File(tmp, "r+") as f:
                             _write_local(f[dset], S, c0, ndim, slab_bytes)
                     except Exception as e:  # noqa: BLE001 - agreed on below
-                        err = e
-                comm.Barrier()
-        if err is not None and not isinstance(err, MatrixFileError):
-            err = OSError(f"{fpath}:{dset}: cannot write ({err})")
+                        err = failed(e)
+                if comm.bcast(err is not None if r == rank else None, root=r):
+                    break
+            if not comm.allreduce(err is None, op=_land()):
+                break
         agree(comm, err)
     atomic_output(fpath, comm, write)
 

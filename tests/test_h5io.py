@@ -4,6 +4,8 @@ nonzero source process, blocks that do not divide n, real and complex types, vec
 the command line reading an .h5 matrix and writing x to .h5."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -380,3 +382,50 @@ def test_output_through_an_hdf5_link_to_an_input_is_refused(tmp_path, link):
     with h5py.File(m) as f:
         np.testing.assert_array_equal(f["A"][...], a)
         np.testing.assert_array_equal(f["b"][...], a.sum(axis=1))
+
+
+@pytest.mark.mpi
+def test_failed_write_stops_every_rank_and_leaves_nothing(comm, mpi_tmp_path, monkeypatch):
+    """A full disk while writing an HDF5 file on >= 2 ranks: the next rank reopened the file
+    that rank 0's failed write had left inconsistent, and HDF5 crashed (SIGSEGV), leaving
+    the temporary behind. Now the space is reserved when the dataset is created (a full disk
+    is a clean error there), and after a failed write no rank opens the file again: one
+    error naming the path and the reason on every rank, no .partial file, no target."""
+    import errno
+
+    from distla import DistMatrix, ProcessGrid
+    g = ProcessGrid(comm=comm)
+    X = DistMatrix.random(g, (30, 20), (4, 4), seed=1)
+    target = mpi_tmp_path / "full.h5"
+
+    def no_space(path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+    with monkeypatch.context() as m:
+        m.setattr(h5io, "_reserve", no_space)
+        with pytest.raises(OSError, match=r"full.h5:/x: cannot write \(No space left"):
+            io.write_matrix(f"{target}:/x", X)
+    opened = []
+    real = h5io._write_local
+
+    def fail_on_rank0(ds, *a, **k):
+        opened.append(comm.rank)
+        if comm.rank == 0:
+            raise OSError(errno.ENOSPC, "Can't write data (No space left on device)")
+        return real(ds, *a, **k)
+    with monkeypatch.context() as m:
+        m.setattr(h5io, "_write_local", fail_on_rank0)
+        m.setattr(h5io, "_use_mpi", lambda h5py: False)
+        with pytest.raises(OSError, match="full.h5:/x: cannot write .*No space left"):
+            io.write_matrix(f"{target}:/x", X)
+    assert opened == ([0] if comm.rank == 0 else [])   # nobody wrote after rank 0 failed
+    comm.Barrier()
+    assert sorted(p.name for p in mpi_tmp_path.iterdir()) == []
+    comm.Barrier()
+
+
+def test_reserve_allocates_the_file(tmp_path):
+    f = tmp_path / "r.bin"
+    with open(f, "wb") as fh:
+        fh.truncate(1 << 20)                    # sparse
+    h5io._reserve(str(f))
+    assert f.stat().st_size == 1 << 20
