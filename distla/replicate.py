@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import layout
+from .errors import collective
 from .matrix import DistMatrix
 
 __all__ = ["self_grid", "one_node", "replicate", "distribute_like"]
@@ -58,20 +59,24 @@ def replicate(M: DistMatrix) -> DistMatrix:
     with M's shape, block, dtype and device. One all-gather of the local matrices through the
     grid's data communicator (NCCL between GPU ranks), then at most four strided copies per
     rank's part. Needs the whole matrix twice on each rank while it runs (receive buffer and
-    copy)."""
+    copy); a rank that cannot allocate them raises the same error on every rank."""
     g, be = M.grid, M.backend
     shapes = M._local_shapes()
     counts = [a * b for a, b in shapes]
     cmax = max(counts)
-    out = DistMatrix(self_grid(), M.shape, M.block, dtype=M.dtype, device=M.device,
-                     local=be.empty(M.shape, M.dtype))
+    # every buffer first, agreed: out of memory on one rank is raised on every rank before
+    # any message (not a hang in the all-gather)
+    with collective(g.comm):
+        out = DistMatrix(self_grid(), M.shape, M.block, dtype=M.dtype, device=M.device,
+                         local=be.empty(M.shape, M.dtype))
+        if g.size > 1:
+            send = be.empty(cmax, M.dtype)
+            recv = be.empty(g.size * cmax, M.dtype)
     if g.size == 1:
         be.copy(out.local, M.local)
         return out
-    send = be.empty(cmax, M.dtype)
     if M.local.size:
         send[:M.local.size] = M.local.ravel(order="F")
-    recv = be.empty(g.size * cmax, M.dtype)
     g.comms(M.device).all.allgather(send, recv)
     del send
     for r in range(g.size):

@@ -139,6 +139,30 @@ def test_replicated_factors_need_the_memory(grids, monkeypatch):
 
 
 @pytest.mark.mpi
+def test_replication_out_of_memory_on_one_rank_solves_distributed(grids, monkeypatch):
+    """One rank cannot allocate the whole copy (here: injected): every rank agrees and the
+    refinement solves with the distributed factors instead (no hang in the all-gather, no
+    error: the copies are only a faster way to the same solves)."""
+    from distla.device.base import Backend
+    from distla.linalg import mixed, solve
+    monkeypatch.setitem(mixed.REPLICATE, "cpu", True)
+    real = Backend.empty
+    a = conditioned(N, 1e2, 3, spd=True)
+    b = random_array((N, 1), seed=4)
+    for grid in grids:
+        def empty(self, shape, dtype=np.float64,
+                  _last=grid.size > 1 and grid.comm.rank == grid.size - 1):
+            if _last and tuple(np.atleast_1d(shape)) == (N, N):
+                raise MemoryError("injected: no room for the copy")
+            return real(self, shape, dtype)
+        monkeypatch.setattr(Backend, "empty", empty)
+        X, info = solve(_dist(grid, a), _dist(grid, b, (NB, 1)), method="cholesky",
+                        precision="mixed", return_info=True)
+        assert info.replicated is False and not info.fallback, info
+        assert berr_np(a, X.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * N * EPS)
+
+
+@pytest.mark.mpi
 def test_replicated_solve_failing_on_one_rank_raises_everywhere(grids, monkeypatch):
     """A rank whose own solve with the copies fails (here: injected) does not leave the
     others waiting in the next residual: every rank raises the same error."""

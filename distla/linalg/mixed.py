@@ -214,12 +214,22 @@ class _LowSolves:
         self.Fs, self._precond = None, None
         if localize is not None and _replicates(A):
             t = time.perf_counter()
-            with trace("mixed.replicate"), collective(A.grid.comm):   # (out of memory)
-                self.Fs = localize(F, replicate)
+            self.Fs = self._agreed(lambda: localize(F, replicate), "mixed.replicate")
             info.times["replicate"] = time.perf_counter() - t
         info.replicated = self.Fs is not None
         self.solve = self._through(apply, F, self.Fs)
         self.solve_h = self.solve if apply_h is None else self._through(apply_h, F, self.Fs)
+
+    def _agreed(self, make, name):
+        """``make()`` on every rank, or None on every rank when it failed on any (out of
+        memory, most likely): the copies are only a faster way to the same solves."""
+        try:
+            with trace(name), collective(self.A.grid.comm):
+                return make()
+        except Exception as e:   # noqa: BLE001 - only failures agreed by every rank
+            if not raised_everywhere(e, self.A.grid.comm):
+                raise
+            return None
 
     def _through(self, f, F, Fs):
         """``C -> f(F, C)``, or with Fs: C copied whole to every rank, ``f(Fs, C)`` there,
@@ -237,10 +247,10 @@ class _LowSolves:
 
     def precond(self, R):
         if self._precond is None:
-            A, Fs = self.A, self.Fs
+            A, Fs, G = self.A, self.Fs, None
             if Fs is not None and _fits_everywhere(A, A.m * A.n * A.dtype.itemsize):
-                with trace("mixed.promote"), collective(A.grid.comm):
-                    G = self.promote(Fs)
+                G = self._agreed(lambda: self.promote(Fs), "mixed.promote")
+            if G is not None:
                 self._precond = self._through(self.apply, None, G)
             else:
                 with trace("mixed.promote"):
