@@ -16,6 +16,7 @@ the scaled residual check failed). The machinery for that (:func:`run_main`, :fu
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -511,15 +512,15 @@ def cmd_solve(args, comm) -> int:
         say(f"solution NOT written to {args.out}: the residual check failed")
     elif args.out is not None:
         with timings.phase("write", backend, comm):
-            with guarded(comm):
+            with _writing("--out"), guarded(comm):
                 vector = (binfo.ndim == 1) if binfo is not None else B.n == 1
                 io.write_matrix(args.out, X, vector=vector)
         say(f"solution written to {args.out}")
     say("")
     say(timings.table())
     result["phases"] = dict(timings.seconds)
-    if args.json and comm.Get_rank() == 0:
-        _append_json(args.json, result)
+    if args.json:
+        _append_json(args.json, result, comm)
     if failed:     # a wrong answer never exits 0 (the record above keeps check=FAIL)
         raise CommandError(f"scaled residual {result['sresid']:.4g} exceeds the threshold "
                            f"{result['check_thresh']:g} (FAIL; --thresh sets it)", EXIT_THRESH)
@@ -602,9 +603,46 @@ def _refuse_same_target(comm, inputs, outputs) -> None:
     on_root(comm, check)
 
 
-def _append_json(path, obj) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(obj, default=float) + "\n")
+def _json_safe(obj):
+    """``obj`` with every non-finite float (NaN, inf: not JSON) as None (``null``), NumPy
+    scalars as Python numbers."""
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, (bool, int, str)) or obj is None:
+        return obj
+    try:
+        v = float(obj)
+    except (TypeError, ValueError):
+        return str(obj)
+    return v if math.isfinite(v) else None
+
+
+def _append_json(path, obj, comm=None) -> None:
+    """Append ``obj`` as one line of standard JSON (NaN and inf as null) to ``path``: on
+    rank 0 of ``comm`` (collective: a failure is the same CommandError on every rank)."""
+    def append():
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(_json_safe(obj), allow_nan=False) + "\n")
+    try:
+        append() if comm is None else on_root(comm, append)
+    except OSError as e:
+        raise CommandError(f"--json: {path}: cannot append the record "
+                           f"({e.strerror or e})") from None
+
+
+@contextlib.contextmanager
+def _writing(opt: str):
+    """A failed write of ``opt``'s file (an OSError, agreed by the ``guarded`` block inside:
+    the same on every rank) as a CommandError named by the option."""
+    try:
+        yield
+    except OSError as e:
+        msg = str(e)
+        if msg.startswith("[rank 0] "):
+            msg = msg[len("[rank 0] "):]
+        raise CommandError(f"{opt}: {msg}") from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -681,13 +719,13 @@ def cmd_generate(args, comm) -> int:
                 last[0] = now
                 say(f"generate: {100 * done / args.n:5.1f}% of the columns, "
                     f"{now - t0:.1f} s elapsed")
-        with t.phase("generate + write", None, comm), guarded(comm):
+        with t.phase("generate + write", None, comm), _writing("--out"), guarded(comm):
             b = io.write_npy_generated(args.out, grid, (args.n, args.n), (nb, nb), fn,
                                        dtype=np.dtype(args.dtype), progress=progress,
                                        row_sums=bool(args.rhs_out))
         say(f"wrote {args.kind} matrix {args.n} x {args.n} {args.dtype} to {args.out}")
         if args.rhs_out:
-            with t.phase("rhs", None, comm), guarded(comm):
+            with t.phase("rhs", None, comm), _writing("--rhs-out"), guarded(comm):
                 writer = io.write_npy if args.rhs_out.lower().endswith(".npy") \
                     else io.write_matrix
                 writer(args.rhs_out, b, vector=True)
@@ -696,13 +734,13 @@ def cmd_generate(args, comm) -> int:
         return 0
     with t.phase("generate", None, comm), guarded(comm):
         A = make_problem(args.kind, grid, args.n, nb, **kw)
-    with t.phase("write", None, comm), guarded(comm):
+    with t.phase("write", None, comm), _writing("--out"), guarded(comm):
         io.write_matrix(args.out, A)
     say(f"wrote {args.kind} matrix {args.n} x {args.n} {args.dtype} to {args.out}")
     if args.rhs_out:
         from .matrix import DistMatrix
         from .pblas import matmul
-        with t.phase("rhs", None, comm), guarded(comm):
+        with t.phase("rhs", None, comm), _writing("--rhs-out"), guarded(comm):
             ones = DistMatrix.from_function(grid, (args.n, 1), (nb, nb), lambda I, J: 1.0,
                                             dtype=A.dtype)
             b = matmul(A, ones)

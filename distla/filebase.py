@@ -36,7 +36,7 @@ class MatrixInfo:
     dataset: str = ""        # h5: the dataset's path inside the file
 
 
-def _check_writable(path: str) -> None:
+def _check_writable(path: str, probe: bool = True) -> None:
     if os.path.islink(path):
         if not os.path.exists(path):
             raise MatrixFileError(f"{path}: is a dangling symbolic link (to "
@@ -53,14 +53,42 @@ def _check_writable(path: str) -> None:
         # (the write renames a new file into place: a device, FIFO or socket would be gone)
         raise MatrixFileError(f"{path}: exists and is not a regular file (a device, FIFO or "
                               f"socket); write to a file")
+    if probe:
+        _probe_dir(path, d)
+
+
+def _probe_dir(path: str, d: str) -> None:
+    """A file can be created in the directory ``d`` (where ``path``'s temporary goes):
+    tried for real, as ``os.access`` says yes to root and to read-only or virtual file
+    systems (/proc) alike. Local."""
+    probe = os.path.join(d, f".{os.path.basename(path)}.{os.urandom(4).hex()}.probe")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        raise type(e)(f"{path}: cannot create a file in {d} "
+                      f"({e.strerror or e})") from None
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:  # pragma: no cover
+        pass
 
 
 def _check_jsonl(path: str) -> None:
     """``path`` can take appended JSON lines: missing, empty, or a file whose first character
     (after white space) is '{'. Appending to anything else (a .npy matrix named by mistake)
     would corrupt it. Local."""
-    _check_writable(path)
-    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+    # (appended in place: an existing file needs no new file beside it)
+    _check_writable(path, probe=not os.path.isfile(path))
+    if not os.path.isfile(path):
+        return
+    try:               # (opened for appending, nothing written: read-only, immutable, ...)
+        with open(path, "ab"):
+            pass
+    except OSError as e:
+        raise type(e)(f"{path}: exists and cannot be appended to "
+                      f"({e.strerror or e})") from None
+    if os.path.getsize(path) == 0:
         return
     with open(path, "rb") as f:
         head = f.read(64).lstrip()

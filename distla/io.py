@@ -600,7 +600,9 @@ def _write_npy_columns(path: str, comm, shape, dtype, slabs) -> None:
     if fh is not None:
         fh.Close()
     if isinstance(err, MPI.Exception):
-        err = OSError(f"{path}: cannot write ({err.Get_error_string()})")
+        # (MPICH's is an error stack: its last line says why)
+        why = err.Get_error_string().strip().splitlines() or [""]
+        err = OSError(f"{path}: cannot write ({why[-1].split(': ', 1)[-1].strip()})")
     agree(comm, err)
 
 
@@ -928,6 +930,8 @@ def _write_npy_memmap(path, A, shape) -> None:
                 view[np.ix_(rows, cols)] = host
                 mm.flush()
                 del mm, view
+            except OSError as e:
+                err = _cannot_write(path, e)
             except Exception as e:  # noqa: BLE001
                 err = e
         comm.Barrier()
@@ -954,6 +958,12 @@ def write_matrix(path, A, *, vector: bool = False, root: int = 0) -> None:
         if comm.Get_rank() != root:
             return
         _check_writable(path)
+        try:
+            save(tmp)
+        except OSError as e:           # (a full disk: named, with the system's reason)
+            raise _cannot_write(path, e) from None
+
+    def save(tmp):
         if low.endswith((".mtx", ".mm")):
             import scipy.io
             field = "complex" if a.dtype.kind == "c" else "real"
@@ -965,5 +975,25 @@ def write_matrix(path, A, *, vector: bool = False, root: int = 0) -> None:
                     scipy.io.mmwrite(f, a, field=field)
         else:
             with open(tmp, "wb") as f:    # a file object: np.save adds no extension
-                np.save(f, a[:, 0] if vector and a.shape[1] == 1 else a)
+                # (through .write: ndarray.tofile's short write says only 'N requested and
+                # M written', without the system's reason)
+                np.save(_Stream(f), a[:, 0] if vector and a.shape[1] == 1 else a)
     atomic_output(path, comm, write)
+
+
+class _Stream:
+    """A file object that NumPy does not recognize as one: np.save then writes through
+    ``write`` (an OSError with errno and reason) rather than ``ndarray.tofile``."""
+
+    def __init__(self, f):
+        self.write = f.write
+
+
+def _cannot_write(path: str, e: OSError) -> OSError:
+    """``path: cannot write (reason)`` for the OSError ``e`` (errno kept)."""
+    reason = e.strerror or str(e)
+    if not e.errno and "requested and" in str(e):        # ndarray.tofile's short write
+        reason = f"short write: {e}; is the file system full?"
+    out = OSError(f"{path}: cannot write ({reason})")
+    out.errno = e.errno
+    return out

@@ -284,3 +284,57 @@ def test_bench_plot_of_a_binary_file_names_it(tmp_path):
     p = run(["bench", "plot", tmp_path / "A.npy", "--plot", tmp_path / "p.png"], n=1,
             timeout=120)
     assert_fails(p, EXIT_USAGE, "A.npy: not a JSON-lines file of records")
+
+
+def test_json_records_are_standard_json():
+    """`--json` wrote bare NaN tokens (the FAIL of a NaN residual): not JSON for strict
+    parsers. Non-finite numbers are now null."""
+    import json
+
+    from distla.cli import _json_safe
+    rec = _json_safe({"sresid": float("nan"), "berr": np.float64(np.inf), "n": np.int64(3),
+                      "ok": True, "phases": {"solve": np.float32(0.5)}, "grid": "1x2"})
+    assert json.loads(json.dumps(rec, allow_nan=False)) == \
+        {"sresid": None, "berr": None, "n": 3, "ok": True, "phases": {"solve": 0.5},
+         "grid": "1x2"}
+
+
+@needs_mpiexec
+def test_unwritable_outputs_are_refused_before_any_work_on_every_rank(spd, tmp_path):
+    """`--out /proc/x.npy` passed the check (os.access) and failed after the solve with a
+    raw errno message; an existing --json file that cannot be appended to failed after the
+    solve on rank 0 only (the other ranks exited 0). Both are refused before any work, the
+    same code on every rank."""
+    import shutil
+    import subprocess
+    import sys
+
+    from test_cli import _env
+    wrap = tmp_path / "wrap.sh"
+    wrap.write_text('#!/bin/bash\n"$@"; rc=$?; echo "[exit $rc]" >&2; exit $rc\n')
+    wrap.chmod(0o755)
+    cases = []
+    if os.path.isdir("/proc/self"):
+        cases.append((["--out", "/proc/x.npy"], "--out: /proc/x.npy: cannot create a file"))
+    ro = tmp_path / "ro.json"
+    ro.write_text('{"a": 1}\n')
+    chattr = shutil.which("chattr")
+    if os.geteuid() != 0:
+        ro.chmod(0o444)
+        cases.append((["--json", ro], "--json: "))
+    elif chattr and subprocess.run([chattr, "+i", ro], capture_output=True).returncode == 0:
+        cases.append((["--json", ro], "--json: "))
+    else:
+        chattr = None
+    try:
+        for args, needle in cases:
+            p = subprocess.run([MPIEXEC, "-n", "2", str(wrap), sys.executable, "-m", "distla",
+                                "solve", "-A", str(spd / "A.npy"), "-q", *map(str, args)],
+                               env=_env(), capture_output=True, text=True, timeout=120)
+            assert p.returncode == 2, p.stderr
+            assert p.stderr.count("[exit 2]") == 2, p.stderr
+            assert needle in p.stderr and "solve:" not in p.stdout, p.stderr
+    finally:
+        if os.geteuid() == 0 and chattr:
+            subprocess.run([chattr, "-i", ro], capture_output=True)
+    assert ro.read_text() == '{"a": 1}\n'

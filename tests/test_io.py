@@ -875,3 +875,56 @@ def test_matrix_market_vectorized_check_agrees_with_the_line_check(tmp_path):
         except MatrixFileError:
             ok = False
         assert _mtx_plain_numbers(text.encode(), want, ints, field == "integer") == ok, text
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("name", ["x.npy", "x.mtx"])
+def test_full_disk_error_names_the_file_and_the_reason(comm, mpi_tmp_path, monkeypatch, name):
+    """A full disk while writing a gathered .npy said only '600000 requested and 262128
+    written' (ndarray.tofile), a .mtx '[Errno 28] No space left on device' (no path). Both
+    now say 'PATH: cannot write (No space left on device)', on every rank, and leave
+    nothing behind."""
+    import errno
+
+    import scipy.io
+
+    from distla import DistMatrix, ProcessGrid
+
+    def no_space(*a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    class Full:
+        def __init__(self, f):
+            self.write = no_space
+    monkeypatch.setattr(io, "_Stream", Full)
+    monkeypatch.setattr(scipy.io, "mmwrite", no_space)
+    X = DistMatrix.random(ProcessGrid(comm=comm), (12, 3), (4, 4), seed=0)
+    path = mpi_tmp_path / name
+    with pytest.raises(OSError, match=rf"{name}: cannot write \(No space left on device\)"):
+        io.write_matrix(path, X)
+    comm.Barrier()
+    assert [p for p in os.listdir(mpi_tmp_path) if name in p] == []
+    comm.Barrier()
+
+
+def test_writable_checks_try_for_real(tmp_path):
+    """os.access says yes to root for any directory, /proc included: `--out /proc/x.npy`
+    failed only after the solve. A file is now really created (and removed) in the target's
+    directory; an existing JSON-lines file is opened for appending."""
+    io.check_writable(tmp_path / "ok.npy")
+    assert os.listdir(tmp_path) == []                 # the probe is gone
+    if os.path.isdir("/proc/self"):
+        with pytest.raises(OSError, match="cannot create a file in /proc"):
+            io.check_writable("/proc/x.npy")
+    from distla.filebase import check_jsonl
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"a": 1}\n')
+    check_jsonl(log)
+    log.chmod(0o444)
+    try:
+        if os.access(log, os.W_OK):                   # root: writes anyway
+            pytest.skip("running as root: a read-only file is still appendable")
+        with pytest.raises(OSError, match="exists and cannot be appended to"):
+            check_jsonl(log)
+    finally:
+        log.chmod(0o644)
