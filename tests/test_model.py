@@ -469,3 +469,29 @@ def test_rank_counts_beyond_the_model_are_refused_at_once(capsys):
     assert shapes(MAX_RANKS, "all")[:2] == [(1, MAX_RANKS), (2, MAX_RANKS // 2)]
     assert time.perf_counter() - t < 5
     assert shapes(12, "all") == [(1, 12), (2, 6), (3, 4), (4, 3), (6, 2), (12, 1)]
+
+
+def test_calibrate_refuses_an_output_that_is_not_its_machine_file(tmp_path, capsys):
+    """`model --calibrate --out A.npy` overwrote the matrix with JSON, and a non-.json name
+    was taken; `--calib-grid 2x2` on the wrong rank count suggested `--grid`, an option
+    --calibrate does not have. All refused before any measurement (serial: one rank)."""
+    from distla.model.cli import main_argv
+    np.save(tmp_path / "A.npy", np.eye(3))
+    (tmp_path / "other.json").write_text('{"a": 1}\n')
+    for out, msg in (("A.npy", "give a name ending in .json"),
+                     ("cal.txt", "give a name ending in .json"),
+                     ("other.json", "exists and is not a machine file of --calibrate")):
+        assert main_argv(["--calibrate", "--quick", "--out", str(tmp_path / out)]) == 2
+        err = capsys.readouterr().err
+        assert "--out: " in err and msg in err, err
+    assert np.load(tmp_path / "A.npy").shape == (3, 3)
+    assert (tmp_path / "other.json").read_text() == '{"a": 1}\n'
+    assert not (tmp_path / "cal.txt").exists()
+    assert main_argv(["--calibrate", "--quick", "--calib-grid", "2x2"]) == 2
+    err = capsys.readouterr().err
+    assert "--calib-grid 2x2 needs 4 MPI ranks" in err and "--calib-grid 1x1" in err
+    assert "--grid " not in err
+    good = tmp_path / "m.json"                 # its own earlier output may be replaced
+    load_machine("cpu-dev").save(str(good))
+    from distla.model.cli import _check_machine_out
+    _check_machine_out(str(good))

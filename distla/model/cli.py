@@ -16,7 +16,7 @@ import math
 import re
 
 from .drivers import ALGORITHMS, MAX_RANKS, check_inputs, predict
-from .machine import PROFILES, load_machine
+from .machine import PROFILES, Machine, load_machine
 
 __all__ = ["build_parser", "main_argv", "recommend", "shapes", "validate_records"]
 
@@ -393,6 +393,26 @@ def _jobs(args, sizes, grids):
     return out, counts
 
 
+def _check_machine_out(path) -> None:
+    """``--calibrate --out``: a ``.json`` name, and an existing file there must be a machine
+    file (what --calibrate writes): anything else (a matrix named by mistake) would be
+    destroyed. Not collective."""
+    import os
+    path = os.fspath(path)
+    if not path.lower().endswith(".json"):
+        raise ValueError(f"{path}: the machine file is JSON; give a name ending in .json")
+    if not os.path.exists(path):
+        return
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: exists and is not a regular file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            Machine.from_dict(json.load(f))
+    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: exists and is not a machine file of --calibrate ({e}); "
+                         f"it would be overwritten: remove it or name another") from None
+
+
 def _body(argv, prog):
     from mpi4py import MPI
 
@@ -410,8 +430,21 @@ def _body(argv, prog):
             base = load_machine(args.machine or ("h200-ib" if dev == "gpu" else "cpu-dev"))
         except ValueError as e:
             raise CommandError(str(e)) from None
+        if args.calib_grid:
+            from ..defaults import squarest_shape
+            try:
+                P, Q = parse_grid(args.calib_grid)
+            except ValueError as e:
+                raise CommandError(f"--calib-grid: {e}") from None
+            if P * Q != comm.size:
+                raise CommandError(
+                    f"--calib-grid {P}x{Q} needs {P * Q} MPI ranks, but {comm.size} "
+                    f"{'was' if comm.size == 1 else 'were'} started: run with mpiexec -n "
+                    f"{P * Q}, or pick a grid with P*Q = {comm.size} (e.g. --calib-grid "
+                    f"{'x'.join(map(str, squarest_shape(comm.size)))})")
         if args.out:
             try:
+                on_root(comm, lambda: _check_machine_out(args.out))
                 check_writable(args.out, comm)
             except (OSError, ValueError) as e:
                 raise CommandError(f"--out: {e}") from None
