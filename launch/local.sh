@@ -12,8 +12,9 @@
 #   launch/local.sh -n 4 examples/spd_solve.py --n 4000
 #
 # Defaults: --gpu when nvidia-smi lists GPUs (ranks = GPUs, or the entries of
-# CUDA_VISIBLE_DEVICES), else --cpu (ranks = cores). Each rank picks its GPU from its
-# node-local rank inside distla (distla/device.py), so CUDA_VISIBLE_DEVICES is left alone.
+# CUDA_VISIBLE_DEVICES), else --cpu (ranks = cores; CUDA_VISIBLE_DEVICES alone does not
+# select --gpu). Each rank picks its GPU from its node-local rank inside distla
+# (distla/device.py), so CUDA_VISIBLE_DEVICES is left alone.
 # With --cpu the BLAS threads per rank are cores / ranks (OPENBLAS_NUM_THREADS,
 # OMP_NUM_THREADS, MKL_NUM_THREADS), unless you set them.
 #
@@ -25,14 +26,16 @@
 #   NCCL_NVLS_ENABLE  defaults to 0 here (NVLink SHARP/multicast off; see README)
 set -euo pipefail
 
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 RANKS=""
 MODE=""
 DRY=""
 while (($#)); do
     case $1 in
-        -n|--ranks|-np) RANKS=${2:?-n needs a number}; shift 2 ;;
+        -n|--ranks|-np)
+            (($# >= 2)) || { echo "local.sh: $1 needs a number of ranks" >&2; usage 2; }
+            RANKS=$2; shift 2 ;;
         --cpu) MODE=cpu; shift ;;
         --gpu) MODE=gpu; shift ;;
         --dry-run) DRY=1; shift ;;
@@ -62,6 +65,13 @@ if [[ -z ${PYTHON:-} ]]; then
 fi
 
 # ---- how many ranks ---------------------------------------------------------------------------
+smi_gpus() {
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
+    else
+        echo 0
+    fi
+}
 count_gpus() {
     if [[ -n ${CUDA_VISIBLE_DEVICES+x} ]]; then
         local v=${CUDA_VISIBLE_DEVICES//[[:space:]]/}
@@ -76,7 +86,8 @@ count_gpus() {
 CORES=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
 NGPU=$(count_gpus)
 if [[ -z $MODE ]]; then
-    if ((NGPU > 0)); then MODE=gpu; else MODE=cpu; fi
+    # (CUDA_VISIBLE_DEVICES alone is no GPU: it is often set on machines without one)
+    if ((NGPU > 0)) && (($(smi_gpus) > 0)); then MODE=gpu; else MODE=cpu; fi
 fi
 if [[ $MODE == gpu ]] && ((NGPU == 0)); then
     echo "local.sh: --gpu but no GPU is visible (nvidia-smi / CUDA_VISIBLE_DEVICES)" >&2; exit 2

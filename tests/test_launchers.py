@@ -226,3 +226,27 @@ def test_local_launcher_gpu_with_a_rank_count_but_no_gpu(tmp_path):
                         "--dry-run", "distla", "info"], env=env, capture_output=True,
                        text=True, timeout=60, cwd=tmp_path)
     assert p.returncode == 2 and "--gpu but no GPU is visible" in p.stderr, p.stderr
+
+
+def test_local_launcher_usage_errors_and_default_mode(tmp_path):
+    """`local.sh -n` without a number ended with bash's `${2:?}` message and exit 1 (its other
+    usage errors: exit 2, 'local.sh: ...'); CUDA_VISIBLE_DEVICES=0,1 on a machine whose
+    nvidia-smi lists no GPU chose gpu mode (the help: gpu when nvidia-smi lists GPUs)."""
+    local = str(ROOT / "launch" / "local.sh")
+    bindir = fake_bin(tmp_path, mpiexec="exit 0", **{"nvidia-smi": "exit 0"})
+    env = env_with(bindir, MPIEXEC=str(bindir / "mpiexec"))
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    for flag in ("-n", "--ranks", "-np"):
+        p = subprocess.run(["bash", local, flag], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 2 and f"local.sh: {flag} needs a number" in p.stderr, p.stderr
+    p = subprocess.run(["bash", local, "--dry-run", "distla", "info"],
+                       env={**env, "CUDA_VISIBLE_DEVICES": "0,1"}, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and "cpu mode" in p.stderr, p.stderr
+    smi = fake_bin(tmp_path, **{"nvidia-smi": 'echo "GPU 0: H100 (UUID: x)"'})
+    p = subprocess.run(["bash", local, "--dry-run", "distla", "info"],
+                       env={**env_with(smi, MPIEXEC=str(bindir / "mpiexec")),
+                            "CUDA_VISIBLE_DEVICES": "0,1"},
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "2 rank(s), gpu mode" in p.stderr, p.stderr
