@@ -12,7 +12,8 @@ import numpy as np
 
 from .errors import agree, on_root
 
-__all__ = ["MatrixFileError", "MatrixInfo", "atomic_output", "check_jsonl", "check_writable"]
+__all__ = ["MatrixFileError", "MatrixInfo", "atomic_output", "check_jsonl",
+           "check_regular_input", "check_writable"]
 
 
 class MatrixFileError(ValueError):
@@ -34,6 +35,22 @@ class MatrixInfo:
     symmetry: str = "general"
     offset: int = 0          # npy: bytes before the data
     dataset: str = ""        # h5: the dataset's path inside the file
+
+
+def check_regular_input(path: str) -> None:
+    """MatrixFileError unless the existing ``path`` is a regular file (after symbolic links):
+    a pipe, FIFO (``<(cat A.npy)``), device or socket cannot be read at offsets by every rank
+    -- its first read consumed the stream, and a FIFO without a writer blocked every rank.
+    Checked with ``stat``, never by opening it. Not collective."""
+    import stat
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode):
+        return
+    kind = ("a pipe/FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "not a file")
+    raise MatrixFileError(f"{path}: is {kind}, not a regular file (every rank reads the "
+                          f"matrix at its own offsets); save it to a file first")
 
 
 def _check_writable(path: str, probe: bool = True) -> None:

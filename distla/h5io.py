@@ -29,7 +29,13 @@ import os
 import numpy as np
 
 from .errors import agree, on_root
-from .filebase import MatrixFileError, MatrixInfo, _check_writable, atomic_output
+from .filebase import (
+    MatrixFileError,
+    MatrixInfo,
+    _check_writable,
+    atomic_output,
+    check_regular_input,
+)
 
 __all__ = ["SUFFIXES", "split_path", "is_h5", "dataset_key", "inspect", "read_into", "write",
            "write_slabs", "DEFAULT_DATASET"]
@@ -172,6 +178,7 @@ def inspect(path) -> MatrixInfo:
         raise FileNotFoundError(f"{fpath}: no such file")
     if os.path.isdir(fpath):
         raise MatrixFileError(f"{fpath}: is a directory, not an HDF5 file")
+    check_regular_input(fpath)              # (before any open: a FIFO would block)
     try:
         f = h5py.File(fpath, "r")
     except OSError as e:

@@ -42,6 +42,7 @@ from .filebase import (  # noqa: F401 - re-exported: distla.io is their public h
     MatrixInfo,
     _check_writable,
     atomic_output,
+    check_regular_input,
 )
 
 __all__ = ["MatrixFileError", "MatrixInfo", "inspect", "read_matrix", "write_npy",
@@ -80,6 +81,7 @@ def inspect(path) -> MatrixInfo:
         raise FileNotFoundError(f"{path}: no such file")
     if os.path.isdir(path):
         raise MatrixFileError(f"{path}: is a directory, not a matrix file")
+    check_regular_input(path)               # (before any open: a FIFO would block)
     fmt = _format_of(path)
     return _inspect_npy(path) if fmt == "npy" else _inspect_mtx(path)
 

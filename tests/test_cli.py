@@ -415,3 +415,12 @@ def test_output_cut_short_by_the_reader_is_quiet():
                        timeout=120)
     assert p.stdout.strip() == "0", (p.stdout, p.stderr)
     assert "Broken pipe" not in p.stderr and "error" not in p.stderr, p.stderr
+
+
+def test_fifo_matrix_is_refused_not_waited_on(tmp_path):
+    """`distla solve -A ff.npy` (a FIFO nobody writes to) hung every rank until killed."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs")
+    os.mkfifo(tmp_path / "ff.npy")
+    p = run(["solve", "--matrix", tmp_path / "ff.npy"], n=2, timeout=60)
+    assert_fails(p, 2, "--matrix", "is a pipe/FIFO, not a regular file")

@@ -928,3 +928,17 @@ def test_writable_checks_try_for_real(tmp_path):
             check_jsonl(log)
     finally:
         log.chmod(0o644)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
+def test_pipes_and_devices_are_refused_without_opening_them(tmp_path):
+    """A FIFO as --matrix with no writer blocked every rank in open(); one with a writer (or
+    `<(cat A.npy)`) was consumed by the format sniffing and then called 'not a valid .npy
+    file'. Refused by stat, before any open, for .npy, .mtx and HDF5 names alike."""
+    for name in ("ff.npy", "ff.mtx", "ff.h5"):
+        os.mkfifo(tmp_path / name)
+        with pytest.raises(io.MatrixFileError, match="is a pipe/FIFO, not a regular file"):
+            io.inspect(str(tmp_path / name) + (":/A" if name.endswith(".h5") else ""))
+    if os.path.exists("/dev/null"):
+        with pytest.raises(io.MatrixFileError, match="is a character device"):
+            io.inspect("/dev/null")
