@@ -77,7 +77,8 @@ def _add_output_flags(p) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     g.add_argument("-v", "--verbose", action="store_true",
-                   help="more detail (per-rank info, tracebacks on errors)")
+                   help="more detail (generate: the phase timings; warmup: each step; "
+                        "any command: the traceback of an error)")
 
 
 # ---------------------------------------------------------------------------------------
@@ -97,9 +98,9 @@ def build_parser() -> ArgumentParser:
     sub.required = True
 
     s = sub.add_parser("solve", help="solve A X = B for a matrix file; print residuals",
-                       description="Solve A X = B with A read from FILE (.npy read "
-                                   "memory-mapped, each rank reading only its own blocks; or "
-                                   "Matrix Market .mtx, read on rank 0). Without --rhs, B = A @ "
+                       description="Solve A X = B with A read from FILE (.npy and HDF5: "
+                                   "each rank reads only its own blocks, .npy through MPI-IO; "
+                                   "Matrix Market .mtx: read on rank 0). Without --rhs, B = A @ "
                                    "ones (so the exact solution is all ones; the forward error is "
                                    "printed too), or a seeded standard-normal B with "
                                    "--rhs-kind random.")
@@ -128,7 +129,9 @@ def build_parser() -> ArgumentParser:
                    help="compute precision (default: the file's; a complex matrix stays "
                         "complex, in that precision)")
     s.add_argument("--out", "-o", metavar="FILE",
-                   help="write X here (.npy, or .mtx) from rank 0")
+                   help="write X here: .npy (every rank writes its part, MPI-IO), "
+                        "file.h5:/dataset (every rank its part) or .mtx (gathered on rank "
+                        "0); not written when the residual check FAILs")
     s.add_argument("--option", "-O", action="append", default=[], metavar="KEY=VALUE",
                    help="extra keyword for the solver, e.g. -O tol=1e-8 (repeatable)")
     s.add_argument("--check", choices=("none", "residual", "full"), default="full",
@@ -141,7 +144,8 @@ def build_parser() -> ArgumentParser:
     s.add_argument("--thresh", type=float, metavar="T",
                    help="threshold for the scaled residual's PASS/FAIL (default: the "
                         "ScaLAPACK testers' 3 for Cholesky, 1 for the LU methods; for TLR "
-                        "3 tol/eps); FAIL exits with code 3")
+                        "3 max(1, tol ||A||_F ||x||_2 / (||A||_inf ||x||_inf eps n))); FAIL "
+                        "exits with code 3; not with --check none")
     s.add_argument("--progress", type=float, metavar="SECONDS",
                    help="seconds between progress lines on rank 0 (default: redrawn line "
                         "on a terminal, a plain line every 30 s otherwise; 0: none)")
@@ -302,6 +306,25 @@ def _check_solver_options(method: str, kw: dict) -> None:
     if bad:
         raise CommandError(f"-O {bad[0]}: not an option of --method {method} (its options: "
                            f"{', '.join(sorted(takes))})")
+    mixed = str(kw.get("precision", "double")).lower() == "mixed"
+    if (method == "cholesky" or method in LU_PIVOTING) and not mixed:
+        for k in ("max_iter", "fallback"):
+            if k in kw:
+                raise CommandError(f"-O {k} applies with -O precision=mixed only (the "
+                                   f"refinement of a mixed-precision solve), not to a "
+                                   f"--method {method} solve in one precision")
+    if method == "tlr":     # named by the option, before any work
+        from .tlr import _args
+        from .tlr.batched import METHODS as compressions
+        for k, check in (("tol", _args.check_tol), ("max_rank", _args.check_max_rank)):
+            if k in kw:
+                try:
+                    check(kw[k])
+                except (TypeError, ValueError) as e:
+                    raise CommandError(f"-O {k}={kw[k]}: {e}") from None
+        if "compression" in kw and kw["compression"] not in compressions:
+            raise CommandError(f"-O compression must be one of {', '.join(compressions)}, "
+                               f"not {kw['compression']!r}")
 
 
 def _solver(method: str):
@@ -373,16 +396,16 @@ def cmd_solve(args, comm) -> int:
     ainfo = _inspect(args.matrix, comm, "--matrix")
     m, n = ainfo.shape
     if ainfo.ndim != 2 or m != n:
-        raise CommandError(f"--matrix: {ainfo.path} holds a {m} x {n} "
+        raise CommandError(f"--matrix: {_shown(ainfo)} holds a {m} x {n} "
                            f"{'vector' if ainfo.ndim == 1 else 'matrix'}; solve needs a "
                            f"square matrix")
     if n == 0:
-        raise CommandError(f"--matrix: {ainfo.path} is empty (0 x 0); nothing to solve")
+        raise CommandError(f"--matrix: {_shown(ainfo)} is empty (0 x 0); nothing to solve")
     binfo = None
     if args.rhs is not None:
         binfo = _inspect(args.rhs, comm, "--rhs")
         if binfo.shape[0] != n:
-            raise CommandError(f"--rhs: {binfo.path} has {binfo.shape[0]} rows, but the "
+            raise CommandError(f"--rhs: {_shown(binfo)} has {binfo.shape[0]} rows, but the "
                                f"matrix is {n} x {n}")
     if args.out is not None:
         if not _writable_format(args.out):
@@ -407,18 +430,18 @@ def cmd_solve(args, comm) -> int:
     timings = Timings()
     size = comm.Get_size()
 
-    say(f"distla solve: {ainfo.path} ({n} x {n} {ainfo.format}), method {args.method}, "
+    say(f"distla solve: {_shown(ainfo)} ({n} x {n} {ainfo.format}), method {args.method}, "
         f"grid {grid.nprow}x{grid.npcol} ({size} rank{'s' * (size != 1)}), nb {nb}, "
         f"device {args.device}")
     with timings.phase("read matrix", backend, comm), \
             backend.preloading(dtype or ainfo.dtype):   # GPU ranks: libraries load beside
-        with guarded(comm):
+        with _named("--matrix", io.MatrixFileError), guarded(comm):
             A = io.read_matrix(ainfo.path, grid, (nb, nb), device=args.device,
                                dtype=dtype, info=ainfo)
     if kw.get("check_finite", True):   # (before the rhs made from A could blame B)
         from .validate import check_finite
         with guarded(comm):
-            check_finite(("A", A), what=f"--matrix {ainfo.path}")
+            check_finite(("A", A), what=f"--matrix {_shown(ainfo)}")
     dtype = A.dtype
     xtrue = None
     anorm = None          # ||A||_inf once known: one pass over A serves every check
@@ -426,7 +449,7 @@ def cmd_solve(args, comm) -> int:
         if (args.method not in LU_PIVOTING and args.method != "cholesky") or \
                 args.device != "cpu":
             raise CommandError(
-                f"--rhs: {binfo.path} is complex but the matrix is real; --method "
+                f"--rhs: {_shown(binfo)} is complex but the matrix is real; --method "
                 f"{args.method} on {args.device} ranks solves real systems only (solve "
                 f"the real and imaginary parts separately, or use an LU method or "
                 f"cholesky on CPU)")
@@ -434,11 +457,12 @@ def cmd_solve(args, comm) -> int:
         dtype = np.dtype(np.complex64 if dtype == np.float32 else np.complex128)
         A = A.astype(dtype)
     with timings.phase("read rhs" if binfo else "make rhs", backend, comm):
-        with guarded(comm):
+        with _named("--rhs", io.MatrixFileError) if binfo else contextlib.nullcontext(), \
+                guarded(comm):
             if binfo is not None:
                 B = io.read_matrix(binfo.path, grid, (nb, nb), device=args.device,
                                    dtype=dtype, info=binfo)
-                rhs_desc = f"{binfo.path} ({B.n} column{'s' * (B.n != 1)})"
+                rhs_desc = f"{_shown(binfo)} ({B.n} column{'s' * (B.n != 1)})"
             elif args.rhs_kind == "ones":
                 xtrue = DistMatrix.from_function(grid, (n, args.nrhs), (nb, nb),
                                                  lambda I, J: 1.0, dtype=dtype,
@@ -547,6 +571,9 @@ def _check_solve_options(args) -> None:
     args.seed = 0 if args.seed is None else args.seed
     if args.nrhs < 1:
         raise CommandError(f"--nrhs must be positive, not {args.nrhs}")
+    if args.thresh is not None and args.check == "none":
+        raise CommandError("--thresh does not apply with --check none (no residual is "
+                           "judged)")
     if args.thresh is not None and not args.thresh >= 0:
         raise CommandError(f"--thresh must be a number >= 0, not {args.thresh}")
     from .progress import check_interval
@@ -633,16 +660,27 @@ def _append_json(path, obj, comm=None) -> None:
 
 
 @contextlib.contextmanager
-def _writing(opt: str):
-    """A failed write of ``opt``'s file (an OSError, agreed by the ``guarded`` block inside:
-    the same on every rank) as a CommandError named by the option."""
+def _named(opt: str, *types):
+    """An error of ``types`` (agreed by the ``guarded`` block inside: the same on every
+    rank), e.g. a failed write of ``opt``'s file or a malformed one read, as a CommandError
+    named by the option."""
     try:
         yield
-    except OSError as e:
+    except types as e:
         msg = str(e)
         if msg.startswith("[rank 0] "):
             msg = msg[len("[rank 0] "):]
         raise CommandError(f"{opt}: {msg}") from None
+
+
+def _writing(opt: str):
+    """:func:`_named` for the OSError of a failed write."""
+    return _named(opt, OSError)
+
+
+def _shown(info) -> str:
+    """How a matrix file is named in messages: ``file.h5:/dataset`` for HDF5."""
+    return f"{info.path}:{info.dataset}" if info.format == "h5" and info.dataset else info.path
 
 
 # ---------------------------------------------------------------------------------------

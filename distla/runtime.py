@@ -205,7 +205,8 @@ def _exit_code(exc: BaseException) -> int:
 def run_main(fn, argv, prog: str = "distla", verbose_flag: str = "--verbose") -> int:
     """Run ``fn(argv)`` (a command body, collective) and turn any exception into one line
     ``PROG: error: ...`` on rank 0 and an exit code; returns that code (0 on success). With
-    ``--verbose`` in ``argv``, rank 0 also prints the traceback."""
+    ``--verbose`` (or its short form ``-v``) in ``argv``, rank 0 also prints the
+    traceback."""
     try:
         rc = fn(argv)
         return int(rc or 0)
@@ -225,7 +226,8 @@ def run_main(fn, argv, prog: str = "distla", verbose_flag: str = "--verbose") ->
             sys.stdout.flush()
             if isinstance(e, UsageError) and e.usage:
                 sys.stderr.write(e.usage)
-            if verbose_flag in (argv or []) and not isinstance(e, UsageError):
+            flags = {verbose_flag} | ({"-v"} if verbose_flag == "--verbose" else set())
+            if flags & set(argv or []) and not isinstance(e, UsageError):
                 traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
             sys.stderr.write(f"{prog}: error: {_describe(e)}\n")
             sys.stderr.flush()

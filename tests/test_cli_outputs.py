@@ -129,6 +129,11 @@ SOLVE_OPTIONS = [
     (["--rhs", "A.npy", "--nrhs", "2"], "--nrhs does not apply with --rhs"),
     (["--rhs", "A.npy", "--rhs-kind", "random"], "--rhs-kind does not apply with --rhs"),
     (["--rhs", "A.npy", "--seed", "1"], "--seed does not apply here"),
+    (["--check", "none", "--thresh", "5"], "--thresh does not apply with --check none"),
+    (["-O", "max_iter=0"], "-O max_iter applies with -O precision=mixed only"),
+    (["-m", "gepp", "-O", "fallback=false"], "-O fallback applies with -O precision=mixed"),
+    (["-m", "tlr", "-O", "max_rank=10.0"], "-O max_rank=10.0: max_rank must be"),
+    (["-m", "tlr", "-O", "compression=bogus"], "-O compression must be one of svd, rsvd"),
 ]
 
 
@@ -338,3 +343,17 @@ def test_unwritable_outputs_are_refused_before_any_work_on_every_rank(spd, tmp_p
         if os.geteuid() == 0 and chattr:
             subprocess.run([chattr, "-i", ro], capture_output=True)
     assert ro.read_text() == '{"a": 1}\n'
+
+
+def test_short_verbose_flag_prints_the_traceback(capsys):
+    """`-v` is --verbose, whose help promises the traceback of an error: only the long
+    spelling printed it."""
+    from distla.runtime import run_main
+
+    def fail(argv):
+        raise ValueError("boom")
+    for flags in (["-v"], ["--verbose"], []):
+        assert run_main(fail, ["solve", *flags], prog="distla") == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert err.rstrip().endswith("distla: error: boom")
+        assert ("Traceback" in err) == bool(flags), err

@@ -382,6 +382,8 @@ def test_output_through_an_hdf5_link_to_an_input_is_refused(tmp_path, link):
     with h5py.File(m) as f:
         np.testing.assert_array_equal(f["A"][...], a)
         np.testing.assert_array_equal(f["b"][...], a.sum(axis=1))
+    p = run(["solve", "--matrix", f"{m}:/b", "-q"], n=1)      # messages name the dataset
+    assert p.returncode == 2 and f"--matrix: {m}:/b holds a {n} x 1 vector" in p.stderr
 
 
 @pytest.mark.mpi

@@ -53,8 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fixed accuracy (default 1e-8; see distla.tlr.matrix)")
     parser.add_argument("--max-rank", type=int, default=None, help="cap on every tile rank")
     parser.add_argument("--method", choices=("auto", "dense", "aca", "rsvd", "svd"),
-                        default="auto", help="build method (default auto: see "
-                        "distla.tlr.build; dense = every entry + randomized compression)")
+                        default="auto", help="build method: auto (the default) = dense "
+                        "on every device: every entry evaluated, then randomized "
+                        "compression (rsvd); aca (adaptive cross approximation: reads few "
+                        "entries, but may miss tol) only when asked; svd: exact truncated "
+                        "SVD per tile (see distla.tlr.build)")
     parser.add_argument("--grid", default=None, metavar="PxQ",
                         help="process grid (default: the squarest P x Q)")
     parser.add_argument("--device", choices=("cpu", "gpu"), default=None,

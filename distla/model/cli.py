@@ -381,6 +381,7 @@ def _jobs(args, sizes, grids):
                     n = _weak_n(args.weak, R, 1024) if args.weak else n0
                     check_inputs(algo, n, _candidates(args.device_kind, args.nb, n)[-1],
                                  1, R, **kw)
+                    _check_tile_rank(args, algo, _candidates(args.device_kind, args.nb, n)[-1])
                     out.append((algo, n, None, None, None, R))
                     continue
                 for P, Q in todo:
@@ -389,8 +390,17 @@ def _jobs(args, sizes, grids):
                         n = _weak_n(args.weak, R, nbx or 1024) if args.weak else n0
                         nbx = nbx or _default_nb(n, args.device_kind, P, Q)
                         check_inputs(algo, n, nbx, P, Q, **kw)
+                        _check_tile_rank(args, algo, min(nbx, n))
                         out.append((algo, n, nbx, P, Q, R))
     return out, counts
+
+
+def _check_tile_rank(args, algo, tile: int) -> None:
+    """TLR: an off-diagonal tile of ``tile`` rows has rank at most ``tile``."""
+    if algo == "tlr" and args.rank > tile:
+        from ..runtime import CommandError
+        raise CommandError(f"--rank {args.rank} is larger than the TLR tile size {tile} "
+                           f"(--nb; a tile's rank is at most its size)")
 
 
 def _check_machine_out(path) -> None:
