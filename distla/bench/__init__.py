@@ -217,7 +217,8 @@ def _body(argv, prog) -> int:
     parser = build_parser(prog, name if name in BENCHMARKS else None)
     args = parser.parse_args(argv)
     if args.bench is None:
-        raise UsageError(f"choose a benchmark: {', '.join(BENCHMARKS)}", parser.format_usage())
+        raise UsageError(f"choose a benchmark: {', '.join(BENCHMARKS)} (or plot, for saved "
+                         f"results)", parser.format_usage())
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     import warnings
