@@ -78,7 +78,8 @@ def morton_codes(x, bits: int | None = None) -> np.ndarray:
 
 
 def morton_order(x) -> np.ndarray:
-    """The permutation (int64) that sorts the points ``x`` along the Morton curve (stable)."""
+    """The permutation (int64) that sorts the points ``x`` along the Morton curve (stable).
+    Local (not collective)."""
     return np.argsort(morton_codes(x), kind="stable")
 
 

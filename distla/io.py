@@ -138,22 +138,33 @@ def _inspect_mtx(path: str) -> MatrixInfo:
 
 
 def _result_dtype(stored: np.dtype, dtype=None) -> np.dtype:
+    """The dtype a file of ``stored`` entries is computed in (``dtype`` when given): its own
+    for float32/64 and complex64/128 (either byte order), float32 for float16 and float64
+    for integers and booleans (as :meth:`DistMatrix.from_global`); a long-double file needs
+    ``dtype`` (ValueError: its extra precision would be lost silently)."""
     if dtype is not None:
         return np.dtype(dtype)
     native = stored.newbyteorder("=")     # a big-endian float32 file stays float32
     if native in (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64),
                   np.dtype(np.complex128)):
         return native
+    if stored.kind in "fc" and stored.itemsize > (8 if stored.kind == "f" else 16):
+        raise ValueError(f"the file holds {stored} entries, which distla does not compute "
+                         f"in; choose the precision (dtype=float64 or complex128; --dtype on "
+                         f"the command line), knowing that the extra digits are dropped")
     if stored.kind == "c":
         return np.dtype(np.complex128)
-    return np.dtype(np.float64)  # ints, bools, float16
+    if native == np.dtype(np.float16):
+        return np.dtype(np.float32)
+    return np.dtype(np.float64)  # ints, bools
 
 
 def read_matrix(path, grid, block=(64, 64), *, device="cpu", dtype=None, src=(0, 0),
                 info: MatrixInfo | None = None, chunk_rows: int | None = None):
     """Collective: the matrix in ``path`` (.npy or .mtx) as a DistMatrix on ``grid`` with
     blocks ``block`` on ``device``. ``dtype`` defaults to the file's floating type (integers
-    and bools become float64). A 1-D .npy vector of length n becomes n x 1. ``info`` (from
+    and bools become float64, float16 float32; a long-double file needs ``dtype``). A 1-D
+    .npy vector of length n becomes n x 1. ``info`` (from
     :func:`inspect`, the same on every rank) skips re-reading the header.
 
     .npy: each rank reads only its own blocks through an MPI-IO file view

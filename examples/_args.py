@@ -28,6 +28,18 @@ class Parser(argparse.ArgumentParser):
             sys.stderr.flush()
         sys.exit(code)
 
+    def parse_args(self, *a, **kw):
+        """As argparse's; a ``--device gpu`` that this rank cannot serve (no CuPy or no CUDA
+        device) is a one-line error too, before any MPI work (every rank of a job on such
+        hosts fails alike)."""
+        args = super().parse_args(*a, **kw)
+        if getattr(args, "device", None) == "gpu":
+            from distla.device import gpu_available
+            if not gpu_available():
+                self.fail("--device gpu needs CuPy and a CUDA GPU on every rank (pip install "
+                          "'distla[gpu]'); none was found here")
+        return args
+
     def _print_message(self, message, file=None):
         if env_rank() == 0:
             super()._print_message(message, file)

@@ -118,6 +118,14 @@ def test_solve_triangular_many_rhs(grids):
                                    rtol=1e-10, atol=1e-10)
         X = L.solve_triangular(L.solve_triangular(B), trans=True)
         np.testing.assert_allclose(X, L.solve(B), rtol=1e-12, atol=1e-12 * np.abs(X).max())
+        # a DistMatrix B, as L.solve takes: the answer in B's layout
+        from distla import DistMatrix
+        Bd = DistMatrix.from_global(g, B, block=(16, 3), src=src)
+        Wd = L.solve_triangular(Bd, trans=True)
+        assert Wd.same_layout(Bd)
+        np.testing.assert_array_equal(Wd.to_global(None), L.solve_triangular(B, trans=True))
+        with pytest.raises(ValueError, match="rows"):
+            L.solve_triangular(DistMatrix.from_global(g, B[:-1], block=(16, 3)))
         with pytest.raises(ValueError, match="230 rows"):
             L.solve_triangular(B[:100])
 

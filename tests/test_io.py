@@ -236,6 +236,32 @@ def test_timings_nested_phases_are_traced():
 # mpi: reading and writing on every grid
 # ---------------------------------------------------------------------------------------
 @pytest.mark.mpi
+def test_read_file_dtypes_as_from_global(comm, mpi_tmp_path):
+    """A file's entries compute in the dtype from_global gives the same array (float16 ->
+    float32, integers -> float64); a long-double file needs dtype= (its digits would be lost
+    silently), on every rank alike."""
+    from distla import DistMatrix, ProcessGrid
+    g = ProcessGrid(comm=comm)
+    a = np.arange(30.0).reshape(6, 5) / 7
+    cases = {"h": a.astype(np.float16), "i": (a * 7).astype(np.int32),
+             "g": a.astype(np.longdouble)}
+    if comm.rank == 0:
+        for k, v in cases.items():
+            np.save(mpi_tmp_path / f"{k}.npy", v)
+    comm.Barrier()
+    for k in ("h", "i"):
+        A = io.read_matrix(mpi_tmp_path / f"{k}.npy", g, (2, 2))
+        ref = DistMatrix.from_global(g, cases[k], block=(2, 2))
+        assert A.dtype == ref.dtype == {"h": np.float32, "i": np.float64}[k]
+        np.testing.assert_array_equal(A.to_global(None), ref.to_global(None))
+    if np.dtype(np.longdouble).itemsize > 8:          # (platforms with a real long double)
+        with pytest.raises(ValueError, match="choose the precision"):
+            io.read_matrix(mpi_tmp_path / "g.npy", g, (2, 2))
+        A = io.read_matrix(mpi_tmp_path / "g.npy", g, (2, 2), dtype=np.float64)
+        np.testing.assert_allclose(A.to_global(None), a, rtol=1e-15)
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("fortran", [False, True])
 def test_read_npy_every_grid(comm, mpi_tmp_path, fortran):
     from distla import ProcessGrid

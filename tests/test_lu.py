@@ -529,6 +529,9 @@ def test_bad_input_raises_everywhere():
         lu_factor(A, pivoting="rook")
     with pytest.raises(ValueError, match="tree"):
         lu_factor(A, pivoting="tournament", tree="ternary")
+    for pivoting in ("partial", "none"):     # a tree that would do nothing: refused
+        with pytest.raises(ValueError, match="tournament pivoting"):
+            lu_factor(A, pivoting=pivoting, tree="flat")
     with pytest.raises(ValueError, match="lookahead"):
         lu_factor(A, lookahead=-1)
     with pytest.raises(TypeError):
@@ -590,8 +593,9 @@ def test_gpu_matches_cpu():
         A = _dist(g, a, nb, src).to("gpu")
         B = _dist(g, b, nb, src).to("gpu")
         for pivoting in ("partial", "tournament"):
-            F = lu_factor(A, pivoting=pivoting, tree=("binary", "flat")[i % 2],
-                          lookahead=(i // 2) % 2)
+            F = lu_factor(A, pivoting=pivoting, lookahead=(i // 2) % 2,
+                          tree=("binary", "flat")[i % 2] if pivoting == "tournament" else
+                          "binary")
             if pivoting == "partial":
                 assert np.array_equal(F.piv, piv_ref)
             _check_factor(A, F)

@@ -216,6 +216,9 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
         pivoting = pivoting_name(pivoting)
         if tree not in ("binary", "flat"):
             raise ValueError(f"tree must be 'binary' or 'flat', not {tree!r}")
+        if tree != "binary" and pivoting != "tournament":   # (it would do nothing)
+            raise ValueError(f"tree={tree!r} shapes tournament pivoting (CALU) only, not "
+                             f"pivoting={pivoting!r}")
         if not isinstance(lookahead, numbers.Integral) or isinstance(lookahead, bool) \
                 or lookahead < 0:
             raise ValueError(f"lookahead must be a non-negative int, not {lookahead!r}")

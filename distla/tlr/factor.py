@@ -79,28 +79,34 @@ class TLRCholesky(TLRMatrix):
         replicated, same shape, on this factor's device)."""
         with collective(self.grid.comm):
             check_rhs(self, B)
-        if not isinstance(B, DistMatrix):
-            return _solve_replicated(self, B)
-        x = _solve_replicated(self, B.to_global(root=None))
-        xh = x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else x
-        xh = np.asarray(xh, dtype=B.dtype).reshape(self.n, B.n)
-        loc = np.asfortranarray(xh[np.ix_(B.row_indices(), B.col_indices())])
-        return B._like(local=B.backend.asarray(loc))
+        return _through_replicated(B, lambda b: _solve_replicated(self, b))
 
     def solve_triangular(self, B, trans: bool = False):
-        """Collective: ``L^-1 B`` (``L^-T B`` with ``trans``) for ``B`` replicated on every rank,
-        ``(n,)`` or ``(n, r)`` (NumPy or CuPy); the result is replicated, same shape, on this
-        factor's device. One triangular sweep: half of :meth:`solve`. Column norms of
-        ``L^-1 B`` are the quadratic forms ``diag(B^T A^-1 B)`` (kriging variances)."""
-        err, Bs, shape = None, None, None
-        try:
-            Bs, shape = self._rhs_stack(B)
-        except Exception as e:  # noqa: BLE001 - agreed on below
-            err = e
-        agree(self.grid.comm, err)
-        with trace("solve"):
-            _tri_solve(self, Bs, trans=bool(trans))
-        return self._unstack(Bs, shape)
+        """Collective: ``L^-1 B`` (``L^-T B`` with ``trans``); ``B`` and the result as in
+        :meth:`solve` (a DistMatrix on this factor's grid, or an array replicated on every
+        rank). One triangular sweep: half of :meth:`solve`. Column norms of ``L^-1 B`` are
+        the quadratic forms ``diag(B^T A^-1 B)`` (kriging variances)."""
+        with collective(self.grid.comm):
+            check_rhs(self, B)
+
+        def tri(b):
+            Bs, shape = self._rhs_stack(b)
+            with trace("solve"):
+                _tri_solve(self, Bs, trans=bool(trans))
+            return self._unstack(Bs, shape)
+        return _through_replicated(B, tri)
+
+
+def _through_replicated(B, f):
+    """``f(b)`` for a replicated array ``b``; for a DistMatrix B: f of B gathered to every
+    rank, returned in B's layout (each rank keeps its own entries). Collective."""
+    if not isinstance(B, DistMatrix):
+        return f(B)
+    x = f(B.to_global(root=None))
+    xh = x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else x
+    xh = np.asarray(xh, dtype=B.dtype).reshape(B.m, B.n)
+    loc = np.asfortranarray(xh[np.ix_(B.row_indices(), B.col_indices())])
+    return B._like(local=B.backend.asarray(loc))
 
 
 def check_rhs(A, B) -> None:
