@@ -654,7 +654,9 @@ def test_interrupted_write_blocked_in_mpi_ends(tmp_path):
     """SIGTERM while the writing rank is blocked inside an MPI call (a receive that never
     completes: where Python runs no signal handler, the process ran on until SIGKILL): the
     watch thread removes the temporary and ends the process (128 + SIGTERM) within its
-    grace period; nothing under the final name. SIGINT likewise."""
+    grace period; nothing under the final name. SIGINT likewise. (Under load the Python
+    handler sometimes runs first, as the CI machine showed: the same cleanup, then the
+    signal's own exit status.)"""
     import signal
     import subprocess
     import sys
@@ -679,7 +681,10 @@ def test_interrupted_write_blocked_in_mpi_ends(tmp_path):
         finally:
             if p.poll() is None:
                 p.kill()
-        assert p.returncode == 128 + int(sig), p.returncode
+        # the watch thread's exit (128 + sig), or, where the blocked call let the Python
+        # handler run first, its re-raise of the signal after the cleanup (-sig): both end
+        # the process with the temporary removed
+        assert p.returncode in (128 + int(sig), -int(sig)), p.returncode
         assert time.monotonic() - t < 20
         assert not out.exists()
         assert not [f for f in os.listdir(tmp_path) if f.endswith(".partial")]
