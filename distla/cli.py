@@ -328,12 +328,12 @@ def _check_solver_options(method: str, kw: dict) -> None:
 
 
 def _solver(method: str):
-    """The function ``f(A, B, **kw) -> (X, rcond or None)`` for ``method`` (the solvers are
-    imported lazily so that the rest of the command line works whatever is installed). A is
-    left unchanged. For the LU methods and Cholesky the factors also give the reciprocal
-    condition estimate (and its LinAlgWarning); rbt and tlr estimate it (and warn) themselves
-    and return it in their info. ``anorm`` (||A||_inf when already known) spares Cholesky its
-    pass over A for ||A||_1."""
+    """The function ``f(A, B, **kw) -> (X, rcond or None, info or None)`` for ``method`` (the
+    solvers are imported lazily so that the rest of the command line works whatever is
+    installed): :func:`distla.linalg.solve` with ``return_info``, whose info carries the
+    condition estimate (its LinAlgWarning is issued there) and, for mixed precision, what the
+    solve did. A is left unchanged. ``-O lower=...`` (cho_factor's) takes cho_factor +
+    cho_solve_rcond, where ``anorm`` (||A||_inf when already known) spares a pass over A."""
     try:
         from . import linalg
         from .linalg.condition import warn_if_ill_conditioned
@@ -358,7 +358,7 @@ def _solver(method: str):
                                   f"--method {method}: ", str(w.message))
                     warnings.warn(text, w.category, stacklevel=2)
             return X, (info.get("rcond") if isinstance(info, dict) else
-                       getattr(info, "rcond", None))
+                       getattr(info, "rcond", None)), info
         # -O lower=...: cho_factor's option (the solve reads the lower triangle)
         anorm = norm(A, 1) if anorm is None else anorm   # Hermitian: ||A||_1 = ||A||_inf
         c = linalg.cho_factor(A, **kw)
@@ -366,7 +366,7 @@ def _solver(method: str):
         warn_if_ill_conditioned(rc, A.dtype, f"--method {method}")
         if kw.get("check_finite", True):   # finite A and B: a non-finite X is overflow
             check_finite_result(X, f"--method {method}")
-        return X, rc
+        return X, rc, None
     return run
 
 
@@ -490,8 +490,8 @@ def cmd_solve(args, comm) -> int:
                 if args.method == "cholesky" and anorm is None:
                     from .pblas import norm
                     anorm = norm(A, np.inf)
-                X, rc = solver(A, B, anorm=anorm if args.method == "cholesky" else None,
-                               **kw)
+                X, rc, info = solver(A, B, anorm=anorm if args.method == "cholesky" else
+                                     None, **kw)
     t_solve = timings.seconds["solve"]
     say(f"solve: {t_solve:.4g} s, {format_rate(nflops / t_solve if t_solve > 0 else 0)} "
         f"(factor + solve, nominal {nflops:.3g} flops)")
@@ -499,6 +499,16 @@ def cmd_solve(args, comm) -> int:
               "grid": f"{grid.nprow}x{grid.npcol}", "ranks": size, "nb": nb,
               "device": args.device, "dtype": str(dtype), "seconds": t_solve,
               "gflops": nflops / t_solve / 1e9 if t_solve > 0 else 0.0}
+    if getattr(info, "requested", None) is not None:      # a mixed-precision solve
+        result.update(precision=info.precision, fallback=info.fallback,
+                      iterations=info.iterations)
+        if info.fallback:
+            say(f"precision: mixed fell back to {info.factor_dtype} ({info.reason})")
+        else:
+            say(f"precision: mixed, {info.factor_dtype} factors with {info.compute} updates, "
+                f"{info.iterations} correction{'s' * (info.iterations != 1)}"
+                + (f" ({sum(info.gmres_iterations)} GMRES iterations)"
+                   if info.gmres_iterations else ""))
     if rc is not None:
         result["rcond"] = rc
         if args.check == "full":

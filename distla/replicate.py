@@ -17,7 +17,7 @@ from . import layout
 from .errors import collective
 from .matrix import DistMatrix
 
-__all__ = ["self_grid", "one_node", "replicate", "distribute_like"]
+__all__ = ["self_grid", "one_node", "replicate", "replicate_bytes", "distribute_like"]
 
 _SELF: dict = {}
 
@@ -58,8 +58,9 @@ def replicate(M: DistMatrix) -> DistMatrix:
     """Collective over M's grid: all of M on every rank, as a DistMatrix on :func:`self_grid`
     with M's shape, block, dtype and device. One all-gather of the local matrices through the
     grid's data communicator (NCCL between GPU ranks), then at most four strided copies per
-    rank's part. Needs the whole matrix twice on each rank while it runs (receive buffer and
-    copy); a rank that cannot allocate them raises the same error on every rank."""
+    rank's part. Needs :func:`replicate_bytes` on each rank while it runs (about the whole
+    matrix twice: receive buffer and copy). Every failure on one rank (allocation, copies) is
+    raised on every rank: call it outside any other ``collective`` block."""
     g, be = M.grid, M.backend
     shapes = M._local_shapes()
     counts = [a * b for a, b in shapes]
@@ -75,18 +76,28 @@ def replicate(M: DistMatrix) -> DistMatrix:
     if g.size == 1:
         be.copy(out.local, M.local)
         return out
-    if M.local.size:
-        send[:M.local.size] = M.local.ravel(order="F")
+    with collective(g.comm):
+        if M.local.size:
+            send[:M.local.size] = M.local.ravel(order="F")
     g.comms(M.device).all.allgather(send, recv)
     del send
-    for r in range(g.size):
-        if not counts[r]:
-            continue
-        piece = recv[r * cmax:r * cmax + counts[r]].reshape(shapes[r], order="F")
-        for gv, lv in layout.block_cyclic_views(out.local, piece, M.block, g.coords(r), M.src,
-                                                g.shape):
-            _copy(gv, lv)
+    with collective(g.comm):             # (a failing copy: raised on every rank)
+        for r in range(g.size):
+            if not counts[r]:
+                continue
+            piece = recv[r * cmax:r * cmax + counts[r]].reshape(shapes[r], order="F")
+            for gv, lv in layout.block_cyclic_views(out.local, piece, M.block, g.coords(r),
+                                                    M.src, g.shape):
+                _copy(gv, lv)
     return out
+
+
+def replicate_bytes(M) -> int:
+    """Bytes :func:`replicate` allocates on each rank for M (the copy and the receive buffer
+    of the largest local part times the ranks): about twice M's, more for blockings that
+    leave the ranks' parts unequal. Local."""
+    cmax = max(a * b for a, b in M._local_shapes())
+    return (M.m * M.n + (M.grid.size * cmax if M.grid.size > 1 else 0)) * M.dtype.itemsize
 
 
 def distribute_like(Xs: DistMatrix, like: DistMatrix) -> DistMatrix:

@@ -293,6 +293,22 @@ def test_non_finite_solution_from_finite_input_exit_1(tmp_path):
         assert not out.exists()
 
 
+def test_mixed_solve_reports_what_it_did(files, tmp_path):
+    """-O precision=mixed: the command says which precision produced X (and whether it fell
+    back), with the certificate's condition estimate, and records them in --json."""
+    import json
+    rec = tmp_path / "r.json"
+    for method in ("cholesky", "gepp"):
+        p = run(["solve", "--matrix", files / "A.npy", "--method", method, "--nb", 16,
+                 "-O", "precision=mixed", "--json", rec], n=2)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "precision: mixed, float32 factors with fp32 updates" in p.stdout, p.stdout
+        assert "1 / rcond" in p.stdout, p.stdout
+        r = json.loads(rec.read_text().splitlines()[-1])
+        assert (r["precision"], r["fallback"]) == ("mixed", False) and r["iterations"] >= 1
+        assert 0 < r["rcond"] <= 1
+
+
 def test_unwritable_output(files):
     assert_fails(run(["solve", "--matrix", files / "A.npy", "--out",
                       files / "no" / "such" / "dir" / "x.npy"], n=2), 2, "--out")

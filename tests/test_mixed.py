@@ -163,6 +163,79 @@ def test_replication_out_of_memory_on_one_rank_solves_distributed(grids, monkeyp
 
 
 @pytest.mark.mpi
+def test_replicate_flag_set_on_some_ranks_only_does_not_split_collectives(grids, monkeypatch):
+    """REPLICATE differing between ranks (eighteenth sweep: a hang) is agreed first: the
+    copies are made only where every rank asks for them."""
+    from distla.linalg import mixed, solve
+    a = conditioned(N, 1e2, 3, spd=True)
+    b = random_array((N, 1), seed=4)
+    for grid in grids:
+        monkeypatch.setitem(mixed.REPLICATE, "cpu", grid.comm.rank == 0)
+        X, info = solve(_dist(grid, a), _dist(grid, b, (NB, 1)), method="cholesky",
+                        precision="mixed", return_info=True)
+        assert info.replicated is False and not info.fallback, info
+        _same_everywhere(grid.comm, info.iterations)
+        assert berr_np(a, X.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * N * EPS)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("where", ["factor copies", "right-hand side"])
+def test_replicate_failing_on_one_rank_is_agreed(grids, monkeypatch, where):
+    """A copy failing on one rank inside replicate (injected): while the factors are copied,
+    every rank goes on with the distributed factors; while a right-hand side is, every rank
+    raises the same error. Never a hang."""
+    from distla import DistlaError, replicate
+    from distla.linalg import mixed, solve
+    monkeypatch.setitem(mixed.REPLICATE, "cpu", True)
+    real = replicate._copy
+    a = conditioned(N, 1e2, 3, spd=True)
+    b = random_array((N, 1), seed=4)
+    for grid in grids:
+        if grid.size == 1:
+            continue
+        last = grid.comm.rank == grid.size - 1
+
+        def copy(dst, src):
+            rhs = dst.shape[-1] == 1
+            if last and rhs == (where == "right-hand side"):
+                raise MemoryError("injected: copy failed")
+            return real(dst, src)
+        monkeypatch.setattr(replicate, "_copy", copy)
+        A, B = _dist(grid, a), _dist(grid, b, (NB, 1))
+        if where == "factor copies":
+            X, info = solve(A, B, method="cholesky", precision="mixed", return_info=True)
+            assert info.replicated is False and not info.fallback, info
+            assert berr_np(a, X.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * N * EPS)
+        else:
+            with pytest.raises((MemoryError, DistlaError), match="injected"):
+                solve(A, B, method="cholesky", precision="mixed")
+        monkeypatch.setattr(replicate, "_copy", real)
+
+
+@pytest.mark.mpi
+def test_mixed_info_carries_the_condition_estimate(grids):
+    """SolveInfo.rcond: the certificate's estimate for a mixed solve, the float64 solve's after
+    a fallback, None without check_rcond."""
+    from distla.linalg import solve
+    a = conditioned(N, 1e3, 5, spd=True)
+    true = 1 / np.linalg.cond(a, 1)
+    bad = conditioned(N, 1e14, 6)
+    b = random_array((N, 1), seed=7)
+    for grid in grids[:2]:
+        _, info = solve(_dist(grid, a), _dist(grid, b, (NB, 1)), method="cholesky",
+                        precision="mixed", return_info=True)
+        assert not info.fallback and true / 10 <= info.rcond <= true * 10, (info, true)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, info = solve(_dist(grid, bad), _dist(grid, b, (NB, 1)), method="gepp",
+                            precision="mixed", return_info=True)
+        assert info.fallback and 0 <= info.rcond < 1e-10, info
+        _, info = solve(_dist(grid, a), _dist(grid, b, (NB, 1)), method="gepp",
+                        precision="mixed", return_info=True, check_rcond=False)
+        assert info.rcond is None, info
+
+
+@pytest.mark.mpi
 def test_replicated_solve_failing_on_one_rank_raises_everywhere(grids, monkeypatch):
     """A rank whose own solve with the copies fails (here: injected) does not leave the
     others waiting in the next residual: every rank raises the same error."""

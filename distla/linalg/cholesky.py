@@ -263,7 +263,8 @@ def _solve_mixed(A, B, fd, lookahead, max_iter, fallback, check_rcond):
         apply=apply, check_rcond=check_rcond, localize=lambda L, rep: rep(L),
         promote=lambda L: L.astype(A.dtype), max_iter=max_iter, fallback=fallback,
         full=lambda: solve_cholesky(A, B, lookahead=lookahead, check_finite=False,
-                                    check_symmetric=False, check_rcond=check_rcond))
+                                    check_symmetric=False, check_rcond=check_rcond,
+                                    return_info=True))
     if not X.same_layout(B0):
         X = X.redistribute(block=B0.block, src=B0.src)
     return X, info

@@ -496,7 +496,7 @@ def _solve_mixed(A, B, pivoting, fd, max_iter, fallback, check_rcond, kw):
         apply=apply, apply_h=apply_h, promote=promote, localize=localize,
         max_iter=max_iter, fallback=fallback, check_rcond=check_rcond,
         full=lambda: solve_lu(A, B, pivoting=pivoting, check_finite=False,
-                              check_rcond=check_rcond, **kw))
+                              check_rcond=check_rcond, return_info=True, **kw))
     if not X.same_layout(B0):
         X = X.redistribute(block=B0.block, src=B0.src)
     return X, info

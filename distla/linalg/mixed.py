@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import ConvergenceError, DistlaError, collective, raised_everywhere
 from ..matrix import DistMatrix
 from ..pblas import inverted_diagonal_solves
-from ..replicate import distribute_like, one_node, replicate
+from ..replicate import distribute_like, one_node, replicate, replicate_bytes
 from ..trace import trace
 from ..vector import column_scales
 from .condition import refined_rcond, subnormal_floor
@@ -78,7 +78,7 @@ class SolveInfo:
     ``times`` empty and ``anorm`` NaN). ``replicated``: the refinement solved with whole
     copies of the factors on every rank (``times['replicate']``: making them). ``rcond``:
     the reciprocal condition estimate of a full-precision solve with ``check_rcond`` (None
-    otherwise).
+    otherwise; a mixed solve's is its certificate's, or the fallback's).
     """
 
     method: str
@@ -150,7 +150,8 @@ def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str,
     factors F in C's dtype; ``apply_h(F, C)``: ``A^-H C`` (None: A is Hermitian and ``apply``
     serves both). ``promote(F)``: the factors in A's precision (GMRES-IR's preconditioner).
     ``localize(F, rep)``: F with each of its DistMatrix parts M replaced by ``rep(M)`` (None:
-    never replicated, :data:`REPLICATE`). ``full()``: the full-precision solve.
+    never replicated, :data:`REPLICATE`). ``full()``: the full-precision solve, ``(X,
+    SolveInfo)``.
     ``check_rcond``: certify A's condition from the factors (:func:`verified_rcond`)."""
     info = SolveInfo(method=method, precision="mixed", factor_dtype=str(low_dtype(A.dtype)),
                      compute=factor_dtype, requested=factor_dtype)
@@ -164,6 +165,7 @@ def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str,
         solves = _LowSolves(A, F, apply, apply_h, promote, localize, info)
         ref = _refine(A, B, solves, max_iter, check_rcond, f"{factor_dtype} {method}", info)
         if ref.converged:
+            info.rcond = None if ref.rcond is None else float(ref.rcond)
             info.times["total"] = time.perf_counter() - t0
             return ref.x, info
         why = ref.reason
@@ -175,8 +177,9 @@ def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str,
                                f"fallback=True to solve in {A.dtype} instead)")
     with trace("mixed.fallback"):
         t = time.perf_counter()
-        X = full()
+        X, full_info = full()
         info.times["fallback"] = time.perf_counter() - t
+    info.rcond = full_info.rcond
     info.fallback, info.precision = True, "double"
     info.factor_dtype = info.compute = str(A.dtype)
     info.times["total"] = time.perf_counter() - t0
@@ -193,12 +196,17 @@ def _fits_everywhere(A: DistMatrix, nbytes: int) -> bool:
 
 def _replicates(A: DistMatrix) -> bool:
     """Collective: whether the refinement's solves use whole copies of the low-precision
-    factors on every rank (:data:`REPLICATE`: device, one node, memory for the copy and its
-    receive buffer), the same on every rank."""
+    factors on every rank (:data:`REPLICATE` for the device on every rank, memory for the copy
+    and its receive buffer on every rank, one node), the same on every rank."""
     g = A.grid
-    if g.size == 1 or not REPLICATE.get(A.device, False) or not one_node(g):
+    if g.size == 1:
         return False
-    return _fits_everywhere(A, 2 * A.m * A.n * low_dtype(A.dtype).itemsize)
+    need = replicate_bytes(A) * low_dtype(A.dtype).itemsize // A.dtype.itemsize
+    free = A.backend.free_memory()
+    ok = bool(REPLICATE.get(A.device, False)) and (free is None or
+                                                     need <= REPLICATE_MEMORY * free)
+    # one agreement first (a flag set on some ranks only must not split the collectives)
+    return g.allreduce(int(ok), "min") == 1 and one_node(g)
 
 
 class _LowSolves:
@@ -214,20 +222,28 @@ class _LowSolves:
         self.Fs, self._precond = None, None
         if localize is not None and _replicates(A):
             t = time.perf_counter()
-            self.Fs = self._agreed(lambda: localize(F, replicate), "mixed.replicate")
+            self.Fs = self._agreed(lambda: localize(F, replicate), "mixed.replicate",
+                                   local=False)
             info.times["replicate"] = time.perf_counter() - t
         info.replicated = self.Fs is not None
         self.solve = self._through(apply, F, self.Fs)
         self.solve_h = self.solve if apply_h is None else self._through(apply_h, F, self.Fs)
 
-    def _agreed(self, make, name):
+    def _agreed(self, make, name, local: bool):
         """``make()`` on every rank, or None on every rank when it failed on any (out of
-        memory, most likely): the copies are only a faster way to the same solves."""
+        memory, most likely): the copies are only a faster way to the same solves. ``local``:
+        make is local work, agreed here; else it agrees on its failures itself (such as
+        :func:`distla.replicate.replicate`: no enclosing agreement, whose ranks could part
+        ways when one fails before the inner one)."""
+        comm = self.A.grid.comm
         try:
-            with trace(name), collective(self.A.grid.comm):
-                return make()
+            with trace(name):
+                if not local:
+                    return make()
+                with collective(comm):
+                    return make()
         except Exception as e:   # noqa: BLE001 - only failures agreed by every rank
-            if not raised_everywhere(e, self.A.grid.comm):
+            if not raised_everywhere(e, comm):
                 raise
             return None
 
@@ -239,17 +255,16 @@ class _LowSolves:
         comm = self.A.grid.comm
 
         def solve(C):
-            Cs = replicate(C)
+            Cs = replicate(C)                # (agrees on its own failures)
             with collective(comm):           # one rank's failure raised on every rank
-                Xs = f(Fs, Cs)
-            return distribute_like(Xs, C)
+                return distribute_like(f(Fs, Cs), C)
         return solve
 
     def precond(self, R):
         if self._precond is None:
             A, Fs, G = self.A, self.Fs, None
             if Fs is not None and _fits_everywhere(A, A.m * A.n * A.dtype.itemsize):
-                G = self._agreed(lambda: self.promote(Fs), "mixed.promote")
+                G = self._agreed(lambda: self.promote(Fs), "mixed.promote", local=True)
             if G is not None:
                 self._precond = self._through(self.apply, None, G)
             else:
