@@ -32,6 +32,27 @@ def squarest_shape(size: int) -> tuple[int, int]:
     return p, size // p
 
 
+# Row and column communicators of the grids over MPI_COMM_WORLD, by (shape, order): a job
+# that makes the same grid again (in a loop, or a test suite) reuses them instead of using up
+# MPI's communicator contexts (MPICH has 2048 per process: the 2-core CI machine's 4-rank test
+# session ran out). COMM_WORLD is never freed, so its entries stay valid; grids over other
+# communicators split their own.
+_WORLD_SPLITS: dict = {}
+
+
+def _row_col_comms(comm, shape, order, myrow, mycol):
+    """Collective over ``comm`` (every rank makes the same grids in the same order, so every
+    rank finds the same cache entries): (row communicator, column communicator)."""
+    from mpi4py import MPI
+    key = (shape, order) if comm == MPI.COMM_WORLD else None
+    got = _WORLD_SPLITS.get(key) if key is not None else None
+    if got is None:
+        got = (comm.Split(color=myrow, key=mycol), comm.Split(color=mycol, key=myrow))
+        if key is not None:
+            _WORLD_SPLITS[key] = got
+    return got
+
+
 def _world():
     from mpi4py import MPI
     return MPI.COMM_WORLD
@@ -178,8 +199,8 @@ class ProcessGrid:
         self.nprow, self.npcol = nprow, npcol
         self.rank, self.size = rank, size
         self.myrow, self.mycol = self.coords(rank)
-        self.row_comm = comm.Split(color=self.myrow, key=self.mycol)
-        self.col_comm = comm.Split(color=self.mycol, key=self.myrow)
+        self.row_comm, self.col_comm = _row_col_comms(comm, self.shape, self.order,
+                                                      self.myrow, self.mycol)
         self._device_comms = {}
         self._flat = None
 

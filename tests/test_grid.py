@@ -78,6 +78,25 @@ def test_row_and_col_communicators(comm, order):
         assert tot == sum(g.rank_of(g.myrow, c) for c in range(q))
 
 
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_many_grids_do_not_use_up_mpi_communicators(comm):
+    """A job may make the same grid over and over (MPICH has 2048 communicator contexts per
+    process; each grid splits two): grids over COMM_WORLD of one shape and order share their
+    row and column communicators, which still work."""
+    from mpi4py import MPI
+    p, q = squarest_shape(comm.size)
+    first = ProcessGrid(p, q, MPI.COMM_WORLD)
+    for _ in range(2500):
+        g = ProcessGrid(p, q, MPI.COMM_WORLD)
+    assert g.row_comm is first.row_comm and g.col_comm is first.col_comm
+    assert g.row_comm.allreduce(1) == q and g.col_comm.allreduce(1) == p
+    other = ProcessGrid(p, q, MPI.COMM_WORLD, order="col")
+    assert other.row_comm is not first.row_comm       # (its own key: the rank order differs)
+    assert other.row_comm.allgather(comm.rank) == [other.rank_of(other.myrow, c)
+                                                   for c in range(q)]
+
+
 def test_partial_shape_fills_the_other(comm):
     s = comm.size
     assert ProcessGrid(nprow=1, comm=comm).shape == (1, s)
