@@ -564,6 +564,7 @@ def test_failed_write_leaves_no_file(comm, mpi_tmp_path):
     comm.Barrier()
     assert not target.exists()
     assert not [p for p in os.listdir(mpi_tmp_path) if p.startswith(".never")]
+    comm.Barrier()   # (the write below probes the directory: not while a rank still lists it)
     io.write_npy(target, A)
     np.testing.assert_array_equal(np.load(target), A.to_global(root=None))
 
@@ -613,6 +614,7 @@ def test_write_failing_on_one_rank_mid_file(comm, mpi_tmp_path, monkeypatch, mod
         comm.Barrier()
         assert not target.exists()
         assert not [f for f in os.listdir(mpi_tmp_path) if f.startswith(f".fail{p}{q}")]
+        comm.Barrier()   # (the write below probes the directory: not while a rank lists it)
         monkeypatch.setattr(io._SlabWriter, "_write", real)
         io.write_npy(target, A)
         np.testing.assert_array_equal(np.load(target), A.to_global(root=None))
