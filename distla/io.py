@@ -674,7 +674,7 @@ def write_npy_generated(path, grid, shape, block, fn, *, dtype=np.float64,
     return b
 
 
-def _check_mtx_values(path: str, layout: str, field: str) -> None:
+def _check_mtx_values(path: str, layout: str, field: str, data: bytes) -> None:
     """MatrixFileError naming the line when a data line of the Matrix Market file ``path``
     is not what its header says: SciPy's reader takes a number's prefix, so ``4,5`` read as
     4, ``0x10`` as 0 and ``4 junk`` as 4 -- a wrong matrix, silently. Every data line must be
@@ -688,15 +688,13 @@ def _check_mtx_values(path: str, layout: str, field: str) -> None:
     values = {"pattern": 0, "complex": 2}.get(field, 1)
     want = values + (2 if layout == "coordinate" else 0)
     ints = 2 if layout == "coordinate" else 0
-    with open(path, "rb") as f:
-        data = f.read()
     if _mtx_plain_numbers(data, want, ints, field == "integer"):
         return
     _check_mtx_lines(path, layout, field, want, ints)
 
 
-def _check_mtx_count(path: str, m: int, n: int, entries: int, layout: str,
-                     symmetry: str) -> None:
+def _check_mtx_count(path: str, m: int, n: int, entries: int, layout: str, symmetry: str,
+                     data: bytes) -> None:
     """MatrixFileError when the Matrix Market file ``path`` has fewer or more data lines than
     its header promises (an array stores ``m n`` values, ``n (n + 1) / 2`` for a symmetric or
     Hermitian one, ``n (n - 1) / 2`` for a skew-symmetric one; coordinate ``entries``): SciPy
@@ -706,8 +704,6 @@ def _check_mtx_count(path: str, m: int, n: int, entries: int, layout: str,
     else:
         want = {"symmetric": n * (n + 1) // 2, "hermitian": n * (n + 1) // 2,
                 "skew-symmetric": n * (n - 1) // 2}.get(symmetry, m * n)
-    with open(path, "rb") as f:
-        data = f.read()
     got = _mtx_data_lines(data)
     if got != want:
         what = "truncated" if got < want else "longer than its header says"
@@ -718,22 +714,28 @@ def _check_mtx_count(path: str, m: int, n: int, entries: int, layout: str,
 def _mtx_data_lines(data: bytes) -> int:
     """Non-blank lines of the Matrix Market text ``data`` after its comments and size line
     (vectorized over the bytes)."""
-    pos, size_seen = 0, False
-    while pos < len(data):               # the header: comment lines, then the size line
-        nl = data.find(b"\n", pos)
-        end = len(data) if nl < 0 else nl
-        line = data[pos:end].strip()
-        pos = end + 1
-        if line and not line.startswith(b"%"):
-            size_seen = True
-            break
-    if not size_seen or pos >= len(data):
+    pos = _mtx_body(data)
+    if pos >= len(data):
         return 0
     b = np.frombuffer(data, np.uint8, len(data) - pos, pos)
     content = ~np.isin(b, np.frombuffer(b" \t\r\n", np.uint8))
     starts = np.concatenate([[0], np.flatnonzero(b == 10) + 1])
     starts = starts[starts < b.size]
     return int(np.count_nonzero(np.add.reduceat(content.astype(np.int64), starts)))
+
+
+def _mtx_body(data: bytes) -> int:
+    """Offset in the Matrix Market text ``data`` of its first data line: past the comment
+    lines and the size line (``len(data)`` when there is none)."""
+    pos = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        end = len(data) if nl < 0 else nl
+        line = data[pos:end].strip()
+        pos = end + 1
+        if line and not line.startswith(b"%"):
+            return min(pos, len(data))
+    return len(data)
 
 
 def _check_mtx_lines(path: str, layout: str, field: str, want: int, ints: int) -> None:
@@ -774,16 +776,7 @@ def _mtx_plain_numbers(data: bytes, want: int, ints: int, all_int: bool) -> bool
     with ``all_int``) ``[+-]digits``. Vectorized over the bytes, a chunk of whole lines at a
     time. False means: not certainly so (a bad line, or text such as ``nan``): the caller
     checks line by line."""
-    pos = 0
-    while True:                          # the header: comment lines, then the size line
-        nl = data.find(b"\n", pos)
-        line = data[pos:(len(data) if nl < 0 else nl)].strip()
-        if line and not line.startswith(b"%"):
-            break
-        if nl < 0:
-            return True
-        pos = nl + 1
-    pos = len(data) if nl < 0 else nl + 1
+    pos = _mtx_body(data)
     while pos < len(data):
         end = data.find(b"\n", min(len(data), pos + _MTX_CHUNK))
         end = len(data) if end < 0 else end + 1
@@ -879,8 +872,11 @@ def _read_mtx(path: str) -> np.ndarray:
     if 0 in info.shape:    # (scipy.io.mmread of a 0-row file died with SIGFPE in SciPy 1.17)
         return np.zeros(info.shape, dtype=info.dtype)
     m, n, entries, layout, field, symmetry = scipy.io.mminfo(path)
-    _check_mtx_values(path, layout, field)
-    _check_mtx_count(path, m, n, entries, layout, symmetry)
+    with open(path, "rb") as f:
+        data = f.read()
+    _check_mtx_values(path, layout, field, data)
+    _check_mtx_count(path, m, n, entries, layout, symmetry, data)
+    del data
     try:
         a = scipy.io.mmread(path)
     except Exception as e:  # noqa: BLE001
