@@ -186,27 +186,25 @@ def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str,
     return X, info
 
 
-def _fits_everywhere(A: DistMatrix, nbytes: int) -> bool:
-    """Collective: whether ``nbytes`` take at most :data:`REPLICATE_MEMORY` of every rank's
-    free device memory (unknown free memory counts as enough), the same on every rank."""
+def _fits_everywhere(A: DistMatrix, nbytes: int, wanted: bool = True) -> bool:
+    """Collective: whether every rank ``wanted`` it and ``nbytes`` take at most
+    :data:`REPLICATE_MEMORY` of every rank's free device memory (unknown free memory counts as
+    enough), the same on every rank (one reduction)."""
     free = A.backend.free_memory()
-    return A.grid.allreduce(int(free is None or nbytes <= REPLICATE_MEMORY * free),
-                            "min") == 1
+    ok = bool(wanted) and (free is None or nbytes <= REPLICATE_MEMORY * free)
+    return A.grid.allreduce(int(ok), "min") == 1
 
 
 def _replicates(A: DistMatrix) -> bool:
     """Collective: whether the refinement's solves use whole copies of the low-precision
     factors on every rank (:data:`REPLICATE` for the device on every rank, memory for the copy
     and its receive buffer on every rank, one node), the same on every rank."""
-    g = A.grid
-    if g.size == 1:
+    if A.grid.size == 1:
         return False
     need = replicate_bytes(A) * low_dtype(A.dtype).itemsize // A.dtype.itemsize
-    free = A.backend.free_memory()
-    ok = bool(REPLICATE.get(A.device, False)) and (free is None or
-                                                     need <= REPLICATE_MEMORY * free)
-    # one agreement first (a flag set on some ranks only must not split the collectives)
-    return g.allreduce(int(ok), "min") == 1 and one_node(g)
+    # the flag and the memory agreed first (a flag set on some ranks only must not split
+    # the collectives), one_node's split only then
+    return _fits_everywhere(A, need, REPLICATE.get(A.device, False)) and one_node(A.grid)
 
 
 class _LowSolves:
