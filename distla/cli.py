@@ -438,10 +438,6 @@ def cmd_solve(args, comm) -> int:
         with _named("--matrix", io.MatrixFileError), guarded(comm):
             A = io.read_matrix(ainfo.path, grid, (nb, nb), device=args.device,
                                dtype=dtype, info=ainfo)
-    if kw.get("check_finite", True):   # (before the rhs made from A could blame B)
-        from .validate import check_finite
-        with guarded(comm):
-            check_finite(("A", A), what=f"--matrix {_shown(ainfo)}")
     dtype = A.dtype
     xtrue = None
     anorm = None          # ||A||_inf once known: one pass over A serves every check
@@ -472,6 +468,12 @@ def cmd_solve(args, comm) -> int:
                     B, anorm = product_and_norm(A, xtrue)
                 else:
                     B = A @ xtrue
+                # NaN/Inf in A shows in B made from it: name A's entry (a pass over A only
+                # then), not B's, which the solve's own check would blame first
+                if kw.get("check_finite", True) and not np.isfinite(
+                        anorm if anorm is not None else B.norm("max")):
+                    from .validate import check_finite
+                    check_finite(("A", A), what=f"--matrix {_shown(ainfo)}")
                 rhs_desc = f"A @ ones ({args.nrhs} column{'s' * (args.nrhs != 1)})"
             else:
                 B = DistMatrix.random(grid, (n, args.nrhs), (nb, nb),
