@@ -105,6 +105,149 @@ def test_mixed_reaches_double_backward_error(grids, monkeypatch, method, dtype, 
 
 
 @pytest.mark.mpi
+def test_replicated_factors_need_the_memory(grids, monkeypatch):
+    """No copies when one rank lacks the memory for them: every rank then solves distributed
+    (the decision is agreed, not taken per rank)."""
+    from distla.linalg import mixed, solve
+    monkeypatch.setitem(mixed.REPLICATE, "cpu", True)
+    a = conditioned(N, 1e2, 3, spd=True)
+    b = random_array((N, 1), seed=4)
+    for grid in grids:
+        A = _dist(grid, a)
+        low = 0 if grid.comm.rank == grid.size - 1 else 1 << 40     # the last rank: none
+        monkeypatch.setattr(type(A.backend), "free_memory", lambda self: low, raising=False)
+        X, info = solve(A, _dist(grid, b, (NB, 1)), method="cholesky", precision="mixed",
+                        return_info=True)
+        assert info.replicated is False, info
+        assert not info.fallback and berr_np(a, X.to_global(None), b) <= 4 * N * EPS
+
+
+@pytest.mark.mpi
+def test_replication_out_of_memory_on_one_rank_solves_distributed(grids, monkeypatch):
+    """One rank cannot allocate the whole copy (here: injected): every rank agrees and the
+    refinement solves with the distributed factors instead (no hang in the all-gather, no
+    error: the copies are only a faster way to the same solves)."""
+    from distla.device.base import Backend
+    from distla.linalg import mixed, solve
+    monkeypatch.setitem(mixed.REPLICATE, "cpu", True)
+    real = Backend.empty
+    a = conditioned(N, 1e2, 3, spd=True)
+    b = random_array((N, 1), seed=4)
+    for grid in grids:
+        def empty(self, shape, dtype=np.float64,
+                  _last=grid.size > 1 and grid.comm.rank == grid.size - 1):
+            if _last and tuple(np.atleast_1d(shape)) == (N, N):
+                raise MemoryError("injected: no room for the copy")
+            return real(self, shape, dtype)
+        monkeypatch.setattr(Backend, "empty", empty)
+        X, info = solve(_dist(grid, a), _dist(grid, b, (NB, 1)), method="cholesky",
+                        precision="mixed", return_info=True)
+        assert info.replicated is False and not info.fallback, info
+        assert berr_np(a, X.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * N * EPS)
+
+
+@pytest.mark.mpi
+def test_replicate_flag_set_on_some_ranks_only_does_not_split_collectives(grids, monkeypatch):
+    """REPLICATE differing between ranks (eighteenth sweep: a hang) is agreed first: the
+    copies are made only where every rank asks for them."""
+    from distla.linalg import mixed, solve
+    a = conditioned(N, 1e2, 3, spd=True)
+    b = random_array((N, 1), seed=4)
+    for grid in grids:
+        monkeypatch.setitem(mixed.REPLICATE, "cpu", grid.comm.rank == 0)
+        X, info = solve(_dist(grid, a), _dist(grid, b, (NB, 1)), method="cholesky",
+                        precision="mixed", return_info=True)
+        assert info.replicated is False and not info.fallback, info
+        _same_everywhere(grid.comm, info.iterations)
+        assert berr_np(a, X.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * N * EPS)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("where", ["factor copies", "right-hand side"])
+def test_replicate_failing_on_one_rank_is_agreed(grids, monkeypatch, where):
+    """A copy failing on one rank inside replicate (injected): while the factors are copied,
+    every rank goes on with the distributed factors; while a right-hand side is, every rank
+    raises the same error. Never a hang."""
+    from distla import DistlaError, replicate
+    from distla.linalg import mixed, solve
+    monkeypatch.setitem(mixed.REPLICATE, "cpu", True)
+    real = replicate._copy
+    a = conditioned(N, 1e2, 3, spd=True)
+    b = random_array((N, 1), seed=4)
+    for grid in grids:
+        if grid.size == 1:
+            continue
+        last = grid.comm.rank == grid.size - 1
+
+        def copy(dst, src):
+            rhs = dst.shape[-1] == 1
+            if last and rhs == (where == "right-hand side"):
+                raise MemoryError("injected: copy failed")
+            return real(dst, src)
+        monkeypatch.setattr(replicate, "_copy", copy)
+        A, B = _dist(grid, a), _dist(grid, b, (NB, 1))
+        if where == "factor copies":
+            X, info = solve(A, B, method="cholesky", precision="mixed", return_info=True)
+            assert info.replicated is False and not info.fallback, info
+            assert berr_np(a, X.to_global(None), b) <= max(20 * _ref_berr(a, b), 4 * N * EPS)
+        else:
+            with pytest.raises((MemoryError, DistlaError), match="injected"):
+                solve(A, B, method="cholesky", precision="mixed")
+        monkeypatch.setattr(replicate, "_copy", real)
+
+
+@pytest.mark.mpi
+def test_mixed_info_carries_the_condition_estimate(grids):
+    """SolveInfo.rcond: the certificate's estimate for a mixed solve, the float64 solve's after
+    a fallback, None without check_rcond."""
+    from distla.linalg import solve
+    a = conditioned(N, 1e3, 5, spd=True)
+    true = 1 / np.linalg.cond(a, 1)
+    bad = conditioned(N, 1e14, 6)
+    b = random_array((N, 1), seed=7)
+    for grid in grids[:2]:
+        _, info = solve(_dist(grid, a), _dist(grid, b, (NB, 1)), method="cholesky",
+                        precision="mixed", return_info=True)
+        assert not info.fallback and true / 10 <= info.rcond <= true * 10, (info, true)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, info = solve(_dist(grid, bad), _dist(grid, b, (NB, 1)), method="gepp",
+                            precision="mixed", return_info=True)
+        assert info.fallback and 0 <= info.rcond < 1e-10, info
+        _, info = solve(_dist(grid, a), _dist(grid, b, (NB, 1)), method="gepp",
+                        precision="mixed", return_info=True, check_rcond=False)
+        assert info.rcond is None, info
+
+
+@pytest.mark.mpi
+def test_replicated_solve_failing_on_one_rank_raises_everywhere(grids, monkeypatch):
+    """A rank whose own solve with the copies fails (here: injected) does not leave the
+    others waiting in the next residual: every rank raises the same error."""
+    import importlib
+
+    from distla import DistlaError
+    from distla.linalg import mixed, solve
+    ch = importlib.import_module("distla.linalg.cholesky")
+    from distla.replicate import self_grid
+    monkeypatch.setitem(mixed.REPLICATE, "cpu", True)
+    real = ch.cho_solve
+
+    def failing(c, B, **kw):
+        if B.grid is self_grid() and grids[0].comm.rank == grids[0].size - 1:
+            raise MemoryError("injected: out of memory in the local sweep")
+        return real(c, B, **kw)
+    monkeypatch.setattr(ch, "cho_solve", failing)
+    a = conditioned(N, 1e2, 3, spd=True)
+    b = random_array((N, 1), seed=4)
+    for grid in grids:
+        if grid.size == 1:
+            continue
+        with pytest.raises((MemoryError, DistlaError), match="injected"):
+            solve(_dist(grid, a), _dist(grid, b, (NB, 1)), method="cholesky",
+                  precision="mixed")
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("method", ["cholesky", "gepp"])
 def test_mixed_with_ranks_that_hold_no_columns(grids, method):
     """One block larger than the matrix: every rank but one holds no entries of A (the
