@@ -418,6 +418,38 @@ def test_never_returns_an_unrefined_answer(grids):
 
 
 @pytest.mark.mpi
+def test_refine_takes_a_first_solution_in_any_layout(grids):
+    """refine's first solution x may have any layout (it is moved to B's, where the answer
+    is, and left unmodified); an x or B it cannot use is refused before any solve."""
+    from distla import DistMatrix
+    from distla.linalg import lu_factor, lu_solve
+    from distla.linalg.refine import refine
+    a = conditioned(N, 1e3, 11)
+    b = random_array((N, 3), seed=12)
+    x0 = np.linalg.solve(a, b) * (1 + 1e-4)
+    for grid in grids:
+        A, B = _dist(grid, a, 8), _dist(grid, b, 8)
+        F = lu_factor(A.astype(np.float32))
+        calls = []
+
+        def solve(R):
+            calls.append(1)
+            return lu_solve(F, R.astype(np.float32)).astype(np.float64)
+        X0 = DistMatrix.from_global(grid, x0, block=(5, 2), src=corner(grid))
+        out = refine(A, B, solve, anorm=A.norm("inf"), x=X0)
+        assert out.converged and out.x.same_layout(B), out.reason
+        assert berr_np(a, out.x.to_global(None), b) <= 4 * N * EPS
+        np.testing.assert_array_equal(X0.to_global(None), x0)      # not modified
+        calls.clear()
+        for bad in (_dist(grid, b[:, :2], 8), _dist(grid, b.astype(np.float32), 8)):
+            with pytest.raises((ValueError, TypeError), match="refine: x"):
+                refine(A, B, solve, anorm=1.0, x=bad)
+        with pytest.raises(ValueError, match="refine: B"):
+            refine(A, DistMatrix.from_global(grid, b, block=(5, 3)), solve, anorm=1.0)
+        assert not calls
+
+
+@pytest.mark.mpi
 def test_time_budget_ends_a_slow_refinement_everywhere(grids, monkeypatch):
     """A refinement past its time budget fails with that reason on every rank (here a budget
     of zero seconds), and the float64 solve answers."""

@@ -35,6 +35,7 @@ import scipy.linalg
 from ..matrix import DistMatrix
 from ..trace import trace
 from ..vector import (
+    _rows_like,
     axpy_columns,
     column_dots,
     column_max,
@@ -116,7 +117,8 @@ def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix |
            rcond=None, precond=None, budget: float | None = None) -> Refinement:
     """Collective: refine ``A X = B`` (A n x n; B n x k with A's row blocking) to working
     precision. ``solve(R)``: ``~A^-1 R`` in R's layout and dtype (collective). ``x``: a
-    first solution (default ``solve(B)``). ``anorm``: ``||A||_inf``. ``mode``: 'ir', 'gmres'
+    first solution (default ``solve(B)``) of B's shape, dtype, grid and device, in any layout
+    (not modified; the answer is in B's layout). ``anorm``: ``||A||_inf``. ``mode``: 'ir', 'gmres'
     or 'auto' (module docstring). ``precond``: GMRES-IR's preconditioner (default ``solve``;
     it must be one fixed linear operator to working accuracy). ``rcond``: optional callable
     giving a condition estimate checked (>= eps) before acceptance. ``label`` prefixes the
@@ -125,6 +127,16 @@ def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix |
     accepted as it is and an unconverged one fails."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    _rows_like(A, B, "refine")          # (descriptors only: the same answer on every rank)
+    if x is not None:
+        if not isinstance(x, DistMatrix) or x.shape != B.shape or x.grid != B.grid or \
+                x.device != B.device:
+            raise ValueError(f"refine: x must be a DistMatrix of B's shape {B.shape} on B's "
+                             f"grid and device, not {_describe(x)}")
+        if x.dtype != B.dtype:
+            raise TypeError(f"refine: x has dtype {x.dtype}, B {B.dtype}")
+        # the corrections come in B's layout; the caller's x is left as it is
+        x = x.copy() if x.same_layout(B) else x.redistribute(block=B.block, src=B.src)
     clock = _Budget(A.grid, budget)
     with trace("refine.solve"):
         x = solve(B) if x is None else x
@@ -216,6 +228,13 @@ def projected_corrections(hist: list) -> float:
         return math.inf
     rate = math.sqrt(r / r0)
     return math.log(r) / -math.log(rate)
+
+
+def _describe(x) -> str:
+    if isinstance(x, DistMatrix):
+        return (f"shape {x.shape} on another or a {x.grid.nprow}x{x.grid.npcol} grid, "
+                f"device {x.device}")
+    return type(x).__name__
 
 
 def _fail(out: Refinement, label: str, rho: float, max_iter: int, clock=None) -> Refinement:
