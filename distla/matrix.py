@@ -454,9 +454,22 @@ class DistMatrix:
         return cls.from_local(grid, local, (d.m, d.n), (d.mb, d.nb), (d.rsrc, d.csrc))
 
     # ---- conversions --------------------------------------------------------------------
+    #: what the values are, set by the factorizations: ``cholesky_lower`` (True: cholesky's
+    #: lower factor L, False: its upper factor U) and ``lu_factor`` (lu_factor's LU matrix),
+    #: so that cho_solve, rcond and logdet refuse a factor used as another. Copies that keep
+    #: the values (copy, astype, redistribute, to) keep them; a transpose turns L into U.
+    FACTOR_MARKS = ("cholesky_lower", "lu_factor")
+
+    def _marked_as(self, other: "DistMatrix") -> "DistMatrix":
+        """``self`` with ``other``'s factor marks (:data:`FACTOR_MARKS`). Local."""
+        for name in self.FACTOR_MARKS:
+            if name in other.__dict__:
+                setattr(self, name, other.__dict__[name])
+        return self
+
     def copy(self) -> "DistMatrix":
         """A deep copy (local, no communication)."""
-        return self._like(local=self.local.copy(order="F"))
+        return self._like(local=self.local.copy(order="F"))._marked_as(self)
 
     def astype(self, dtype) -> "DistMatrix":
         """A copy converted to ``dtype`` (local, no communication). Complex to real is a
@@ -470,7 +483,7 @@ class DistMatrix:
         # F-to-F cast of a 2-D array reads and writes with a stride of the column length
         # (float64 to float32, n = 32768 on one H100: 28.9 ms that way, 5.2 ms this way;
         # record 2026-11-26-h100-mixed-lowp-before-after.jsonl)
-        return self._like(local=self.local.T.astype(dt, order="C").T, dtype=dt)
+        return self._like(local=self.local.T.astype(dt, order="C").T, dtype=dt)._marked_as(self)
 
     def to(self, device: str) -> "DistMatrix":
         """This matrix on ``device`` ('cpu' or 'gpu'); ``self`` if already there."""
@@ -479,7 +492,8 @@ class DistMatrix:
         with collective(self.grid.comm):
             be = get_backend(device, self.grid.comm)
         return DistMatrix(self.grid, self.shape, self.block, dtype=self.dtype, device=device,
-                          src=self.src, local=be.asarray(self.backend.to_host(self.local)))
+                          src=self.src, local=be.asarray(self.backend.to_host(self.local))
+                          )._marked_as(self)
 
     def _local_shapes(self) -> list:
         """The local matrix shape of every rank of the grid, in rank order. Local."""
@@ -546,7 +560,7 @@ class DistMatrix:
                          dtype=self.dtype, device=self.device,
                          src=self.src if src is None else src)
         remap(self, out, transpose=False)
-        return out
+        return out._marked_as(self)
 
     def transpose(self, conjugate: bool = False) -> "DistMatrix":
         """Collective: the (conjugate) transpose, an ``n x m`` matrix with blocks
@@ -555,6 +569,9 @@ class DistMatrix:
         out = DistMatrix(self.grid, (self.n, self.m), (self.nb, self.mb), dtype=self.dtype,
                          device=self.device, src=self.src)
         remap(self, out, transpose=True, conjugate=conjugate)
+        low = self.__dict__.get("cholesky_lower")
+        if low is not None and conjugate == (self.dtype.kind == "c"):   # L^T (L^H): U
+            out.cholesky_lower = not low
         return out
 
     @property

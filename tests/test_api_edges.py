@@ -530,6 +530,40 @@ def test_cholesky_factor_used_as_the_other_triangle_is_refused(grids):
 
 
 @pytest.mark.mpi
+def test_factor_marks_survive_copies(grids):
+    """Copies of a factor that keep its values (copy, astype, redistribute) keep what it is:
+    U.copy() was taken for a lower factor by cho_solve and rcond (errors of 0.5, silently),
+    logdet(F.lu.copy()) read an LU matrix as a Cholesky factor, and cho_solve(F.lu, B) solved
+    with it. A transpose turns L into U; a matrix made otherwise carries no mark."""
+    from distla.linalg import cho_solve, cholesky, logdet, lu_factor, rcond
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((13, 13))
+    a = a @ a.T + 13 * np.eye(13)
+    want = np.linalg.solve(a, np.ones((13, 2)))
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=4)
+        B = DistMatrix.from_global(g, np.ones((13, 2)), block=4)
+        U, L, F = cholesky(A, lower=False), cholesky(A), lu_factor(A)
+        Bq = B.redistribute(block=(3, 2))
+        for Uc, Bc in ((U.copy(), B), (U.astype(np.float64), B),
+                       (U.redistribute(block=(3, 3)), Bq), (L.T, B)):
+            with pytest.raises(ValueError, match="upper factor"):
+                cho_solve(Uc, Bc)
+            with pytest.raises(ValueError, match="upper factor"):
+                rcond(A, Uc)
+            np.testing.assert_allclose(cho_solve((Uc, False), Bc).to_global(None), want,
+                                       rtol=1e-12)
+        for Lc, Bc in ((L.copy(), B), (L.redistribute(block=(3, 3)), Bq), (U.T, B)):
+            np.testing.assert_allclose(cho_solve(Lc, Bc).to_global(None), want, rtol=1e-12)
+        for lu in (F.lu, F.lu.copy(), F.lu.astype(np.float64)):
+            with pytest.raises(ValueError, match="lu_factor's LU matrix"):
+                logdet(lu)
+            with pytest.raises(ValueError, match="lu_factor's LU matrix"):
+                cho_solve(lu, B)
+        assert not hasattr(A + A, "cholesky_lower") and not hasattr(A.copy(), "lu_factor")
+
+
+@pytest.mark.mpi
 def test_solve_options_logdet_of_lu_and_rcond_grids(grids):
     """solve(method='gepp', lower=False) raised Python's 'lu_factor() got an unexpected
     keyword argument' (an internal name); logdet(F.lu) of an LU factor returned 2 sum log

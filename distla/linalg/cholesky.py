@@ -123,6 +123,9 @@ def check_triangle(C, lower: bool, what: str) -> None:
     """ValueError when ``C`` is a factor from :func:`cholesky` of the other triangle than
     ``lower`` says (an upper factor solved as a lower one gave errors of 1e-2, silently).
     Local: every rank alike."""
+    if getattr(C, "lu_factor", False):
+        raise ValueError(f"{what}: this is lu_factor's LU matrix, not a Cholesky factor; use "
+                         f"lu_solve / rcond(A, F) with the LUFactor")
     made = getattr(C, "cholesky_lower", None)
     if made is not None and bool(made) != bool(lower):
         name = "L" if made else "U"

@@ -331,11 +331,12 @@ def lu_solve(F: LUFactor, B: DistMatrix, trans=False, overwrite_b: bool = False,
     """Solve ``A X = B``, ``A^T X = B`` or ``A^H X = B`` from ``F = lu_factor(A)``.
     ``trans``: ``False``/``0``/``'N'``, ``True``/``1``/``'T'`` (transpose) or ``2``/``'C'``
     (conjugate transpose; the same as ``'T'`` for real matrices), as SciPy's ``lu_solve``.
-    Collective over the grid. B: n x nrhs DistMatrix on the same grid, device and dtype, with
-    A's row blocking (``mb``, ``rsrc``). Returns X in B's layout (in B's storage if
-    ``overwrite_b``). Row interchanges are applied to B by one pairwise exchange along process
-    columns, then the unit-lower and upper triangular solves (:func:`distla.pblas.
-    triangular_solve`)."""
+    Collective over the grid. B: n x nrhs DistMatrix on the same grid, device and dtype (in
+    another row blocking than A's (``mb``, ``rsrc``) it is redistributed to A's first).
+    Returns X in B's layout (in B's storage if ``overwrite_b`` and B has A's row blocking;
+    otherwise a new matrix, B unchanged). Row interchanges are applied to B by one pairwise
+    exchange along process columns, then the unit-lower and upper triangular solves
+    (:func:`distla.pblas.triangular_solve`)."""
     with collective(B.grid.comm if isinstance(B, DistMatrix) else None,
                     signature("lu_solve", getattr(F, "lu", F), B, trans=trans,
                               overwrite_b=overwrite_b, check_finite=check_finite)):
