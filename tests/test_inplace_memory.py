@@ -312,6 +312,27 @@ def test_grouped_cholesky_update_on_every_grid(comm, grids, monkeypatch):
         monkeypatch.setitem(_potrf_loop.UPDATE_GROUP, "cpu", 1)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_forced_step_loop_on_one_process_matches_lapack(grid1, monkeypatch, dtype):
+    """The step loop on 1 x 1 (forced; there the transposed panel is the panel itself for
+    real A, a conjugated copy for complex A): every lookahead and group size gives LAPACK's
+    factor, with a last block column narrower than the others."""
+    from distla.linalg import _local, _potrf_loop
+    monkeypatch.setattr(_local, "LOCAL_UP_TO", {k: 0 for k in _local.LOCAL_UP_TO})
+    n, nb = 61, 8
+    rng = np.random.default_rng(4)
+    g = rng.standard_normal((n, n)) + (1j * rng.standard_normal((n, n))
+                                       if dtype == np.complex128 else 0)
+    a = (g @ g.conj().T + n * np.eye(n)).astype(dtype)
+    ref = np.linalg.cholesky(a)
+    A = DistMatrix.from_global(grid1, a, block=nb)
+    for group in (1, 3):
+        monkeypatch.setitem(_potrf_loop.UPDATE_GROUP, "cpu", group)
+        for la in (0, 1, 2):
+            L = cholesky(A, lookahead=la).to_global(root=None)
+            np.testing.assert_allclose(L, ref, rtol=0, atol=1e-12 * n * np.abs(ref).max())
+
+
 def test_grouped_update_makes_fewer_calls(grid1, monkeypatch):
     """On 1 x 1 with the loop forced, the whole trailing update of a step is one SYRK + GEMM
     pair when the group covers it (besides the lookahead column and the one after it), so
