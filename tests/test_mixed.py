@@ -450,6 +450,29 @@ def test_refine_takes_a_first_solution_in_any_layout(grids):
 
 
 @pytest.mark.mpi
+def test_non_finite_rhs_ends_the_refinement_at_once(grids):
+    """An infinity in B with check_finite=False: the scaled residual is inf (it was the
+    largest float, finite, so GMRES-IR ran its 30 iterations until the refinement
+    stagnated or ran out of time) and the attempt fails before any correction; a zero
+    x column against a nonzero residual stays finite (large)."""
+    from distla import DistMatrix
+    from distla.linalg import solve
+    from distla.linalg.refine import scaled_residual
+    a = conditioned(N, 10.0, 13)
+    b = random_array((N, 2), seed=14)
+    b[3, 0] = np.inf
+    for grid in grids[:3]:
+        X, info = solve(_dist(grid, a), _dist(grid, b), precision="mixed",
+                        check_finite=False, return_info=True)
+        assert info.fallback and "non-finite" in info.reason and info.iterations == 0, info
+        assert not info.gmres_iterations
+        R = _dist(grid, np.ones((N, 2)))
+        Z = DistMatrix.zeros(grid, (N, 2), (NB, NB))
+        rho = scaled_residual(R, Z, 1.0, 1e-16)
+        assert np.isfinite(rho) and rho > 1e300
+
+
+@pytest.mark.mpi
 def test_time_budget_ends_a_slow_refinement_everywhere(grids, monkeypatch):
     """A refinement past its time budget fails with that reason on every rank (here a budget
     of zero seconds), and the float64 solve answers."""

@@ -100,15 +100,19 @@ def _shrinks_less(hist: list, factor: float) -> bool:
 
 
 def scaled_residual(R: DistMatrix, X: DistMatrix, anorm: float, eps_sqrtn: float) -> float:
-    """Collective: ``max_j (max|r_j| / anorm / max|x_j|) / (eps sqrt n)`` (inf for NaN)."""
+    """Collective: ``max_j (max|r_j| / anorm / max|x_j|) / (eps sqrt n)``: inf when R or X
+    holds a NaN or an infinity (the refinement then fails at once), at most the largest
+    float otherwise (a zero x column with a nonzero residual, or an overflowing quotient)."""
     xp = R.xp
     rmax, ymax = column_max(R), column_max(X)
-    tiny = np.finfo(np.float64).tiny
+    tiny, big = np.finfo(np.float64).tiny, np.finfo(np.float64).max
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ratio = xp.where(rmax == 0, 0.0, (rmax / max(anorm, tiny)) / ymax / eps_sqrtn)
+        ratio = xp.where(rmax == 0, 0.0,
+                         xp.minimum((rmax / max(anorm, tiny)) / ymax / eps_sqrtn, big))
         ratio = xp.where(xp.isfinite(rmax) & xp.isfinite(ymax), ratio, np.inf)
-        loc = float(R.backend.to_host(xp.nan_to_num(ratio, nan=np.inf).max())) \
-            if ratio.size else 0.0
+        # (nan_to_num's default would turn inf into the largest float: a finite rho)
+        loc = float(R.backend.to_host(xp.nan_to_num(ratio, nan=np.inf, posinf=np.inf)
+                                      .max())) if ratio.size else 0.0
     return global_max(R.grid, loc)
 
 
