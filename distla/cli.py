@@ -29,7 +29,7 @@ import warnings
 from . import layout
 from .bench.common import default_threshold, flops, judge
 from .defaults import default_nb, make_grid
-from .errors import on_root
+from .errors import NotPositiveDefiniteError, on_root
 from .filebase import check_jsonl
 from .grid import SettingError
 from .linalg.methods import LU_PIVOTING, METHODS
@@ -327,6 +327,24 @@ def _check_solver_options(method: str, kw: dict) -> None:
                                f"not {kw['compression']!r}")
 
 
+def _method_hint(method: str, e: Exception) -> str | None:
+    """The command's message for an A the Cholesky methods cannot take (not symmetric, not
+    positive definite), with what to do in the command's terms; None for other errors. The
+    same text on every rank."""
+    if method not in ("cholesky", "tlr"):
+        return None
+    text = re.sub(r"^(\[rank \d+\] )?(solve_cholesky|solve|tlr\.[a-z_]+): ", "", str(e))
+    if isinstance(e, NotPositiveDefiniteError):
+        return (f"--method {method}: {text}; for a matrix that is not positive definite use "
+                f"--method gepp")
+    if "not symmetric" in text or "not Hermitian" in text:
+        text = re.sub(r"; \S+ reads only one triangle, so pass check_symmetric=False.*$", "",
+                      text)
+        return (f"--method {method}: {text}; for a general matrix use --method gepp "
+                f"(-O check_symmetric=false reads the lower triangle only)")
+    return None
+
+
 def _solver(method: str):
     """The function ``f(A, B, **kw) -> (X, rcond or None, info or None)`` for ``method`` (the
     solvers are imported lazily so that the rest of the command line works whatever is
@@ -352,6 +370,12 @@ def _solver(method: str):
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
                     X, info = linalg.solve(A, B, method=method, return_info=True, **kw)
+            except (ValueError, NotPositiveDefiniteError) as e:   # (raised on every rank)
+                hint = _method_hint(method, e)
+                if hint is None:
+                    raise
+                raise CommandError(hint, EXIT_NUMERIC if isinstance(
+                    e, NotPositiveDefiniteError) else EXIT_USAGE) from None
             finally:             # (also before an error: the warnings may say why)
                 for w in caught:
                     text = re.sub(r"^(solve_lu|solve_cholesky|solve|rbt_solve|tlr\.solve): ",

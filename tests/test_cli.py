@@ -272,8 +272,23 @@ def test_bad_method(files):
 
 
 def test_not_positive_definite_exit_1(files):
-    assert_fails(run(["solve", "--matrix", files / "notspd.npy", "--nb", 8], n=2), 1,
-                 "not positive definite")
+    p = run(["solve", "--matrix", files / "notspd.npy", "--nb", 8], n=2)
+    assert_fails(p, 1, "not positive definite")
+    assert "use --method gepp" in p.stderr, p.stderr
+
+
+def test_general_matrix_with_the_default_method_says_what_to_do(tmp_path):
+    """The default method is cholesky: a nonsymmetric A is refused (exit 2) with the
+    command's remedy (--method gepp, or -O check_symmetric=false), not the Python
+    keyword's; gepp then solves it."""
+    a = np.random.default_rng(5).standard_normal((24, 24)) + 24 * np.eye(24)
+    np.save(tmp_path / "G.npy", a)
+    p = run(["solve", "--matrix", tmp_path / "G.npy", "--nb", 5], n=2)
+    assert_fails(p, 2, "not symmetric")
+    assert "use --method gepp" in p.stderr and "check_symmetric=False" not in p.stderr, \
+        p.stderr
+    p = run(["solve", "--matrix", tmp_path / "G.npy", "--nb", 5, "--method", "gepp"], n=2)
+    assert p.returncode == 0, p.stderr
 
 
 def test_non_finite_solution_from_finite_input_exit_1(tmp_path):
