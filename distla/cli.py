@@ -27,7 +27,7 @@ import time
 import warnings
 
 from . import layout
-from .bench.common import default_threshold, flops, judge
+from .bench.common import default_threshold, flops, json_line, judge
 from .defaults import default_nb, make_grid
 from .errors import NotPositiveDefiniteError, on_root
 from .filebase import check_jsonl
@@ -506,11 +506,13 @@ def cmd_solve(args, comm) -> int:
                 rhs_desc = (f"standard normal, seed {args.seed} ({args.nrhs} "
                             f"column{'s' * (args.nrhs != 1)})")
     say(f"rhs: {rhs_desc}")
-    nflops = flops("cholesky" if args.method in ("cholesky", "tlr") else "lu", n) + \
-        flops("solve", n, B.n)
+    kind = "cholesky" if args.method in ("cholesky", "tlr") else "lu"
+    nflops = flops(kind, n, dtype=A.dtype) + flops("solve", n, B.n, dtype=A.dtype)
+    # (progress counts the solvers' operations: real-arithmetic units whatever the dtype)
+    nops = flops(kind, n) + flops("solve", n, B.n)
     with timings.phase("solve", backend, comm):
         show = comm.Get_rank() == 0 and say.level >= 1 and args.progress != 0
-        with Progress(nflops, f"{args.method}", comm=comm, enabled=show,
+        with Progress(nops, f"{args.method}", comm=comm, enabled=show,
                       interval=args.progress or None):
             with guarded(comm):
                 if args.method == "cholesky" and anorm is None:
@@ -666,28 +668,12 @@ def _refuse_same_target(comm, inputs, outputs) -> None:
     on_root(comm, check)
 
 
-def _json_safe(obj):
-    """``obj`` with every non-finite float (NaN, inf: not JSON) as None (``null``), NumPy
-    scalars as Python numbers."""
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, (bool, int, str)) or obj is None:
-        return obj
-    try:
-        v = float(obj)
-    except (TypeError, ValueError):
-        return str(obj)
-    return v if math.isfinite(v) else None
-
-
 def _append_json(path, obj, comm=None) -> None:
     """Append ``obj`` as one line of standard JSON (NaN and inf as null) to ``path``: on
     rank 0 of ``comm`` (collective: a failure is the same CommandError on every rank)."""
     def append():
         with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(_json_safe(obj), allow_nan=False) + "\n")
+            f.write(json_line(obj) + "\n")
     try:
         append() if comm is None else on_root(comm, append)
     except OSError as e:

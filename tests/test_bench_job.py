@@ -79,6 +79,28 @@ def test_bench_job(tmp_path, ranks, fmt, method):
     recs = _records(out2)
     assert "generate" not in {r["phase"] for r in recs}
     assert {r["impl"] for r in recs} == {"distla"}
+    # another --seed makes (and names) its own matrix: it never reuses seed 0's
+    out3 = tmp_path / "r3.jsonl"
+    p = run([*args[:-1], out3, "--repeat", 1, "--no-floors", "--seed", 7], n=ranks)
+    assert p.returncode == 0, p.stdout + p.stderr
+    recs = _records(out3)
+    assert "generate" in {r["phase"] for r in recs} and {r["seed"] for r in recs} == {7}
+    ext = ".h5" if fmt == "h5" else ".npy"
+    assert (tmp_path / f"distla-bench-job-{kind}-n{n}-float64-s7{ext}").exists()
+
+
+@pytest.mark.skipif(not __import__("os").path.exists(MPIEXEC), reason="no mpiexec")
+def test_bench_job_tlr_is_judged_by_the_solve_command_threshold(tmp_path):
+    """bench job --method tlr judges SRESID against distla solve's bound from A and X, not
+    the loosest one (3 max(1, tol / eps))."""
+    from distla.bench.common import default_threshold
+    out = tmp_path / "r.jsonl"
+    p = run(["bench", "job", "--n", 96, "--nb", 16, "--device", "cpu", "--dir", tmp_path,
+             "--method", "tlr", "--repeat", 1, "--no-floors", "--json", out], n=2)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = next(r for r in _records(out) if r["phase"] == "residual")
+    assert res["check"] == "PASS"
+    assert res["check_thresh"] < default_threshold("tlr", {}, np.float64)
 
 
 @pytest.mark.skipif(not __import__("os").path.exists(MPIEXEC), reason="no mpiexec")

@@ -199,6 +199,44 @@ def test_bench_mixed_streams_each_record_once(tmp_path):
     assert not any(r.get("check_rcond") for r in recs)
 
 
+def test_bench_mixed_rbt_and_the_reference_ratio(tmp_path):
+    """bench mixed --method rbt ran into RBTInfo's missing 'replicated' (exit 2, no table);
+    bench cholesky's reference row says vs_distla = reference seconds / distla seconds
+    (> 1: distla faster; it was the inverse); NaN would be written as null."""
+    j = tmp_path / "m.jsonl"
+    p = run(["bench", "mixed", "--device", "cpu", "--n", 64, "--nb", 16, "--reps", 1,
+             "--cond", "1e2", "--method", "rbt", "--json", j, "--no-ref"], n=2)
+    assert p.returncode == 0, p.stdout + p.stderr
+    recs = [json.loads(ln) for ln in j.read_text().splitlines()]
+    assert {r["impl"] for r in recs} >= {"distla-double", "distla-mixed-fp32"}, recs
+    assert all(r.get("replicated") is False for r in recs if "mixed" in r["impl"])
+    j = tmp_path / "c.jsonl"
+    p = run(["bench", "cholesky", "--device", "cpu", "--n", 96, "--nb", 16, "--reps", 1,
+             "--ref-threads", 1, "--json", j], n=2)
+    assert p.returncode == 0, p.stdout + p.stderr
+    recs = [json.loads(ln) for ln in j.read_text().splitlines()]
+    mine = next(r for r in recs if r["impl"] == "distla")
+    ref = next(r for r in recs if r["impl"] != "distla")
+    assert ref["vs_distla"] == pytest.approx(ref["seconds"] / mine["seconds"])
+
+
+def test_json_lines_are_standard_json():
+    """Records go out as standard JSON: NaN and infinities as null, NumPy scalars as
+    numbers (bools as bools, ints as ints)."""
+    from distla.bench.common import json_line
+    line = json_line({"a": float("nan"), "b": np.inf, "c": np.float32(1.5), "d": np.int64(3),
+                      "e": np.bool_(True), "f": [np.nan, 2], "g": "x"})
+    assert json.loads(line, parse_constant=lambda c: pytest.fail(c)) == \
+        {"a": None, "b": None, "c": 1.5, "d": 3, "e": True, "f": [None, 2], "g": "x"}
+
+
+def test_complex_flops_count_four_real_ones():
+    from distla.bench.common import flops
+    for op in ("cholesky", "lu", "solve", "gemm", "lu_solve"):
+        assert flops(op, 100, 2, dtype=np.complex128) == 4 * flops(op, 100, 2)
+        assert flops(op, 100, 2, dtype=np.float32) == flops(op, 100, 2)
+
+
 def test_bench_mixed_check_rcond_solves_as_the_defaults(tmp_path):
     """--check-rcond: the float64 solve with its estimate and the mixed one with its
     certificate (recorded); at cond 1e12 the certificate refuses the float32 factors at the

@@ -138,7 +138,7 @@ def _check_matplotlib():
 
 def _rate_key(records):
     for k in ("tflops", "gflops"):
-        if any(k in r for r in records):
+        if any(r.get(k) is not None for r in records):
             return k
     return None
 
@@ -154,7 +154,9 @@ def plot_records(records: list[dict], path: str, title: str = "") -> None:
     key = _rate_key(records)
     if key is None:
         raise CommandError("--plot: the records have no 'tflops' or 'gflops' field")
-    recs = [r for r in records if key in r and "n" in r]
+    recs = [r for r in records if r.get(key) is not None and "n" in r]   # (rate-less phases:
+    if not recs:                                                           # null, skipped)
+        raise CommandError(f"--plot: no record has a {key!r} value")
     ranks = sorted({int(r.get("ranks", 1)) for r in recs if r.get("impl") == "distla"})
     scaling = len(ranks) > 1
     fig, axes = plt.subplots(1, 2 if scaling else 1, figsize=(11 if scaling else 6, 4.5),
@@ -264,7 +266,7 @@ def _body(argv, prog) -> int:
         records = mod.run(args)
 
     def report():
-        from .common import STREAMED, jsonable
+        from .common import STREAMED, json_line
         recs = [dict(r) for r in (records or [])]
         done = [r.pop(STREAMED, False) for r in recs]     # written while the sweep ran
         for r in recs:
@@ -276,7 +278,7 @@ def _body(argv, prog) -> int:
             with open(args.json, "a", encoding="utf-8") as f:
                 for r, d in zip(recs, done):
                     if not d:
-                        f.write(json.dumps(r, default=jsonable) + "\n")
+                        f.write(json_line(r) + "\n")
         if args.plot:
             allrecs = load_records(args.json, args.bench) if args.json else recs
             plot_records(allrecs, args.plot, args.bench)

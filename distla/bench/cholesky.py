@@ -5,19 +5,21 @@ reference measured in the same run (SciPy/LAPACK ``cholesky`` on CPU, cuSOLVER t
     mpiexec -n 2 python -m distla.bench cholesky --n 4096 --nb 256 --grid 1x2 --device cpu
     python -m distla.bench.cholesky ...           (standalone, same options)
 
-The matrix is the SPD :func:`distla.bench.common.spd_matrix`, generated in column slabs
-from global indices (never globally for distla; within ~1.2x of the local matrix). Timing:
+The matrix is the SPD :func:`distla.bench.common.spd_matrix`, generated in column slabs from
+global indices (never globally for distla; within ~1.2x of the local matrix). Timing:
 ``--warmup`` untimed runs, then best of ``--reps`` factorizations (``overwrite_a`` on a fresh
 copy made outside the timed region), device synchronized and ranks barriered around each; the
-time is the maximum over ranks. Rate: n^3/3 + n^2/2 flops. ``--inplace``: no copy at all; every
-repetition factors a freshly generated matrix in its own storage and the check regenerates A in
-slabs (:func:`distla.bench.common.regenerated_residual`), so one n x n matrix (plus O(n nb)
+time is the maximum over ranks, and includes the library's default input checks (the scan for
+NaN/Inf and the symmetry probe; the reference runs without them). Rate: n^3/3 + n^2/2 flops.
+``--inplace``: no copy at all; every repetition factors a freshly generated matrix in its own
+storage and the check regenerates A in slabs
+(:func:`distla.bench.common.regenerated_residual`), so one n x n matrix (plus O(n nb)
 workspace) is held: the largest n that fits. Records carry the peak memory per rank
 (``host_peak_mb``, on GPU ``device_peak_mb`` from the CuPy pool, ``local_mb``). Checks (unless
 ``--no-check``): the factor residual ``fresid`` and SRESID of one solve, PASS/FAIL against
-ScaLAPACK's threshold 3 (``check``, ``check_thresh``; a FAIL exits 3).
-``--profile`` (``--trace``) adds the time per phase (panel, broadcasts, update) and the host
-overhead per step of one extra, separately run factorization (maximum over ranks).
+ScaLAPACK's threshold 3 (``check``, ``check_thresh``; a FAIL exits 3). ``--profile``
+(``--trace``) adds the time per phase (panel, broadcasts, update) and the host overhead per
+step of one extra, separately run factorization (maximum over ranks).
 """
 from __future__ import annotations
 
@@ -151,7 +153,7 @@ def _run(args) -> list[dict]:
                 r["gflops"] = nfl / t / 1e9
                 if threads:
                     r["threads"] = threads
-                r["vs_distla"] = best / t   # > 1: distla is faster
+                r["vs_distla"] = t / best   # the rate ratio: > 1: distla is faster
                 rows.append(r)
     return rows
 

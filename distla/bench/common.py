@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import time
@@ -416,10 +417,15 @@ def fits(nbytes: float, device: str) -> bool:
 # ---------------------------------------------------------------------------------------
 # flops and records
 # ---------------------------------------------------------------------------------------
-def flops(op: str, n: int, nrhs: int = 0, m: int | None = None, k: int | None = None) -> float:
-    """Conventional flop counts (real arithmetic): 'gemm' 2mnk (m = k = n by default),
-    'cholesky' n^3/3, 'lu' 2n^3/3, 'solve' 2 n^2 nrhs (two triangular solves),
-    'cholesky_solve' / 'lu_solve' factorization + solve. Not collective."""
+def flops(op: str, n: int, nrhs: int = 0, m: int | None = None, k: int | None = None,
+          dtype=None) -> float:
+    """Conventional flop counts: 'gemm' 2mnk (m = k = n by default), 'cholesky' n^3/3, 'lu'
+    2n^3/3, 'solve' 2 n^2 nrhs (two triangular solves), 'cholesky_solve' / 'lu_solve'
+    factorization + solve; in real flops, four per operation for a complex ``dtype`` (a
+    complex multiply-add is four real multiplies and four adds: LAPACK's and ScaLAPACK's
+    convention). Not collective."""
+    if dtype is not None and np.dtype(dtype).kind == "c":
+        return 4.0 * flops(op, n, nrhs, m, k)
     n = float(n)
     if op == "gemm":
         m = n if m is None else float(m)
@@ -450,11 +456,37 @@ def stream(args, rec: dict, comm) -> dict:
     path = getattr(args, "json", None)
     if path:
         if comm.Get_rank() == 0:
-            import json
             with open(path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(rec, default=jsonable) + "\n")
+                f.write(json_line(rec) + "\n")
         rec[STREAMED] = True
     return rec
+
+
+def json_safe(obj):
+    """``obj`` as standard JSON data: every non-finite float (NaN, inf) as None (``null``),
+    NumPy scalars as Python numbers (booleans as booleans, integers as ints), anything else
+    as its text."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, (bool, int, str)) or obj is None:
+        return obj
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    try:
+        v = float(obj)
+    except (TypeError, ValueError):
+        return str(obj)
+    return v if math.isfinite(v) else None
+
+
+def json_line(rec) -> str:
+    """One record as a line of standard JSON (:func:`json_safe`: NaN and infinities are
+    null, as ``distla solve --json`` writes them)."""
+    return json.dumps(json_safe(rec), allow_nan=False)
 
 
 def jsonable(v):
@@ -473,10 +505,9 @@ def append_jsonl(path, rows) -> None:
     is None). Not collective: the caller's rank writes."""
     if not path:
         return
-    import json
     with open(path, "a", encoding="utf-8") as f:
         for r in rows:
-            f.write(json.dumps(r, default=jsonable) + "\n")
+            f.write(json_line(r) + "\n")
 
 
 def record(bench: str, impl: str, *, n: int, seconds: float, nflops: float | None = None,

@@ -18,17 +18,17 @@ Phases (impl 'distla') and their floors (impl 'floor'):
 * ``solve`` (:func:`distla.linalg.solve`: factor + triangular solves) -- the factorization
   alone, run once more (what ``distla bench cholesky``/``lu`` measure);
 * ``residual`` (SRESID, BERR in one pass, as ``distla solve`` does) -- one local GEMV;
-* ``write`` (x to ``DIR/distla-bench-job-KIND-nN-DTYPE-x.npy`` or ``...-x.h5:/x``) -- a
+* ``write`` (x to ``DIR/distla-bench-job-KIND-nN-DTYPE[-sSEED]-x.npy`` or ``...-x.h5:/x``) -- a
   sequential save of the same size;
 * ``total`` -- the sum of the phases (generate excluded) and the sum of the floors.
 
-Files in ``--dir``: the matrix ``distla-bench-job-KIND-nN-DTYPE.npy`` (``.h5:/A``) and the
-solution (``...-x.npy``, ``...-x.h5:/x``). The benchmark never overwrites a file it did not
-write: ``DIR/.distla-bench-job.json`` lists the files it made there, and a target that exists
-without being listed there is refused before any work (exit 2), except an n x n matrix under
-the matrix's name, which is only read (e.g. one written by ``distla generate``). The residual
-check (SRESID) is judged against ``distla solve``'s threshold (``check``, ``check_thresh``; a
-FAIL exits 3).
+Files in ``--dir``: the matrix ``distla-bench-job-KIND-nN-DTYPE[-sSEED].npy`` (``.h5:/A``;
+``-sSEED`` for a nonzero ``--seed``) and the solution (``...-x.npy``, ``...-x.h5:/x``). The
+benchmark never overwrites a file it did not write: ``DIR/.distla-bench-job.json`` lists the
+files it made there, and a target that exists without being listed there is refused before any
+work (exit 2), except an n x n matrix under the matrix's name, which is only read (e.g. one
+written by ``distla generate``). The residual check (SRESID) is judged against ``distla
+solve``'s threshold (``check``, ``check_thresh``; a FAIL exits 3).
 
 Repetitions (``--repeat``) run in this process: the first is labelled ``cache='first'`` (a
 fresh process: CuPy loads or compiles its kernels, creates handles and pools), the others
@@ -70,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cpu or gpu (default: gpu if CuPy sees one)")
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     parser.add_argument("--dir", default=None, metavar="DIR",
-                        help="where the matrix distla-bench-job-KIND-nN-DTYPE.npy (.h5) and "
+                        help="where the matrix distla-bench-job-KIND-nN-DTYPE[-sSEED].npy (.h5) "
+                             "and "
                              "the solution ...-x.npy (.h5) are written (the matrix is reused "
                              "by later runs, as is an n x n matrix of that name written "
                              "otherwise; created if absent). Files of these names that this "
@@ -99,8 +100,10 @@ PREFIX = "distla-bench-job-"
 MANIFEST = ".distla-bench-job.json"     # in --dir: the files this benchmark wrote there
 
 
-def _paths(d: str, fmt: str, kind: str, n: int, dtype: str):
-    stem = os.path.join(d, f"{PREFIX}{kind}-n{n}-{dtype}")
+def _paths(d: str, fmt: str, kind: str, n: int, dtype: str, seed: int = 0):
+    """The matrix's and the solution's paths in ``d`` (the seed is part of the name unless
+    it is the default 0, so that another --seed never reuses another matrix)."""
+    stem = os.path.join(d, f"{PREFIX}{kind}-n{n}-{dtype}" + (f"-s{seed}" if seed else ""))
     if fmt == "h5":
         return f"{stem}.h5:/A", f"{stem}-x.h5:/x"
     return f"{stem}.npy", f"{stem}-x.npy"
@@ -182,6 +185,7 @@ def _seq_read(path: str) -> float:
     """The file system's sequential rate: the file's bytes in order into one reused 64 MiB
     buffer (what ``cat`` does; no allocation of the whole array); h5py's read for HDF5."""
     from .. import h5io
+    buf = memoryview(bytearray(1 << 26))     # (allocated and zeroed before the clock)
     t0 = time.perf_counter()
     if h5io.is_h5(path):
         import h5py
@@ -189,7 +193,6 @@ def _seq_read(path: str) -> float:
         with h5py.File(f, "r") as h:
             h[d][...]
     else:
-        buf = memoryview(bytearray(1 << 26))
         with open(path, "rb", buffering=0) as f:
             while f.readinto(buf):
                 pass
@@ -275,6 +278,8 @@ def _job(args, grid, device, nb, apath, xpath, comm) -> tuple[dict, object, obje
     t["rhs"], (B, anorm) = _timed(lambda: product_and_norm(A, ones), device, comm)
     t["solve"], X = _timed(lambda: solve(A, B, method=args.method), device, comm)
     t["residual"], res = _timed(lambda: solve_checks(A, X, B, anorm=anorm), device, comm)
+    if args.method == "tlr":    # distla solve's threshold: the bound from A and X (untimed)
+        res["thresh"] = common.default_threshold("tlr", {}, dtype, A=A, X=X, anorm=anorm)
     t["write"], _ = _timed(lambda: io.write_matrix(xpath, X, vector=True), device, comm)
     on_root(comm, lambda: _claim(os.path.dirname(_file(xpath)), xpath))
     return t, A, res
@@ -357,7 +362,7 @@ def run(args) -> list[dict]:
     kind = _KIND.get(args.method, "general")
     own = args.dir is None
     d = on_root(comm, lambda: tempfile.mkdtemp(prefix="distla-job-") if own else args.dir)
-    apath, xpath = _paths(d, args.format, kind, n, args.dtype)
+    apath, xpath = _paths(d, args.format, kind, n, args.dtype, args.seed)
     on_root(comm, lambda: _prepare_dir(d, n, apath, xpath))    # before any work
     device = args.device or common.default_device()
     grid = common.make_grid(args.grid, comm)
@@ -365,7 +370,7 @@ def run(args) -> list[dict]:
     dtype = np.dtype(args.dtype)
     base = dict(nb=nb, grid=f"{grid.nprow}x{grid.npcol}", ranks=comm.size,
                 device=device, dtype=dtype.name, method=args.method, format=args.format,
-                command=_command())
+                seed=args.seed, command=_command())
     nfl = common.flops(_FACTOR_FLOPS.get(args.method, "lu"), n)
     thresh = common.default_threshold(args.method, {}, dtype)
     gemv_fl = 2.0 * n * n
@@ -402,7 +407,7 @@ def run(args) -> list[dict]:
                 r = rec("distla", ph, s, fl.get(ph), cache=cache, rep=rep)
                 if ph == "residual":
                     r.update(sresid=res["sresid"], berr=res["berr"])
-                    common.judge(r, thresh, "sresid")
+                    common.judge(r, res.get("thresh", thresh), "sresid")
                 rows.append(r)
             rows.append(rec("distla", "total", sum(t.values()), cache=cache, rep=rep))
         if args.floors:

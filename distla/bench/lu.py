@@ -8,7 +8,8 @@ cuSOLVER getrf through ``cupyx.scipy.linalg.lu_factor`` on GPU).
 The matrix has independent standard normal entries (:func:`distla.bench.common.general_matrix`,
 generated in column slabs, the same whatever the grid; within ~1.2x of the local matrix).
 Timing: best of ``--reps`` factorizations (``overwrite_a`` on a fresh copy made outside the
-timed region), device synchronized and ranks barriered around each, maximum over ranks. Rate:
+timed region), device synchronized and ranks barriered around each, maximum over ranks; it
+includes the library's default scan for NaN/Inf (the reference runs without it). Rate:
 2n^3/3 - n^2/2 flops. ``--inplace``: no copy at all; every repetition factors a freshly
 generated matrix in its own storage, and the check regenerates A in slabs
 (:func:`distla.bench.common.regenerated_residual`; no growth factor), so one n x n matrix (plus

@@ -130,7 +130,7 @@ def _one(args, grid, n, nb, method, cond, fds, device, reference) -> list[dict]:
         rec = common.record(NAME, f"distla-mixed-{fd}", n=n, seconds=t, nflops=nfl, **base,
                             factor_dtype=fd, speedup=t64 / t, iters=info.iterations,
                             gmres_it=sum(info.gmres_iterations), fallback=fell,
-                            reason=info.reason, replicated=info.replicated,
+                            reason=info.reason, replicated=getattr(info, "replicated", False),
                             phases={k: round(v, 6) for k, v in info.times.items()},
                             berr=backward_error(A, X, B),
                             berr_double=berr64)
