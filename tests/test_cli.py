@@ -220,6 +220,24 @@ def test_bench_mixed_rbt_and_the_reference_ratio(tmp_path):
     assert ref["vs_distla"] == pytest.approx(ref["seconds"] / mine["seconds"])
 
 
+def test_bench_records_say_when_the_local_library_ran(tmp_path):
+    """On a 1 x 1 grid the whole factorization is one LAPACK call (nb, lookahead unused):
+    the record says so (local_library), not with --force-loop; with one process row
+    tournament pivoting is partial pivoting, and the record says that too."""
+    def recs(argv, n):
+        j = tmp_path / f"r{len(list(tmp_path.iterdir()))}.jsonl"
+        p = run(["bench", *argv, "--device", "cpu", "--n", 64, "--nb", 16, "--reps", 1,
+                 "--no-ref", "--json", j], n=n)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return [json.loads(ln) for ln in j.read_text().splitlines()]
+    assert recs(["cholesky"], 1)[0].get("local_library") is True
+    assert "local_library" not in recs(["cholesky", "--force-loop"], 1)[0]
+    assert recs(["lu"], 1)[0].get("local_library") is True
+    two = recs(["lu", "--pivoting", "partial", "tournament"], 2)
+    assert [r.get("tournament_is_partial") for r in two] == [None, True], two
+    assert not any("local_library" in r for r in two)
+
+
 def test_json_lines_are_standard_json():
     """Records go out as standard JSON: NaN and infinities as null, NumPy scalars as
     numbers (bools as bools, ints as ints)."""

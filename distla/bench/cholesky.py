@@ -111,6 +111,8 @@ def _run(args) -> list[dict]:
                             ranks=comm.size, device=device, dtype=dtype.name,
                             lookahead=args.lookahead)
         rec["gflops"] = nfl / best / 1e9
+        if common.local_library(L, "potrf"):
+            rec["local_library"] = True   # one LAPACK / cuSOLVER call: nb, lookahead unused
         if args.update_group is not None:
             rec["update_group"] = args.update_group
         if args.inplace:
@@ -197,6 +199,8 @@ def _reference(n, seed, dtype, device, reps, threads):
     import scipy.linalg
     A = _global_spd(n, seed, np, dtype)
     with common.blas_threads(threads) as got:
+        w = min(n, 256)                          # warm-up: the BLAS threads, as distla's
+        scipy.linalg.cholesky(A[:w, :w], lower=True, check_finite=False)
         best = common.best_local(
             lambda W: scipy.linalg.cholesky(W, lower=True, overwrite_a=True,
                                             check_finite=False),

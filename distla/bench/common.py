@@ -462,6 +462,14 @@ def stream(args, rec: dict, comm) -> dict:
     return rec
 
 
+def local_library(A, kind: str, gemm: str = "native") -> bool:
+    """Whether the factorization of ``A`` ('potrf' or 'getrf') was one call of the local
+    library (a 1 x 1 grid: LAPACK, cuSOLVER; the step loop's nb and lookahead then did not
+    apply), as the drivers decide it. Not collective."""
+    from ..linalg._local import use_local
+    return A.backend.computes_in_fp32(gemm or "native") and use_local(A, kind)
+
+
 def json_safe(obj):
     """``obj`` as standard JSON data: every non-finite float (NaN, inf) as None (``null``),
     NumPy scalars as Python numbers (booleans as booleans, integers as ints), anything else

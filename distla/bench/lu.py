@@ -131,6 +131,10 @@ def _run(args) -> list[dict]:
             rec = common.record(NAME, "distla", n=n, seconds=best, nflops=nfl, nb=nb,
                                 grid=gname, ranks=comm.size, device=device, dtype=dtype.name,
                                 pivoting=piv, lookahead=args.lookahead)
+            if common.local_library(F.lu, "getrf", args.gemm) and piv != "none":
+                rec["local_library"] = True   # one LAPACK / cuSOLVER call: nb, lookahead unused
+            elif piv == "tournament" and grid.nprow == 1:
+                rec["tournament_is_partial"] = True   # one process row: TSLU's single leaf
             if args.panel_leaf is not None:
                 rec["panel_leaf"] = args.panel_leaf
             if args.gemm != "native":
@@ -206,6 +210,8 @@ def _reference(n, seed, dtype, device, reps, threads):
     import scipy.linalg
     A = common.global_normal(n, n, seed, np, dtype)
     with common.blas_threads(threads) as got:
+        w = min(n, 256)                          # warm-up: the BLAS threads, as distla's
+        scipy.linalg.lu_factor(A[:w, :w], check_finite=False)
         best = common.best_local(
             lambda W: scipy.linalg.lu_factor(W, overwrite_a=True, check_finite=False), "cpu",
             reps, setup=lambda: np.array(A, order="F"))
