@@ -296,8 +296,8 @@ def test_json_records_are_standard_json():
     parsers. Non-finite numbers are now null."""
     import json
 
-    from distla.cli import _json_safe
-    rec = _json_safe({"sresid": float("nan"), "berr": np.float64(np.inf), "n": np.int64(3),
+    from distla.bench.common import json_safe
+    rec = json_safe({"sresid": float("nan"), "berr": np.float64(np.inf), "n": np.int64(3),
                       "ok": True, "phases": {"solve": np.float32(0.5)}, "grid": "1x2"})
     assert json.loads(json.dumps(rec, allow_nan=False)) == \
         {"sresid": None, "berr": None, "n": 3, "ok": True, "phases": {"solve": 0.5},
