@@ -199,6 +199,7 @@ def inspect(path) -> MatrixInfo:
                                   f"{_listing(_datasets(obj, h5py))}")
         dtype, shape = obj.dtype, obj.shape
         name = obj.name
+        _check_virtual_sources(obj, fpath)
         # an external link leads to a dataset of another file: its name is in that file
         target = os.path.abspath(obj.file.filename)
         if target != os.path.abspath(fpath):
@@ -213,6 +214,26 @@ def inspect(path) -> MatrixInfo:
     ndim = len(shape)
     shape2 = (int(shape[0]), 1) if ndim == 1 else (int(shape[0]), int(shape[1]))
     return MatrixInfo(fpath, "h5", shape2, np.dtype(dtype), ndim, dataset=name)
+
+
+def _check_virtual_sources(ds, fpath: str) -> None:
+    """MatrixFileError when the virtual dataset ``ds`` maps a source file that does not
+    exist: HDF5 reads its part as the fill value (a matrix of zeros, silently). Source files
+    are found as HDF5 finds them: ``.`` is the file itself, a relative name is looked up
+    beside the virtual dataset's file, then in the working directory. Local."""
+    if not getattr(ds, "is_virtual", False):
+        return
+    here = os.path.dirname(os.path.abspath(ds.file.filename))
+    for vs in ds.virtual_sources():
+        src = vs.file_name
+        if src == "." or os.path.isabs(src) and os.path.exists(src):
+            continue
+        if not os.path.isabs(src) and (os.path.exists(os.path.join(here, src))
+                                       or os.path.exists(src)):
+            continue
+        raise MatrixFileError(f"{fpath}:{ds.name} is a virtual dataset whose source file "
+                              f"{src!r} is missing: HDF5 would read that part as its fill "
+                              f"value")
 
 
 # ---------------------------------------------------------------------------------------
@@ -485,10 +506,14 @@ def write_slabs(path, grid, shape, dtype, slabs, *, slab_bytes: int = 1 << 27) -
 
     def create(tmp):
         with h5py.File(tmp, "w") as f:
+            keep = {}                         # the rewritten dataset's attributes
             if os.path.exists(fpath):
                 with _open_existing(fpath, h5py) as old:
                     _check_target(old, fpath, dset, h5py)
                     aliases = _copy_except(old, f, dset)
+                    prev = old.get("/" + dset.strip("/"))
+                    if isinstance(prev, h5py.Dataset):
+                        keep = dict(prev.attrs)
             else:
                 aliases = []
             # its space allocated now (contiguous, never filled): the file's size is final,
@@ -497,6 +522,8 @@ def write_slabs(path, grid, shape, dtype, slabs, *, slab_bytes: int = 1 << 27) -
             dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
             dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
             f.create_dataset(dset, shape=tuple(shape), dtype=dtype, dcpl=dcpl)
+            for k, v in keep.items():
+                f[dset].attrs[k] = v
             for alias in aliases:             # other hard links to the rewritten dataset
                 f[alias] = f[dset]
         # a full disk found now, in a clean error: HDF5 cannot recover from a write that

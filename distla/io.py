@@ -67,8 +67,13 @@ def _format_of(path: str) -> str:
         return "npy"
     if head.lower().startswith(_MM_MAGIC.lower()):
         return "mtx"
+    hint = ""
+    if head.startswith(b"\x89HDF"):
+        hint = ("; it is an HDF5 file: name it with an .h5 or .hdf5 suffix and its dataset, "
+                "FILE.h5:/NAME")
     raise MatrixFileError(f"{path}: unrecognized matrix file format (expected a NumPy .npy "
-                          f"file or a Matrix Market .mtx file)")
+                          f"file, a Matrix Market .mtx file or an HDF5 dataset "
+                          f"file.h5:/name){hint}")
 
 
 def inspect(path) -> MatrixInfo:
@@ -699,6 +704,7 @@ def _check_mtx_count(path: str, m: int, n: int, entries: int, layout: str, symme
     its header promises (an array stores ``m n`` values, ``n (n + 1) / 2`` for a symmetric or
     Hermitian one, ``n (n - 1) / 2`` for a skew-symmetric one; coordinate ``entries``): SciPy
     fills a short symmetric array body with zeros, silently. Local (rank 0)."""
+    _check_mtx_comments(path, data)
     if layout == "coordinate":
         want = entries
     else:
@@ -709,6 +715,58 @@ def _check_mtx_count(path: str, m: int, n: int, entries: int, layout: str, symme
         what = "truncated" if got < want else "longer than its header says"
         raise MatrixFileError(f"{path}: Matrix Market file is {what}: {got} data lines, its "
                               f"header ({m} x {n} {layout} {symmetry}) needs {want}")
+
+
+def _check_mtx_comments(path: str, data: bytes) -> None:
+    """MatrixFileError naming the line of a comment (``%``) among the data lines of the
+    Matrix Market text ``data``: the format allows comments before the size line only (SciPy
+    stops at one with 'Invalid integer value', and the line count would count it as data).
+    Vectorized over the bytes. Local (rank 0)."""
+    pos = _mtx_body(data)
+    hit = data.find(b"\n%", max(pos - 1, 0))
+    if hit < 0:
+        return
+    line = data.count(b"\n", 0, hit + 1) + 1
+    raise MatrixFileError(f"{path}: line {line}: a comment among the data lines; Matrix Market "
+                          f"allows comments only before the size line")
+
+
+def _check_mtx_symmetry(path: str, a: np.ndarray, layout: str, symmetry: str,
+                        data: bytes) -> None:
+    """MatrixFileError when a symmetric, skew-symmetric or Hermitian Matrix Market file
+    holds what its symmetry cannot (SciPy mirrors every entry and keeps the rest: a wrong
+    matrix, silently): both (i, j) and (j, i) of a coordinate file (the pair is summed after
+    mirroring: a file that lists both triangles doubles its off-diagonal), a nonzero diagonal
+    entry of a skew-symmetric matrix, a diagonal entry with a nonzero imaginary part of a
+    Hermitian one. ``a`` is SciPy's dense result. Local (rank 0)."""
+    if symmetry == "general":
+        return
+    d = np.diagonal(a)
+    bad = np.flatnonzero(d != 0) if symmetry == "skew-symmetric" else \
+        np.flatnonzero(np.imag(d) != 0) if symmetry == "hermitian" else []
+    if len(bad):
+        i = int(bad[0]) + 1
+        what = "a nonzero diagonal entry" if symmetry == "skew-symmetric" else \
+            "a diagonal entry with a nonzero imaginary part"
+        raise MatrixFileError(f"{path}: {symmetry} Matrix Market file with {what} at ({i}, "
+                              f"{i}): a {symmetry} matrix cannot have one")
+    if layout != "coordinate":
+        return
+    import io as _io
+    body = data[_mtx_body(data):]
+    ij = np.loadtxt(_io.BytesIO(body), usecols=(0, 1), dtype=np.int64, ndmin=2)
+    if not len(ij):
+        return
+    i, j = ij[:, 0], ij[:, 1]
+    n = int(max(i.max(), j.max())) + 1
+    low = i * n + j                                       # entries below the diagonal
+    up = j * n + i                                        # ... and above, as their mirror
+    both = np.intersect1d(low[i > j], up[i < j])
+    if both.size:
+        r, c = divmod(int(both[0]), n)
+        raise MatrixFileError(f"{path}: {symmetry} Matrix Market file lists both ({r}, {c}) "
+                              f"and ({c}, {r}): it stores one triangle (the entries are "
+                              f"mirrored, so the pair would be summed)")
 
 
 def _mtx_data_lines(data: bytes) -> int:
@@ -876,7 +934,6 @@ def _read_mtx(path: str) -> np.ndarray:
         data = f.read()
     _check_mtx_values(path, layout, field, data)
     _check_mtx_count(path, m, n, entries, layout, symmetry, data)
-    del data
     try:
         a = scipy.io.mmread(path)
     except Exception as e:  # noqa: BLE001
@@ -884,6 +941,8 @@ def _read_mtx(path: str) -> np.ndarray:
     if hasattr(a, "toarray"):
         a = a.toarray()
     a = np.asarray(a)
+    _check_mtx_symmetry(path, a, layout, symmetry, data)
+    del data
     if a.ndim == 1:
         a = a.reshape(-1, 1)
     return a

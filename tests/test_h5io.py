@@ -431,3 +431,43 @@ def test_reserve_allocates_the_file(tmp_path):
         fh.truncate(1 << 20)                    # sparse
     h5io._reserve(str(f))
     assert f.stat().st_size == 1 << 20
+
+
+def test_virtual_dataset_with_a_missing_source_is_refused(tmp_path):
+    """A virtual dataset whose source file is gone read as its fill value (zeros),
+    silently: refused, naming the source; with the source there it reads exactly."""
+    a = np.arange(36.0).reshape(6, 6)
+    src, vds = tmp_path / "src.h5", tmp_path / "v.h5"
+    with h5py.File(src, "w") as f:
+        f["s"] = a
+    lay = h5py.VirtualLayout(shape=(6, 6), dtype="f8")
+    lay[:, :] = h5py.VirtualSource(str(src), "s", shape=(6, 6))
+    with h5py.File(vds, "w") as f:
+        f.create_virtual_dataset("A", lay, fillvalue=0.0)
+    assert h5io.inspect(f"{vds}:/A").shape == (6, 6)
+    from mpi4py import MPI
+
+    from distla import ProcessGrid
+    g = ProcessGrid(1, 1, MPI.COMM_SELF)
+    np.testing.assert_array_equal(io.read_matrix(f"{vds}:/A", g, (4, 4)).to_global(), a)
+    os.remove(src)
+    with pytest.raises(io.MatrixFileError, match="virtual dataset whose source file"):
+        h5io.inspect(f"{vds}:/A")
+
+
+@pytest.mark.mpi
+def test_rewriting_a_dataset_keeps_its_attributes(comm, mpi_tmp_path):
+    from distla import DistMatrix, ProcessGrid
+    path = mpi_tmp_path / "m.h5"
+    if comm.rank == 0:
+        with h5py.File(path, "w") as f:
+            f["x"] = np.zeros((5, 5))
+            f["x"].attrs["units"] = "m/s"
+    comm.Barrier()
+    g = ProcessGrid(comm=comm)
+    a = np.arange(25.0).reshape(5, 5)
+    io.write_matrix(f"{path}:/x", DistMatrix.from_global(g, a, block=2))
+    comm.Barrier()
+    with h5py.File(path, "r") as f:
+        np.testing.assert_array_equal(f["x"][...], a)
+        assert dict(f["x"].attrs) == {"units": "m/s"}

@@ -104,6 +104,51 @@ def test_read_mtx_refuses_a_short_or_long_body(tmp_path, symmetry):
         io._read_mtx(str(short))
 
 
+@pytest.mark.parametrize("symmetry", ["symmetric", "skew-symmetric", "hermitian"])
+def test_read_mtx_refuses_what_its_symmetry_cannot_hold(tmp_path, symmetry):
+    """SciPy mirrors every entry of a symmetric, skew-symmetric or Hermitian file and keeps
+    the rest, silently: a coordinate file listing both triangles read with its off-diagonal
+    doubled, a skew-symmetric one kept a nonzero diagonal, a Hermitian one an imaginary
+    diagonal. Those are refused, naming the entry; a well-formed file (coordinate, one
+    triangle) reads exactly."""
+    import scipy.io
+    import scipy.sparse as sp
+    field = "complex" if symmetry == "hermitian" else "real"
+    val = (lambda v: f"{v} 0") if field == "complex" else str
+    head = f"%%MatrixMarket matrix coordinate {field} {symmetry}\n3 3 "
+    diag = [] if symmetry == "skew-symmetric" else [f"1 1 {val(4)}", f"3 3 {val(4)}"]
+    good = diag + [f"2 1 {val(1)}", f"3 2 {val(2)}"]
+    f = tmp_path / "good.mtx"
+    f.write_text(head + f"{len(good)}\n" + "\n".join(good) + "\n")
+    a = io._read_mtx(str(f))
+    want = scipy.io.mmread(str(f))
+    np.testing.assert_array_equal(a, want.toarray() if sp.issparse(want) else want)
+    assert a[1, 0] == 1 and abs(a[0, 1]) == 1
+    both = good + [f"1 2 {val(1)}"]
+    f.write_text(head + f"{len(both)}\n" + "\n".join(both) + "\n")
+    with pytest.raises(io.MatrixFileError, match=r"both \(2, 1\) and \(1, 2\)"):
+        io._read_mtx(str(f))
+    bad = good + (["2 2 9"] if symmetry == "skew-symmetric" else
+                  ["2 2 1 5"] if symmetry == "hermitian" else [])
+    if len(bad) > len(good):
+        f.write_text(head + f"{len(bad)}\n" + "\n".join(bad) + "\n")
+        with pytest.raises(io.MatrixFileError, match=r"diagonal .* at \(2, 2\)"):
+            io._read_mtx(str(f))
+
+
+def test_read_mtx_names_a_comment_among_the_data_and_an_hdf5_file_without_suffix(tmp_path):
+    f = tmp_path / "c.mtx"
+    f.write_text("%%MatrixMarket matrix coordinate real general\n% fine here\n3 3 2\n"
+                 "1 1 1\n% not here\n2 2 2\n")
+    with pytest.raises(io.MatrixFileError, match="line 5: a comment among the data"):
+        io._read_mtx(str(f))
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(tmp_path / "m.dat", "w") as h:
+        h["A"] = np.eye(2)
+    with pytest.raises(io.MatrixFileError, match="it is an HDF5 file"):
+        io.inspect(str(tmp_path / "m.dat"))
+
+
 def test_inspect_mtx(tmp_path):
     import scipy.io
     a = np.arange(6.0).reshape(2, 3)
