@@ -378,8 +378,8 @@ def _solver(method: str):
                     e, NotPositiveDefiniteError) else EXIT_USAGE) from None
             finally:             # (also before an error: the warnings may say why)
                 for w in caught:
-                    text = re.sub(r"^(solve_lu|solve_cholesky|solve|rbt_solve|tlr\.solve): ",
-                                  f"--method {method}: ", str(w.message))
+                    text = re.sub(r"^(solve_lu|solve_cholesky|solve|rbt_solve|tlr\.solve)"
+                                  r"(?=:| \()", f"--method {method}", str(w.message))
                     warnings.warn(text, w.category, stacklevel=2)
             return X, (info.get("rcond") if isinstance(info, dict) else
                        getattr(info, "rcond", None)), info

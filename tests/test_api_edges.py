@@ -589,3 +589,28 @@ def test_solve_options_logdet_of_lu_and_rcond_grids(grids):
             A2 = DistMatrix.from_global(other[0], a, block=3)
             with pytest.raises(ValueError, match="different grids"):
                 rcond(A2, F)
+
+
+@pytest.mark.mpi
+def test_ill_conditioning_warning_does_not_depend_on_the_grid(grids):
+    """The matrix of tests/data/rcond_defeats_two_iterations.npy (cond_1 1.8e16): scipy
+    warns, and so does distla on every grid (one CPU rank's LAPACK estimate and the other
+    grids' distla estimate iterate alike), with rcond within 3x of the true one."""
+    import warnings
+    from pathlib import Path
+
+    from distla import LinAlgWarning
+    from distla.linalg import solve
+    a = np.load(Path(__file__).parent / "data" / "rcond_defeats_two_iterations.npy")
+    true = 1 / np.linalg.cond(a, 1)
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=7, src=(g.nprow - 1, 0))
+        B = DistMatrix.from_global(g, a.sum(axis=1, keepdims=True), block=7,
+                                   src=(g.nprow - 1, 0))
+        for method in ("gepp", "calu"):
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                _, info = solve(A, B, method=method, return_info=True)
+            assert any(issubclass(x.category, LinAlgWarning) and "ill-conditioned" in
+                       str(x.message) for x in w), [str(x.message) for x in w]
+            assert true / 3 <= info.rcond <= 3 * true, (info.rcond, true)

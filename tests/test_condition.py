@@ -79,3 +79,24 @@ def test_one_cpu_rank_takes_lapacks_estimate():
             assert np.isclose(rc, want, rtol=1e-4)
     sing = DistMatrix.from_global(g, np.ones((6, 6)), block=2)
     assert rcond(sing) == 0.0
+
+
+def test_estimate_iterates_as_lapack_on_a_matrix_built_against_two_iterations(monkeypatch):
+    """tests/data/rcond_defeats_two_iterations.npy (31 x 31, cond_1 1.8e16) was built by
+    hill-climbing so that an estimate stopped after two iterations is ~1000x low, while
+    LAPACK's (dlacn2: up to five) is exact. One CPU rank calls LAPACK's dgecon, other grids
+    distla's estimator: stopped at two, the ill-conditioning warning depended on the grid.
+    With LAPACK's five the estimate of ||A^-1||_1 is within 3x; with two it is not."""
+    from pathlib import Path
+
+    from distla.linalg import condition
+    a = np.load(Path(__file__).parent / "data" / "rcond_defeats_two_iterations.npy")
+    inv = np.linalg.inv(a)
+    true = np.abs(inv).sum(axis=0).max()
+
+    def est():
+        return norm1_estimate(a.shape[0], a.dtype, lambda X: inv @ X, lambda X: inv.T @ X,
+                              t=1)
+    assert true / 3 <= est() <= true * (1 + 1e-12)
+    monkeypatch.setattr(condition, "_ITMAX", 2)
+    assert est() < true / 100

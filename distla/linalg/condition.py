@@ -26,7 +26,10 @@ __all__ = ["rcond_estimate", "inverse_norm1_estimate", "norm1_estimate", "lapack
            "warn_if_ill_conditioned", "refined_rcond"]
 
 _T = 2          # vectors per block (Higham-Tisseur t) unless the backend says otherwise
-_ITMAX = 2      # iterations (each: one solve with A, then one with A^H but the last)
+# iterations, each one solve with A, then one with A^H but the last: LAPACK's (xLACN2, ITMAX
+# 5), so that an estimate does not depend on the grid (one CPU rank calls LAPACK's xGECON /
+# xPOCON); most estimates stop at their second (the estimate no longer grows)
+_ITMAX = 5
 
 
 def _from_replicated(like: DistMatrix, X: np.ndarray, block, src) -> DistMatrix:
@@ -88,9 +91,9 @@ def norm1_estimate(n: int, dtype, apply, apply_h, first=None, t: int = _T) -> fl
 
     ``apply(X)`` / ``apply_h(X)`` return ``M X`` / ``M^H X`` for ``X`` a host ndarray (n x k,
     the same on every rank), as a host ndarray replicated on every rank; every rank calls
-    them in the same order. Three calls in all at most (k = t + 1, t, t columns; ``t``: the
-    block size, 1 is LAPACK's dlacn2). ``first``: ``M @ first_block(n, dtype, t)`` when
-    already computed (then one call fewer)."""
+    them in the same order. ``2 _ITMAX - 1`` calls at most, three usually (k = t + 1, t, t
+    columns; ``t``: the block size, 1 is LAPACK's dlacn2). ``first``: ``M @ first_block(n,
+    dtype, t)`` when already computed (then one call fewer)."""
     if n == 0:
         return 0.0
     X = first_block(n, dtype, t)

@@ -64,8 +64,8 @@ from ._butterfly import (
     random_butterflies,
     two_sided,
 )
-from .condition import refined_rcond, warn_if_ill_conditioned
-from .lu import REFINED_PIVOT_THRESHOLD, LUFactor, lu_factor, lu_solve
+from .condition import refined_rcond, warn_if_ill_conditioned, warn_if_subnormal_scale
+from .lu import REFINED_PIVOT_THRESHOLD, LUFactor, lu_factor, lu_solve, warn_if_large_growth
 from .mixed import check_mixed, check_refinement_options, low_dtype
 from .refine import Refinement, refine
 
@@ -281,9 +281,15 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, fdt, compute, depth: int, seed: i
         (lambda: F.rcond() / max(1.0, F.growth_factor())) if not low else \
         (lambda: refined_rcond(A, norm(A, 1), solve,
                                _rbt_inverse(F, U, V, A.dtype, times, adjoint=True)))
+    if rcond is not None and not low:
+        rcond.what = "condition estimate of the GENP factors over their element growth"
     with _clock(times, "refine"):
         ref = refine(A, B, solve, anorm=anorm, max_iter=max_iter,
                      mode="gmres" if low else "ir", label=label, rcond=rcond)
+    # what is reported: the transformed matrix's estimate (the certificate above divides it
+    # by the growth); cached in F, no extra solve
+    ref.estimate = F.rcond() if rcond is not None and not low and ref.rcond is not None \
+        else ref.rcond
     # the butterflies inside the solves count as 'transform', not twice
     times["refine"] -= times.get("transform", 0.0) - t.get("transform", 0.0)
     return _Path(ref, ref.reason)
@@ -417,7 +423,7 @@ def _solve(A, B, info: RBTInfo, max_iter: int, fallback: bool,
                 info.factor_dtype, info.compute = str(fdt), compute
                 info.precision = "mixed" if fdt != A.dtype else "double"   # what made X
                 info.iterations, info.converged = path.ref.iterations, True
-                info.rcond = path.ref.rcond
+                info.rcond = getattr(path.ref, "estimate", path.ref.rcond)
                 return path.ref.x
         reasons.append(path.reason)
         zero_pivot = path.zero_pivot
@@ -444,9 +450,12 @@ def _fallback(A, B, info: RBTInfo, fallback: bool, zero_pivot,
         if not X.same_layout(B):
             X = X.redistribute(block=B.block, src=B.src)
         info.rcond = F.rcond() if check_rcond else None
+    what = "rbt_solve (partial-pivoting fallback)"
     if check_rcond:
-        warn_if_ill_conditioned(info.rcond, A.dtype, "rbt_solve (partial-pivoting fallback)",
+        warn_if_ill_conditioned(info.rcond, A.dtype, what,
                                 growth=F.growth_factor() if F.max_abs_a > 0 else None)
+    warn_if_large_growth(F, what)           # (what solve_lu warns of the same factors)
+    warn_if_subnormal_scale(F.max_abs_a, A.dtype, what)
     info.fallback, info.iterations, info.converged = True, -1, False
     info.factor_dtype = info.compute = str(A.dtype)
     info.precision = "double"

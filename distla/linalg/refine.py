@@ -287,9 +287,9 @@ def _certified(out: Refinement, rcond, eps, label) -> bool:
             out.rcond = rcond()
     if out.rcond >= eps:
         return True
-    out.reason = (f"{label}: the condition estimate {out.rcond:.3g} < eps: the matrix is "
-                  f"numerically singular, or too ill-conditioned for these factors to "
-                  f"certify it")
+    what = getattr(rcond, "what", "condition estimate")
+    out.reason = (f"{label}: the {what} {out.rcond:.3g} < eps: the matrix is numerically "
+                  f"singular, or too ill-conditioned for these factors to certify it")
     return False
 
 
