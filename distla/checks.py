@@ -148,6 +148,16 @@ def solve_residual(A: DistMatrix, X: DistMatrix, B: DistMatrix) -> float:
     return _solve_residual_summa(A, X, B)
 
 
+def _finite_norm(A: DistMatrix, anorm: float) -> float:
+    """``anorm`` (``||A||_inf``), or when its sum overflowed (finite entries near the largest
+    float) ``max |a_ij|``, a lower bound of it: SRESID's denominator must stay finite, else
+    every residual scaled by it is 0 and the check passes whatever X is (the ratio is then
+    at most n times the true one, never smaller). Collective when it reads A again."""
+    if np.isfinite(anorm) or np.isnan(anorm):
+        return anorm
+    return float(A.norm("max"))
+
+
 def _solve_residual_summa(A, X, B) -> float:
     from .pblas import matmul
     n = A.n
@@ -155,7 +165,7 @@ def _solve_residual_summa(A, X, B) -> float:
         (B.astype(A.dtype) if B.dtype != A.dtype else B)
     rnorm = _col_maxabs(R)
     xnorm = _col_maxabs(X)
-    anorm = _norm_inf(A)
+    anorm = _finite_norm(A, _norm_inf(A))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = rnorm / (xnorm * (anorm * eps(A.dtype) * n))
     ratios[rnorm == 0] = 0.0              # an exact residual (x = 0 for b = 0): not 0/0
@@ -365,7 +375,7 @@ def solve_checks(A: DistMatrix, X: DistMatrix, B: DistMatrix, *, berr: bool = Tr
     anorm = float(out[k]) if anorm is None else float(anorm)
     xnorm = np.abs(xfull).max(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = out[:k] / (xnorm * (anorm * eps(A.dtype) * n))
+        ratios = out[:k] / (xnorm * (_finite_norm(A, anorm) * eps(A.dtype) * n))
     ratios[out[:k] == 0] = 0.0            # an exact residual (x = 0 for b = 0): not 0/0
     sresid = float(np.nan if np.isnan(ratios).any() else ratios.max())
     return {"sresid": sresid, "berr": float(out[k + 1]) if berr else None, "anorm": anorm}

@@ -230,3 +230,24 @@ def test_entries_near_the_float_range_leak_no_numpy_warnings(grids):
             for method in ("gepp", "rbt"):
                 x = solve(A, B, method=method).to_global(None)
                 assert np.abs(a @ x - b).max() <= 1e-12 * np.abs(b).max()
+
+
+@pytest.mark.mpi
+def test_sresid_stays_a_check_when_the_norm_of_a_overflows(grids):
+    """Entries near 1e307: ||A||_inf overflows to inf, and SRESID (residual over ||A||_inf
+    ...) was 0 for any X, so the check passed whatever the answer. It now scales by max|a_ij|
+    instead (at most n times the true ratio): the right X passes, a wrong one fails."""
+    from distla.checks import solve_checks, solve_residual
+    n = 23
+    a = np.random.default_rng(7).standard_normal((n, n)) * 1e307      # cond_1 534
+    x = np.ones((n, 1))
+    b = a @ x
+    assert np.isfinite(b).all() and not np.isfinite(np.abs(a).sum(axis=1).max())
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=5)
+        B = DistMatrix.from_global(g, b, block=5)
+        good = DistMatrix.from_global(g, x, block=5)
+        bad = DistMatrix.from_global(g, 2 * x, block=5)
+        assert solve_residual(A, good, B) <= 1
+        assert solve_residual(A, bad, B) > 1e10
+        assert solve_checks(A, bad, B)["sresid"] > 1e10
