@@ -423,7 +423,8 @@ def _solve(A, B, info: RBTInfo, max_iter: int, fallback: bool,
                 info.factor_dtype, info.compute = str(fdt), compute
                 info.precision = "mixed" if fdt != A.dtype else "double"   # what made X
                 info.iterations, info.converged = path.ref.iterations, True
-                info.rcond = getattr(path.ref, "estimate", path.ref.rcond)
+                info.rcond = path.ref.estimate if path.ref.estimate is not None else \
+                    path.ref.rcond
                 return path.ref.x
         reasons.append(path.reason)
         zero_pivot = path.zero_pivot

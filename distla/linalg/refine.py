@@ -76,7 +76,8 @@ class Refinement:
     B's layout; ``None`` never: an unconverged x is returned with ``converged=False``);
     ``iterations``: corrections applied; ``history``: rho at each check;
     ``gmres_iterations``: Krylov iterations of each GMRES-IR correction; ``reason``: why
-    refinement failed (None when converged); ``rcond``: the estimate used for acceptance."""
+    refinement failed (None when converged); ``rcond``: the estimate used for acceptance;
+    ``estimate``: the condition estimate a caller reports, when it is not that one (RBT)."""
 
     x: DistMatrix
     iterations: int = 0
@@ -85,6 +86,7 @@ class Refinement:
     history: list = field(default_factory=list)
     gmres_iterations: list = field(default_factory=list)
     rcond: float | None = None
+    estimate: float | None = None
 
 
 def stalled(hist: list, patience: int) -> bool:
