@@ -20,12 +20,6 @@ for t in before after before after; do
       --cond 1e2 1e6 --factor-dtype fp16 --check-rcond --no-ref --json "$tmp") 2>&1 \
       | grep "^mixed\|^double\|float64" | head -8
   echo "($t)"
-  python3 - "$tmp" "$t" "$cmd" >> "$REC" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    r["tree"], r["command"] = sys.argv[2], sys.argv[3] + " (tree: " + sys.argv[2] + ")"
-    print(json.dumps(r))
-PY
+  python3 "$ROOT/benchmarks/gpu/tag_records.py" "$tmp" "$t" "$cmd" >> "$REC"
 done
 bash benchmarks/gpu/gpu_tests.sh 2

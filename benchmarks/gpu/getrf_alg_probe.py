@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 
 import cupy
 import numpy as np
@@ -113,10 +112,7 @@ def main():
                 rows.append(common.record("getrf_alg", k, n=n, seconds=v, nflops=fl,
                                           device="gpu", dtype=np.dtype(dtype).name, ranks=1)
                             | {"m": m})
-    if a.json:
-        with open(a.json, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r, default=common.jsonable) + "\n")
+    common.append_jsonl(a.json, rows)
 
 
 if __name__ == "__main__":

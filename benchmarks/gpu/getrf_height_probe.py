@@ -11,7 +11,6 @@ queued before one synchronize. One process, one GPU.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import cupy
@@ -77,10 +76,7 @@ def main():
                                           device="gpu", ranks=1, tflops=None, chunks=c))
                 print(f"{np.dtype(dt).name} {c} getrfs of {h} x {nb} on {c} streams: "
                       f"{t * 1e3:7.3f} ms", flush=True)
-    if a.json:
-        with open(a.json, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r, default=common.jsonable) + "\n")
+    common.append_jsonl(a.json, rows)
 
 
 if __name__ == "__main__":

@@ -24,13 +24,7 @@ if [ "${1:-both}" != tests ]; then
         distla.bench mixed --device gpu --n $N --nb 1024 --reps 1 --method cholesky gepp \
         --cond 1e2 1e4 --factor-dtype fp16 --no-ref --json "$tmp") 2>&1 | grep "^mixed"
     echo "rc=$? ($t)"
-    python3 - "$tmp" "$t" "$cmd" >> "$REC" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    r["tree"], r["command"] = sys.argv[2], sys.argv[3] + " (tree: " + sys.argv[2] + ")"
-    print(json.dumps(r))
-PY
+    python3 "$ROOT/benchmarks/gpu/tag_records.py" "$tmp" "$t" "$cmd" >> "$REC"
   done
 fi
 if [ "${1:-both}" != bench ]; then

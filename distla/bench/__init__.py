@@ -266,7 +266,7 @@ def _body(argv, prog) -> int:
         records = mod.run(args)
 
     def report():
-        from .common import STREAMED, json_line
+        from .common import STREAMED, append_jsonl
         recs = [dict(r) for r in (records or [])]
         done = [r.pop(STREAMED, False) for r in recs]     # written while the sweep ran
         for r in recs:
@@ -274,11 +274,7 @@ def _body(argv, prog) -> int:
         if not args.quiet:
             from .common import format_table
             print(format_table(recs), flush=True)
-        if args.json:
-            with open(args.json, "a", encoding="utf-8") as f:
-                for r, d in zip(recs, done):
-                    if not d:
-                        f.write(json_line(r) + "\n")
+        append_jsonl(args.json, [r for r, d in zip(recs, done) if not d])
         if args.plot:
             allrecs = load_records(args.json, args.bench) if args.json else recs
             plot_records(allrecs, args.plot, args.bench)

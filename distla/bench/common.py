@@ -456,8 +456,7 @@ def stream(args, rec: dict, comm) -> dict:
     path = getattr(args, "json", None)
     if path:
         if comm.Get_rank() == 0:
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(json_line(rec) + "\n")
+            append_jsonl(path, [rec])
         rec[STREAMED] = True
     return rec
 

@@ -71,8 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     parser.add_argument("--dir", default=None, metavar="DIR",
                         help="where the matrix distla-bench-job-KIND-nN-DTYPE[-sSEED].npy (.h5) "
-                             "and "
-                             "the solution ...-x.npy (.h5) are written (the matrix is reused "
+                             "and the solution ...-x.npy (.h5) are written (the matrix is reused "
                              "by later runs, as is an n x n matrix of that name written "
                              "otherwise; created if absent). Files of these names that this "
                              "benchmark did not write (it lists its own in "
