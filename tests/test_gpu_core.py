@@ -502,3 +502,82 @@ def test_gpu_preload_then_factor(monkeypatch):
     assert np.abs(r).max() < 1e-10 * 300
     monkeypatch.setenv("DISTLA_PRELOAD", "0")
     assert be.preload_async() is None
+
+
+# --------------------------------------------------------------------------------------
+# the recursive LU panel's GPU leaf kernel (device/_panel_cuda.py, docs/perf.md)
+# --------------------------------------------------------------------------------------
+def _plu_check(a, lu, piv, tol):
+    """P a = L U from LAPACK-style 0-based pivots, |L| <= 1: the defining properties."""
+    m, n = a.shape
+    perm = np.arange(m)
+    for i, p in enumerate(piv):
+        perm[[i, p]] = perm[[p, i]]
+    L = np.tril(lu, -1)[:, :n] + np.eye(m, n)
+    U = np.triu(lu[:n])
+    assert np.abs(L).max() <= 1 + tol
+    np.testing.assert_allclose(L @ U, a[perm], atol=tol * n * max(1.0, np.abs(a).max()))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("m,n,leaf", [(1000, 96, 32), (5003, 200, 32), (300, 300, 16),
+                                      (33, 33, 8), (40000, 40, 64), (257, 64, 64)])
+def test_recursive_panel_kernel_matches_cusolver(dtype, m, n, leaf):
+    """getrf_recursive with the cooperative leaf kernel: cuSOLVER's pivots and factors on
+    random panels (any height, blocks that do not divide it, leaves of 8-64 columns, a view
+    with a larger leading dimension); P A = L U with |L| <= 1 where rows tie (small
+    integers); the first zero pivot in info, as cuSOLVER; a NaN neither hangs nor vanishes."""
+    be = get_backend("gpu")
+    xp = be.xp
+    tol = _tol(dtype)
+    rng = np.random.default_rng(m + n)
+    a = rng.standard_normal((m, n)).astype(dtype)
+    big = xp.asfortranarray(xp.zeros((m + 5, n + 3), dtype=dtype))
+    big[2:m + 2, 1:n + 1] = xp.asarray(a)
+    view = big[2:m + 2, 1:n + 1]
+    ref = xp.asfortranarray(xp.asarray(a))
+    p_ref, i_ref = be.getrf(ref)
+    piv, info = be.getrf_recursive(view, leaf)
+    np.testing.assert_array_equal(be.to_host(piv), be.to_host(p_ref))
+    np.testing.assert_allclose(be.to_host(view), be.to_host(ref), rtol=0,
+                               atol=tol * np.sqrt(n) * 10)
+    assert be.info_value(info) == be.info_value(i_ref) == 0
+    assert float(xp.abs(big[:2]).max() + xp.abs(big[m + 2:]).max() + xp.abs(big[:, 0]).max()
+                 + xp.abs(big[:, n + 1:]).max()) == 0.0      # nothing outside the view
+    ties = rng.integers(-2, 3, size=(m, n)).astype(dtype)
+    g = xp.asfortranarray(xp.asarray(ties))
+    piv, info = be.getrf_recursive(g, leaf)
+    if be.info_value(info) == 0:
+        _plu_check(ties.astype(np.float64), be.to_host(g).astype(np.float64),
+                   be.to_host(piv), 100 * tol)
+    sing = a.copy()
+    sing[:, n // 2 + 1] = 0.0
+    g, r = xp.asfortranarray(xp.asarray(sing)), xp.asfortranarray(xp.asarray(sing))
+    assert be.info_value(be.getrf_recursive(g, leaf)[1]) == be.info_value(be.getrf(r)[1]) > 0
+    bad = a.copy()
+    bad[m // 3, min(5, n - 1)] = np.nan
+    g = xp.asfortranarray(xp.asarray(bad))
+    be.getrf_recursive(g, leaf)
+    assert bool(xp.isnan(g).any())
+
+
+@pytest.mark.mpi
+@pytest.mark.gpu
+def test_recursive_panel_lu_on_gpu_grids(comm, monkeypatch):
+    """LU on GPU ranks with every panel through the recursive panel and its leaf kernel:
+    the pivots and factors of one cuSOLVER getrf per panel, on every grid shape."""
+    from distla.linalg import _local, _lu_loop, lu_factor
+    monkeypatch.setitem(_local.LOCAL_UP_TO, ("gpu", "getrf"), 0)
+    n, nb = 150, 32
+    a = np.random.default_rng(3).standard_normal((n, n))
+    for grid in _grids(comm):
+        A = DistMatrix.from_global(grid, a, block=nb, device="gpu", src=(0, grid.npcol - 1))
+        F0 = lu_factor(A)
+        monkeypatch.setitem(_lu_loop.PANEL_LEAF, "gpu", 16)
+        monkeypatch.setitem(_lu_loop.PANEL_MIN_ROWS, "gpu", 0)
+        F1 = lu_factor(A)
+        monkeypatch.setitem(_lu_loop.PANEL_LEAF, "gpu", 0)
+        np.testing.assert_array_equal(F1.piv, F0.piv)
+        np.testing.assert_allclose(F1.lu.to_global(None), F0.lu.to_global(None), rtol=0,
+                                   atol=1e-11 * n)

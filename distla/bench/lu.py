@@ -57,9 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="untimed factorizations first (default 1; CPU: a small matrix "
                              "unless --inplace)")
     parser.add_argument("--panel-leaf", type=int, default=None, metavar="W",
-                        help="partial-pivoting panels by recursive halving down to getrf "
-                             "leaves of W columns (0: one getrf per panel; default: "
-                             "distla.linalg._lu_loop.PANEL_LEAF)")
+                        help="partial-pivoting panels of at least _lu_loop.PANEL_MIN_ROWS "
+                             "rows by recursive halving down to leaves of W columns (GPU: "
+                             "distla's leaf kernel; 0: one getrf per panel; default: "
+                             "distla.linalg._lu_loop.PANEL_LEAF, docs/perf.md)")
     parser.add_argument("--force-loop", action="store_true",
                         help="on a 1x1 grid run distla's step loop even where the local "
                              "library would be used (to trace its steps)")

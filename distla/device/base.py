@@ -306,31 +306,55 @@ class Backend:
         pivots 0-based int64 (row i was swapped with pivots[i]), on the device."""
         return self._call(self._getrf, a)
 
-    def getrf_recursive(self, a, leaf: int = 128):
-        """LU with partial pivoting of the ``m x n`` (m >= n) view ``a`` in place, by
-        recursive halving (docs/perf.md): factor the left half, apply its interchanges to the
-        right half, solve the right half's top rows, one GEMM on the rest, factor its lower
-        part, and apply that part's interchanges to the left half's lower rows. Only leaves of
-        at most ``leaf`` columns go to the library's getrf, so a tall panel is a few narrow
-        getrf calls plus GEMMs. Returns ``(pivots, info)`` as :meth:`getrf` (pivots on the
-        device; each level reads its left half's pivots on the host)."""
+    def getrf_recursive(self, a, leaf: int = 32):
+        """LU with partial pivoting of the ``m x n`` (m >= n) column-major view ``a`` in place,
+        by recursive halving (docs/perf.md, "Recursive panels"): factor the left half, solve
+        the right half's top rows, one GEMM on the rest, factor the right half. Leaves of at
+        most ``leaf`` columns are factored by :meth:`getf2_leaf`, which applies each
+        interchange to the whole rows of ``a``, so no level applies interchanges of its own.
+        Returns ``(pivots, info)`` as :meth:`getrf` (on the device on GPU ranks; nothing is read
+        back to the host)."""
         m, n = a.shape
-        if n <= max(1, leaf) or m < n:
+        leaf = min(leaf, self.leaf_max(m, a.dtype))
+        if m < n or n == 0 or leaf < 1 or not _lapack.is_colmajor(a):
             return self.getrf(a)
-        n1 = n // 2
-        p1, i1 = self.getrf_recursive(a[:, :n1], leaf)
-        self.laswp(a[:, n1:], self.to_host(p1), 0)
-        self.trsm("L", "L", "N", "U", 1.0, a[:n1, :n1], a[:n1, n1:])
-        self.gemm("N", "N", -1.0, a[n1:, :n1], a[:n1, n1:], 1.0, a[n1:, n1:])
-        p2, i2 = self.getrf_recursive(a[n1:, n1:], leaf)
-        self.laswp(a[n1:, :n1], self.to_host(p2), 0)
-        piv = self.xp.concatenate([self.xp.asarray(p1), self.xp.asarray(p2) + n1])
-        if isinstance(i1, (int, np.integer)) and isinstance(i2, (int, np.integer)):
-            info = int(i1) if i1 > 0 else (int(i2) + n1 if i2 > 0 else 0)
-        else:   # device scalars: combined without a host read
-            xp = self.xp
-            info = xp.where(i1 > 0, i1, xp.where(i2 > 0, i2 + n1, 0)).astype(np.int32)
-        return piv, info
+        ipiv = self.xp.zeros(n, dtype=np.int32)
+        info = self.xp.zeros((), dtype=np.int32)
+        self._getrf_halves(a, _lapack.ld(a), 0, n, leaf, ipiv, info)
+        return ipiv.astype(np.int64), (info if self.is_gpu else int(info))
+
+    def _getrf_halves(self, a, lda, c0, w, leaf, ipiv, info) -> None:
+        # columns c0 .. c0 + w of getrf_recursive (a method, not a recursive closure: a closure
+        # would keep a, a view of the whole matrix, alive in a reference cycle after the call)
+        if w <= leaf:
+            return self.getf2_leaf(a, lda, c0, w, ipiv, info)
+        h = w // 2
+        self._getrf_halves(a, lda, c0, h, leaf, ipiv, info)
+        top, right = a[c0:c0 + h], slice(c0 + h, c0 + w)
+        self.trsm("L", "L", "N", "U", 1.0, top[:, c0:c0 + h], top[:, right])
+        self.gemm("N", "N", -1.0, a[c0 + h:, c0:c0 + h], top[:, right], 1.0, a[c0 + h:, right])
+        self._getrf_halves(a, lda, c0 + h, w - h, leaf, ipiv, info)
+
+    def leaf_max(self, m: int, dtype) -> int:
+        """The widest leaf :meth:`getf2_leaf` factors for an m-row panel of ``dtype`` (0: the
+        recursive panel is not worth it here; :meth:`getrf_recursive` calls getrf)."""
+        return 1 << 30
+
+    def getf2_leaf(self, a, lda: int, c0: int, w: int, ipiv, info) -> None:
+        """The leaf of :meth:`getrf_recursive`: partial pivoting of columns ``c0 .. c0 + w`` of
+        the column-major panel ``a`` (rows ``c0`` and below), each interchange applied to the
+        whole rows of ``a``. Writes ``ipiv[c0 + i]`` (0-based panel rows) and, for the first
+        zero pivot of the panel, ``info`` (1-based column). Here: the library's getrf on the
+        leaf, then its interchanges on the other columns."""
+        piv, inf = self.getrf(a[c0:, c0:c0 + w])
+        piv = np.asarray(self.to_host(piv), dtype=np.int64)
+        inf = int(self.info_value(inf))
+        if inf and not int(self.info_value(info)):
+            info[...] = c0 + inf
+        for cols in (slice(0, c0), slice(c0 + w, a.shape[1])):
+            if a[c0:, cols].size:
+                self.laswp(a[c0:, cols], piv, 0)
+        ipiv[c0:c0 + w] = self.xp.asarray(piv + c0, dtype=ipiv.dtype)
 
     def getrf_nopiv(self, a) -> None:
         """LU without pivoting of the ``m x n`` (m >= n) view ``a`` in place (unit L below the

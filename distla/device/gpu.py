@@ -7,7 +7,7 @@ import functools
 
 import numpy as np
 
-from . import _lapack
+from . import _lapack, _panel_cuda
 from .base import Backend, HostBuffer, _contiguous
 from .streams import GpuStream
 
@@ -29,6 +29,7 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
         self.xp, self._cublas, self._cusolver = cupy, cublas, cusolver
         self._scalars = {}     # float32 device scalars by value (_device_scalar)
         self._host_scalars = {}    # (value, dtype char) -> host array (cuBLAS alpha/beta)
+        self._leaf = None          # the LU panel's leaf kernel (getf2_leaf), made at first use
 
     # ---- first use ---------------------------------------------------------------------------
     def preload(self, dtype=np.float64) -> None:
@@ -283,6 +284,18 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
 
     def _getrf_nopiv(self, a):
         self._getrf(a, pivoting=False)
+
+    def leaf_max(self, m: int, dtype) -> int:
+        dt = np.dtype(dtype)
+        return _panel_cuda.widest_leaf(m, dt.itemsize) if dt.char in "fd" else 0
+
+    def getf2_leaf(self, a, lda, c0, w, ipiv, info) -> None:
+        # float32/float64: one cooperative kernel per leaf (_panel_cuda); else the library's
+        if w > self.leaf_max(a.shape[0], a.dtype):
+            return super().getf2_leaf(a, lda, c0, w, ipiv, info)
+        if self._leaf is None:
+            self._leaf = _panel_cuda.LeafKernel(self.xp)
+        self._leaf(a, lda, c0, w, ipiv, info)
 
     # ---- low-precision tensor-core GEMM (docs/mixed.md) -----------------------------------
     LOWP = ("fp32", "tf32", "fp16", "bf16")

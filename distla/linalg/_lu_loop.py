@@ -32,8 +32,11 @@ from ._tslu import tournament
 _POLL_CHUNK = 512  # CPU update: columns per GEMM between MPI progress polls
 _NBUF = 3          # panel / U12 buffers in flight: step k's, the lookahead panel's, spare
 # partial-pivoting panels: 0 = one library getrf per panel; w > 0 = recursive halving down to
-# getrf leaves of at most w columns (Backend.getrf_recursive), per device
-PANEL_LEAF = {"cpu": 0, "gpu": 0}
+# leaves of at most w columns (Backend.getrf_recursive; on GPU ranks distla's leaf kernel), for
+# panels of at least PANEL_MIN_ROWS rows, per device (docs/perf.md, "Recursive panels": on one
+# H100 the recursive panel beats cuSOLVER's getrf from ~24576 rows; shorter panels keep getrf)
+PANEL_LEAF = {"cpu": 0, "gpu": 32}
+PANEL_MIN_ROWS = {"cpu": 0, "gpu": 24576}
 
 
 class Panel:
@@ -252,9 +255,10 @@ class LULoop:
     def _panel_gepp(self, j0, kb, lr0, view):
         be = self.be
         leaf = PANEL_LEAF.get(self.A.device, 0)
+        tall = PANEL_MIN_ROWS.get(self.A.device, 0)
 
         def getrf(x):
-            return be.getrf_recursive(x, leaf) if leaf > 0 else be.getrf(x)
+            return be.getrf_recursive(x, leaf) if leaf > 0 and len(x) >= tall else be.getrf(x)
         if self.g.nprow == 1:  # all active rows are mine, in order: factor in place
             with trace("p_getrf"):
                 piv, info = getrf(view)
