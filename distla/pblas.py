@@ -63,14 +63,17 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
     ``True``/``1``/``'T'`` (transpose), ``2``/``'C'`` (conjugate transpose; the transpose for
     real matrices).
 
-    The result has A's row layout (mb, rsrc) and B's column layout (nb, csrc); a given ``C``
-    must have that layout and is updated in place and returned. If A's column blocking differs
-    from B's row blocking, B is redistributed to match first. A ``B`` of at most 16 columns
-    (right-hand sides, residuals) takes the A-stationary path: A never moves, B is gathered
-    and the products are summed along process rows.
+    The result's rows are blocked like op(A)'s (A's mb, or with ``transa`` A's nb) from A's
+    source row, its columns like op(B)'s (B's nb, or with ``transb`` B's mb) from B's source
+    column (a transpose keeps the source process); a given ``C`` must have that layout and is
+    updated in place and returned (``beta`` is ignored when C is None). As BLAS, ``beta = 0``
+    ignores C's values and ``alpha = 0`` does not read A or B (NaN/Inf in them included). If
+    A's column blocking differs from B's row blocking, B is redistributed to match first. A
+    ``B`` of at most 16 columns (right-hand sides, residuals) takes the A-stationary path: A never
+    moves, B is gathered and the products are summed along process rows.
     """
-    with collective(A.grid.comm, signature("matmul", A, B, C, transa=transa, transb=transb,
-                                           alpha=alpha, beta=beta)):
+    with collective(_comm_of("matmul", A, B, C), signature(
+            "matmul", A, B, C, transa=transa, transb=transb, alpha=alpha, beta=beta)):
         ta, tb = normalize_trans(transa), normalize_trans(transb)
         check_compatible(A, B, "matmul")
         m, k = (A.n, A.m) if ta != "N" else A.shape
@@ -83,6 +86,16 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
                 raise ValueError(f"matmul: C has shape {C.shape}, expected {(m, n)}")
         alpha = _scalar_for(A, alpha, "alpha", "matmul")
         beta = _scalar_for(A, beta, "beta", "matmul")
+    if alpha == 0:      # BLAS: C = beta C, A and B not read, in the layout the paths give
+        mb, nb = (A.mb if ta == "N" else A.nb), (B.nb if tb == "N" else B.mb)
+        if C is None:
+            return DistMatrix(A.grid, (m, n), (mb, nb), dtype=A.dtype, device=A.device,
+                              src=(A.rsrc, B.csrc))
+        if (C.mb, C.rsrc, C.nb, C.csrc) != (mb, A.rsrc, nb, B.csrc):
+            raise ValueError("matmul: C must have op(A)'s row blocking and op(B)'s column "
+                             "blocking")
+        C.local[...] = 0 if beta == 0.0 else C.local * beta
+        return C
     if C is not None:   # C is overwritten while A and B are read: copy what overlaps it
         a_in_c, b_in_c = _overlaps(C, A, B)
         A, B = (A.copy() if a_in_c else A), (B.copy() if b_in_c else B)
@@ -104,6 +117,17 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
     else:
         _summa(A, B, C, alpha)
     return C
+
+
+def _comm_of(what: str, *operands):
+    """The communicator of the first DistMatrix among ``operands`` (the collective's
+    agreement then reports the others' errors on every rank); TypeError when there is none.
+    Local."""
+    for x in operands:
+        if isinstance(x, DistMatrix):
+            return x.grid.comm
+    raise TypeError(f"{what}: operands must be DistMatrix, got "
+                    f"{', '.join(type(x).__name__ for x in operands if x is not None)}")
 
 
 def _output(C, A, shape, mb: int, B, beta):
@@ -248,7 +272,7 @@ def normalize_trans(trans) -> str:
     """'N', 'T' or 'C' from the accepted spellings (SciPy's 0 / 1 / 2, booleans, letters);
     ValueError for anything else. Local."""
     t = {0: "N", 1: "T", 2: "C"}.get(int(trans)) \
-        if isinstance(trans, (bool, int, np.integer)) else \
+        if isinstance(trans, (bool, np.bool_, int, np.integer)) else \
         (trans.upper() if isinstance(trans, str) and trans.upper() in ("N", "T", "C") else None)
     if t is None:
         raise ValueError(f"trans must be False/True, 0/1/2 or 'N'/'T'/'C', not {trans!r}")
@@ -263,9 +287,11 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=
     ``trans`` as ``scipy.linalg.solve_triangular``: ``False``/``0``/``'N'`` (``op(A) = A``),
     ``True``/``1``/``'T'`` (``A^T``), ``2``/``'C'`` (``A^H``; ``A^T`` for real A). A must be
     square with square blocks. Returns X in B's layout (B itself when ``overwrite_b`` and no
-    redistribution was needed).
+    redistribution was needed). As BLAS, ``alpha = 0`` gives X = 0 without reading B, and
+    leading (or trailing) zero rows of B may be skipped: a NaN or Inf of A that multiplies
+    only their exact zeros need not reach X (solvers check A first: ``check_finite``).
     """
-    with collective(A.grid.comm, signature(
+    with collective(_comm_of("triangular_solve", A, B), signature(
             "triangular_solve", A, B, lower=lower, trans=trans, unit_diagonal=unit_diagonal,
             side=side, alpha=alpha, overwrite_b=overwrite_b)):
         t = normalize_trans(trans)
@@ -287,6 +313,10 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=
             _check_diagonal(A)
     if overwrite_b:          # X written over B while A is read: never into A's storage
         overwrite_b = not shares_storage(B, A)
+    if alpha == 0:           # BLAS: X = 0, B's values not read (NaN/Inf included)
+        X = B if overwrite_b else B.copy()
+        X.local[...] = 0
+        return X
     if t == "C" and A.dtype.kind == "c":   # A^H X = a B <=> A^T conj(X) = conj(a) conj(B)
         X = B if overwrite_b else B.copy()  # (and X A^H = a B <=> conj(X) A^T = ..., right)
         X.local[...] = X.xp.conj(X.local)

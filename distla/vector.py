@@ -109,9 +109,13 @@ def global_max(grid, value: float) -> float:
     return float(grid.allreduce(float("inf") if value != value else float(value), "max"))
 
 
-def _rows_like(A: DistMatrix, B: DistMatrix, what: str) -> None:
-    """ValueError unless B's rows are blocked like A's on A's grid (descriptors only: the
-    same answer on every rank, no communication)."""
+def _rows_like(A: DistMatrix, B: DistMatrix, what: str, X: DistMatrix | None = None) -> None:
+    """ValueError unless B's rows are blocked like A's on A's grid, and (with ``X``) X is
+    ``A.n x B.n`` on A's grid (descriptors only: the same answer on every rank, no
+    communication)."""
+    if X is not None and not (X.grid == A.grid and X.shape == (A.n, B.n)):
+        raise ValueError(f"{what}: X is {X.shape} but A is {A.shape} and B {B.shape}: X must "
+                         f"be {(A.n, B.n)} on A's grid")
     if not (B.grid == A.grid and B.m == A.m and (B.mb, B.rsrc) == (A.mb, A.rsrc)):
         raise ValueError(f"{what}: B ({B.m} rows, mb={B.mb}, rsrc={B.rsrc}) must have A's "
                          f"rows ({A.m}, mb={A.mb}, rsrc={A.rsrc}) on A's grid; redistribute "
@@ -186,7 +190,7 @@ def residual(A: DistMatrix, X: DistMatrix, B: DistMatrix, with_abs: bool = False
     in the same pass over A (:meth:`distla.device.base.Backend.gemv_abs`: real A, CPU or GPU), else
     ``(R, None)``."""
     xp = A.xp
-    _rows_like(A, B, "residual")
+    _rows_like(A, B, "residual", X)
     y, ya = _gemv_rows(A, X, absolute=False, pair=with_abs)
     R = B.copy()
     cols = xp.asarray(B.col_indices())
@@ -200,7 +204,7 @@ def residual(A: DistMatrix, X: DistMatrix, B: DistMatrix, with_abs: bool = False
 def abs_product(A: DistMatrix, X: DistMatrix, B: DistMatrix):
     """Collective: ``|A| |X|`` as B's local array (B's rows blocked like A's), real, by the
     same data movement as :func:`residual`."""
-    _rows_like(A, B, "abs_product")
+    _rows_like(A, B, "abs_product", X)
     y, _ = _gemv_rows(A, X, absolute=True)
     return y[:, A.xp.asarray(B.col_indices())]
 
@@ -218,7 +222,7 @@ def componentwise_error(A: DistMatrix, X: DistMatrix, B: DistMatrix, R: DistMatr
     ``|A| |X| + |B| + sparse_scale`` instead, as Arioli, Demmel and Duff's backward error for
     sparse solutions does (docs/condition.md); without it such rows count as errors of 1."""
     xp = A.xp
-    _rows_like(A, B, "componentwise_error")
+    _rows_like(A, B, "componentwise_error", X)
     if not R.same_layout(B):
         raise ValueError("componentwise_error: R must have B's layout")
     den = (abs_product(A, X, B) if absax is None else absax) + xp.abs(B.local)

@@ -195,7 +195,36 @@ def test_matmul_bad_arguments(comm, grids):
         matmul(A, B, C=DistMatrix.zeros(g, (6, 4), 3), beta=1.0)
     with pytest.raises(TypeError):
         matmul(A, np.ones((5, 4)))
+    for call in (lambda: matmul(np.ones((6, 5)), B),        # the first operand, too: the same
+                 lambda: triangular_solve(np.eye(5), B)):   # TypeError on every rank
+        with pytest.raises(TypeError, match="operands must be DistMatrix"):
+            call()
     comm.Barrier()
+
+
+@pytest.mark.parametrize("transa", [False, True])
+@pytest.mark.parametrize("ncols", [3, 19])   # the A-stationary and the SUMMA paths
+def test_alpha_zero_reads_neither_operand(comm, grids, transa, ncols):
+    """As BLAS: alpha = 0 gives beta C (or zeros) whatever A and B hold, NaN and Inf included,
+    in the layout alpha = 1 gives; triangular_solve's alpha = 0 gives X = 0."""
+    for g in grids:
+        a = rand((9, 9), np.float64, 1)
+        a[2, 3], a[7, 0] = np.nan, np.inf
+        A = DistMatrix.from_global(g, a, block=(3, 2), src=(g.nprow - 1, g.npcol - 1))
+        B = DistMatrix.from_global(g, rand((9, ncols), np.float64, 2), block=(2, 4))
+        B.local[...] = np.nan
+        ref = matmul(A, B, transa=transa)
+        c = rand((9, ncols), np.float64, 3)
+        C = DistMatrix.from_global(g, c, block=ref.block, src=ref.src)
+        for beta, want in ((0.0, 0 * c), (2.0, 2 * c)):
+            got = matmul(A, B, transa=transa, alpha=0.0, beta=beta, C=C.copy())
+            np.testing.assert_array_equal(got.to_global(None), want)
+        Z = matmul(A, B, transa=transa, alpha=0)
+        assert (Z.block, Z.src) == (ref.block, ref.src)
+        np.testing.assert_array_equal(Z.to_global(None), np.zeros((9, ncols)))
+        T = DistMatrix.from_global(g, triangle(9, True, 4), block=3)
+        X = triangular_solve(T, B.redistribute(block=3, src=(0, 0)), alpha=0.0, trans=transa)
+        np.testing.assert_array_equal(X.to_global(None), np.zeros((9, ncols)))
 
 
 # --------------------------------------------------------------------------------------
@@ -366,6 +395,17 @@ def test_triangular_solve_every_trans_spelling(grids, side, dtype):
                                          alpha=alpha)
                     close(X.to_global(None), want, dtype)
                     np.testing.assert_array_equal(B.to_global(None), b)    # B kept
+
+
+def test_numpy_booleans_as_trans(comm, grids):
+    g = grids[-1]
+    a = triangle(7, True, 5)
+    A = DistMatrix.from_global(g, a, block=3)
+    B = DistMatrix.from_global(g, rand((7, 2), np.float64, 6), block=3)
+    X = triangular_solve(A, B, trans=np.True_)
+    close(X.to_global(None), reference_solve(a, B.to_global(None), True, True, False,
+                                             "left", 1.0), np.float64)
+    close(matmul(A, B, transa=np.True_).to_global(None), a.T @ B.to_global(None), np.float64)
 
 
 def test_triangular_solve_refuses_unknown_trans(comm, grids):
@@ -671,6 +711,13 @@ def test_checks_bad_shapes(comm, grids):
         checks.factor_residual_cholesky(DistMatrix.random(g, (5, 4), 2), A)
     with pytest.raises(TypeError):
         checks.backward_error(A, np.ones((5, 1)), A)
+    from distla import vector
+    B = DistMatrix.random(g, (5, 1), 2)
+    for X in (DistMatrix.random(g, (7, 1), 2), DistMatrix.random(g, (3, 1), 2),
+              DistMatrix.random(g, (5, 3), 2)):    # longer, shorter, more columns than B
+        for call in (vector.residual, vector.abs_product):
+            with pytest.raises(ValueError, match="X is"):
+                call(A, X, B)
     comm.Barrier()
 
 
