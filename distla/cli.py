@@ -335,6 +335,7 @@ def _method_hint(method: str, e: Exception) -> str | None:
         return None
     text = re.sub(r"^(\[rank \d+\] )?(solve_cholesky|solve|tlr\.[a-z_]+): ", "", str(e))
     if isinstance(e, NotPositiveDefiniteError):
+        text = text.rstrip(".")
         return (f"--method {method}: {text}; for a matrix that is not positive definite use "
                 f"--method gepp")
     if "not symmetric" in text or "not Hermitian" in text:

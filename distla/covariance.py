@@ -368,7 +368,7 @@ def entry_function(pts, kernel: Kernel, xp=np):
 
     fn.n = p.shape[0]
     fn.tiles = tiles
-    fn.digest = lambda: digest(p)
+    fn.digest = lambda: f"{digest(p)} {kernel!r}"   # points and kernel parameters
     return fn
 
 
@@ -379,6 +379,18 @@ def digest(a) -> str:
     matrix. ``O(a.nbytes)``, local."""
     a = np.ascontiguousarray(a)
     return f"{'x'.join(map(str, a.shape))} {a.dtype} crc32 {zlib.crc32(a.data) & 0xffffffff:08x}"
+
+
+def digest_or_type(a) -> str:
+    """:func:`digest` of ``a`` (NumPy, CuPy or a nested sequence), or its type's name when it
+    is not an array of numbers (the call then fails its own checks on every rank). Local."""
+    try:
+        arr = np.asarray(a.get() if hasattr(a, "__cuda_array_interface__") else a)
+        if arr.dtype.kind in "biufc":
+            return digest(arr)
+    except Exception:  # noqa: BLE001 - described by type instead
+        pass
+    return type(a).__name__
 
 
 def _real_points(name, a) -> np.ndarray:

@@ -42,7 +42,7 @@ import numpy as np
 
 from . import covariance as cov
 from . import tlr
-from .errors import NotPositiveDefiniteError, collective
+from .errors import NotPositiveDefiniteError, collective, signature
 from .matrix import DistMatrix
 
 __all__ = ["DenseLikelihood", "Evaluation", "Fit", "TLRLikelihood", "fit", "predict",
@@ -356,7 +356,8 @@ def predict(lik: _Likelihood, beta: float, new_pts, slab: int | None = None):
     evaluation at ``beta``. ``slab``: new points per cross-covariance slab, an int >= 1
     (default: the slab's ``n x slab`` array ~ 256 MiB). Negative variances (rounding, TLR
     truncation) are set to 0 with a ``RuntimeWarning`` (as scikit-learn does)."""
-    with collective(lik.grid.comm):
+    with collective(lik.grid.comm, signature("gp.predict", beta=beta, slab=slab,
+                                             new_points=cov.digest_or_type(new_pts))):
         new = _real_array("new points", new_pts)
         if slab is not None:
             slab = _positive_int("slab", slab)

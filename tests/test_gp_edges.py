@@ -256,3 +256,26 @@ def test_numerically_singular_c_gives_minus_inf_on_both_back_ends(grids):
                 gp.fit(lik, bounds=(0.05, 0.3), xatol=1e-2)
         ok = gp.DenseLikelihood(g, cov.points(20, 2, seed=2), y, k, 8)(0.1)
         assert math.isfinite(ok.loglik) and ok.why == ""
+
+
+@pytest.mark.mpi
+def test_ranks_given_different_inputs_fail_together(comm):
+    """A kernel, new points or a replicated right-hand side that differ between ranks (the
+    docs require them identical) built a patchwork matrix, returned a different kriging mean
+    on each rank, or mixed the ranks' solutions: the same ValueError on every rank now."""
+    from distla import gp, tlr
+    if comm.size < 2:
+        pytest.skip("needs several ranks")
+    g, pts, y = _setup(comm, n=80)
+    k = cov.SquaredExponential(beta=0.1, nugget=1e-2)
+    with pytest.raises(ValueError, match="different arguments"):
+        tlr.from_kernel(g, pts, k.replace(beta=0.1 * (1 + comm.rank)), 20, tol=1e-8)
+    L = tlr.cholesky(tlr.from_kernel(g, pts, k, 20, tol=1e-8))
+    with pytest.raises(ValueError, match="different arguments"):
+        L.solve(np.ones(80) * (1 + comm.rank))
+    with pytest.raises(ValueError, match="different arguments"):
+        L.solve_triangular(np.ones(80) * (1 + comm.rank))
+    lik = gp.DenseLikelihood(g, pts, y, k, 16)
+    with pytest.raises(ValueError, match="different arguments"):
+        gp.predict(lik, 0.1, pts[:3] + 0.01 * comm.rank)
+    np.testing.assert_allclose(L.solve(np.ones(80)), L.solve(np.ones(80)))   # still usable

@@ -854,8 +854,10 @@ def test_non_finite_input_to_the_builders_is_named(comm):
     with pytest.raises(ValueError, match=r"non-finite value \(nan\) at index \(17, 0\)"):
         tlr.from_kernel(g, x, k, 16)
     big = DistMatrix.from_function(g, (n, n), (16, 16), lambda I, J: 1e200 * (I == J))
-    T = tlr.compress(big, tol=1e-8)       # squares beyond float range are no error
-    assert np.isfinite(T.D).all()
+    with pytest.raises(ValueError, match="magnitude .* scale the matrix") as ei:
+        tlr.compress(big, tol=1e-8)   # squares beyond float range: finite entries, not named
+    assert "non-finite" not in str(ei.value)    # as such, but refused (||A||_F = inf would
+    #                                             truncate every off-diagonal tile to rank 0)
 
 
 @pytest.mark.mpi
@@ -937,3 +939,69 @@ def test_points_that_differ_between_ranks_are_refused(comm):
         call(same)
     with pytest.raises(ValueError, match="different arguments.*y="):
         gp.DenseLikelihood(g, same, y + (comm.rank == 0), k, 16)
+
+
+@pytest.mark.mpi
+def test_factor_capped_by_max_rank_warns():
+    """Off-diagonal tiles of rank 1 compress within tol at max_rank=1, but the factor's
+    tiles need more: the factorization caps them and says so on every rank (a solve off by
+    0.3 came back without a warning)."""
+    import warnings
+
+    from distla import DistMatrix, LinAlgWarning, tlr
+    n, nb = 240, 40
+    rng = np.random.default_rng(0)
+    a = np.zeros((n, n))
+    for i in range(n // nb):
+        for j in range(i):
+            a[i * nb:(i + 1) * nb, j * nb:(j + 1) * nb] = 0.3 * np.outer(
+                rng.standard_normal(nb), rng.standard_normal(nb))
+    a = a + a.T
+    a += (1.0 - np.linalg.eigvalsh(a).min()) * np.eye(n)
+    for g in _grids():
+        A = DistMatrix.from_global(g, a, block=nb)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")             # the build itself caps nothing
+            T = tlr.compress(A, tol=1e-8, max_rank=1)
+        assert T.info["capped"] == 0
+        with pytest.warns(LinAlgWarning, match="capped the ranks of .* tile.*of the factor"):
+            L = tlr.cholesky(T)
+        assert L.info["factor_capped"] > 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")             # without a cap: no warning
+            assert tlr.cholesky(tlr.compress(A, tol=1e-8)).info["factor_capped"] == 0
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("scale", [2.0 ** 520, 2.0 ** -520])
+def test_build_refuses_magnitudes_beyond_the_float_range(scale):
+    """Entries whose squares overflow (||A||_F = inf: every tile was truncated to rank 0) or
+    whose truncation threshold underflows (the tails of the singular values lost) give the
+    same clear ValueError on every rank, for the dense and the tile-by-tile builds; the same
+    matrix scaled back into range builds fine."""
+    from distla import tlr
+    x, k = _problem(150, seed=2)
+    ks = k.replace(sigma=k.sigma * math.sqrt(scale), nugget=k.nugget * scale)
+    for g in _grids():
+        with pytest.raises(ValueError, match="scale the matrix by a power of 2"):
+            tlr.from_kernel(g, x, ks, 30, tol=1e-8)
+        A = cov.covariance_matrix(g, x, ks, block=30)
+        with pytest.raises(ValueError, match="scale the matrix by a power of 2"):
+            tlr.compress(A, tol=1e-8)
+        assert tlr.from_kernel(g, x, k, 30, tol=1e-8).norm_fro > 0
+
+
+@pytest.mark.mpi
+def test_float32_tol_below_its_floor_warns():
+    import warnings
+
+    from distla import LinAlgWarning, tlr
+    x, k = _problem(120, seed=3)
+    g = next(_grids())
+    with pytest.warns(LinAlgWarning, match="below what float32 reaches"):
+        T = tlr.from_kernel(g, x, k, 30, tol=1e-8, dtype=np.float32)
+    assert T.tol == pytest.approx(10 * np.finfo(np.float32).eps)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tlr.from_kernel(g, x, k, 30, tol=1e-5, dtype=np.float32)
+        tlr.from_kernel(g, x, k, 30, tol=1e-8)

@@ -76,6 +76,26 @@ def _delta(T, tol, F):
     return max(t, _EPS_FLOOR * eps) * F / max(1, T.nt)
 
 
+def _check_scale(T, tol, F, what: str) -> None:
+    """ValueError (``F``, ``||A||_F`` or a lower bound, is the same on every rank: every rank
+    raises alike) when the matrix's magnitude puts the compression's squared norms outside
+    the float range: ``||A||_F`` overflowing (entries near the square root of the largest
+    float: every off-diagonal tile then truncated to rank 0) or the truncation threshold's
+    square underflowing (entries near the square root of the smallest: tails of singular
+    values lost). A zero matrix is fine."""
+    fi = np.finfo(T.dtype)
+    floor = math.sqrt(float(fi.tiny) / float(fi.eps))
+    if F == 0 or (math.isfinite(F) and _delta(T, tol, F) >= floor):
+        return
+    how = "overflow" if not math.isfinite(F) else "underflow"
+    size = "beyond the float range" if how == "overflow" else f"= {F:.3g}"
+    raise ValueError(
+        f"{what}: the matrix's magnitude (||A||_F {size}) is outside what TLR compression "
+        f"handles in {T.dtype} (the squares of its singular values {how}): scale the matrix "
+        f"by a power of 2 (e.g. the kernel's variance) and undo the scale in the results "
+        f"(a log-determinant changes by n log(scale))")
+
+
 def _allreduce_sum(comm, x: float) -> float:
     from mpi4py import MPI
     return float(comm.allreduce(float(x), op=MPI.SUM))
@@ -138,10 +158,15 @@ def _finish(T, parts, tol, max_rank, F, t0, method, capped, delta1, peak):
     T._summarize()
     if T.info["capped"] and tol is not None:     # the same on every rank (summed above)
         warnings.warn(f"compress: max_rank={max_rank} capped the ranks of {T.info['capped']} "
-                      f"tile(s) below what tol={tol:g} needs: the compression error exceeds "
-                      f"tol, so what is computed from this matrix (solves, log-determinants) "
-                      f"may be far less accurate than tol; raise max_rank (or leave it None) "
-                      f"or loosen tol", LinAlgWarning, stacklevel=3)
+                      f"tile(s) below what their share of tol={tol:g} needs: the compression "
+                      f"error may exceed tol, and what is computed from this matrix (solves, "
+                      f"log-determinants) may be far less accurate than tol; raise max_rank "
+                      f"(or leave it None) or loosen tol", LinAlgWarning, stacklevel=3)
+    if tol is not None and float(tol) < T.tol:
+        warnings.warn(f"compress: tol={float(tol):g} is below what {T.dtype} reaches: the "
+                      f"matrix is compressed to tol={T.tol:.3g} ({_EPS_FLOOR} x its machine "
+                      f"epsilon; T.tol), and the accuracy bounds hold for that tol; use "
+                      f"float64 for a tighter one", LinAlgWarning, stacklevel=3)
     return T
 
 
@@ -195,6 +220,8 @@ def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=None
             if err is not None:
                 break
     F = math.sqrt(max(_allreduce_sum(A.grid.comm, ss), 0.0))
+    agree(A.grid.comm, err)     # a non-finite A: the same ValueError on every rank, else
+    _check_scale(T, tol, F, "compress")     # finite entries whose squares leave the range
     delta = _delta(T, tol, F)
     for s, k in enumerate(T.diag_keys):
         m = T.tile_size(k)
@@ -204,8 +231,6 @@ def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=None
     parts, capped = [], 0
     step = _memory.tiles_fit(work, nb, T.dtype.itemsize, _PER_TILE_DENSE)
     try:
-        if err is not None:
-            raise err
         rng = _args.rank_rng(xp, seed, A.grid.rank)
         for c0 in range(0, len(T.keys), step):
             slots = np.arange(c0, min(c0 + step, len(T.keys)))
@@ -218,7 +243,7 @@ def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=None
             capped += c
     except Exception as e:  # noqa: BLE001
         err = _memory.explained(e, "compress", T.n)
-    agree(A.grid.comm, err)     # (a non-finite A: the same ValueError on every rank)
+    agree(A.grid.comm, err)
     peak = min(step, len(T.keys)) * _PER_TILE_DENSE * nb * nb * T.dtype.itemsize
     return _finish(T, parts, tol, max_rank, F, t0, method, capped, delta, peak)
 
@@ -259,9 +284,11 @@ def from_function(grid, n, tile, fn, tol=1e-8, max_rank=None, method="auto", *,
     T = TLRMatrix(grid, n, tile, device=device, src=src, dtype=dtype, allocate=False)
     b = _Builder(T, fn, _method(method, T), max_rank, seed, workspace)
     lower = b.diagonal()                 # dense diagonal tiles, ||diagonal tiles||_F <= ||A||_F
+    _check_scale(T, tol, lower, "tlr.from_function")
     delta1 = _delta(T, tol, lower)
     b.off_diagonal(delta1)               # every off-diagonal tile compressed to delta1
     F = math.sqrt(max(_allreduce_sum(grid.comm, b.ss), 0.0))
+    _check_scale(T, tol, F, "tlr.from_function")
     return _finish(T, b.parts, tol, max_rank, F, t0, b.method, b.capped, delta1, b.peak)
 
 

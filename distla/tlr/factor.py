@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import agree, collective
+from ..errors import agree, collective, signature
 from ..linalg.condition import norm1_estimate, reciprocal_condition
 from ..matrix import DistMatrix
 from ..trace import trace
@@ -76,8 +76,9 @@ class TLRCholesky(TLRMatrix):
         rows on this factor's grid and device (any blocking; the result is a DistMatrix in
         ``B``'s layout; ``B`` is gathered to every rank for the solve), or an array of shape
         ``(n,)`` or ``(n, r)`` replicated on every rank (NumPy or CuPy; the result is
-        replicated, same shape, on this factor's device)."""
-        with collective(self.grid.comm):
+        replicated, same shape, on this factor's device; checked to be the same on every
+        rank)."""
+        with collective(self.grid.comm, _rhs_signature("tlr.solve", B)):
             check_rhs(self, B)
         return _through_replicated(B, lambda b: _solve_replicated(self, b))
 
@@ -86,7 +87,8 @@ class TLRCholesky(TLRMatrix):
         :meth:`solve` (a DistMatrix on this factor's grid, or an array replicated on every
         rank). One triangular sweep: half of :meth:`solve`. Column norms of ``L^-1 B`` are
         the quadratic forms ``diag(B^T A^-1 B)`` (kriging variances)."""
-        with collective(self.grid.comm):
+        with collective(self.grid.comm, _rhs_signature("tlr.solve_triangular", B,
+                                                       trans=trans)):
             check_rhs(self, B)
 
         def tri(b):
@@ -95,6 +97,13 @@ class TLRCholesky(TLRMatrix):
                 _tri_solve(self, Bs, trans=bool(trans))
             return self._unstack(Bs, shape)
         return _through_replicated(B, tri)
+
+
+def _rhs_signature(what, B, **kw):
+    """The call signature of a solve: a replicated array B by its digest (ranks holding
+    different B got a mixture of their solutions, silently), a DistMatrix as usual."""
+    from ..covariance import digest_or_type
+    return signature(what, B if isinstance(B, DistMatrix) else digest_or_type(B), **kw)
 
 
 def _through_replicated(B, f):
