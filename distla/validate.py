@@ -167,14 +167,15 @@ def _row_abs_sums(M, s: float = 1.0):
 
 
 def check_symmetric(A, rtol: float | None = None, what: str = "cholesky",
-                    finite: bool = False) -> float:
+                    finite: bool = False, return_gap: bool = False):
     """Collective: raise ``ValueError`` on every rank unless the square A equals ``A^H``
     within ``rtol`` (default ``sqrt(eps)`` of A's precision) relative to
     ``||r||_2 / sqrt(n)``, ``r`` the rows' absolute sums (a lower bound of ``||A||_F``).
     ``finite=True``: also :func:`check_finite` of A, from the same pass (the probe's sums are
     finite when A is; only otherwise is A scanned). Returns ``||A||_inf`` (the largest row
     sum: for a symmetric A also ``||A||_1``, what the condition estimate needs), the same
-    float on every rank."""
+    float on every rank; with ``return_gap`` ``(||A||_inf, asymmetry)``, the probe's relative
+    asymmetry (rounding level, ~n eps, for an exactly symmetric A)."""
     grid = A.grid
     eps = np.finfo(A.dtype).eps
     rtol = float(np.sqrt(eps)) if rtol is None else float(rtol)
@@ -197,6 +198,8 @@ def check_symmetric(A, rtol: float | None = None, what: str = "cholesky",
                 f"{what}: A is not {'Hermitian' if A.dtype.kind == 'c' else 'symmetric'} "
                 f"(relative asymmetry about {rel:.1e} > {rtol:.1e}); {what} reads only one "
                 f"triangle, so pass check_symmetric=False if that is what you mean")
+    if return_gap:
+        return anorm, (gap / scale if scale > 0 else 0.0)
     return anorm
 
 

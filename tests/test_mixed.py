@@ -928,3 +928,57 @@ def test_stagnation_is_not_reported_as_a_budget_projection():
     clock.projected = 7.0
     out = rf._fail(rf.Refinement(x=None, iterations=3), "fp32 gepp", 5.0, 30, clock)
     assert "would exceed its time budget" in out.reason, out.reason
+
+
+# ---------------------------------------------------------------------------------------
+# sweep 26: answers the float64 solve gives, or a fallback
+# ---------------------------------------------------------------------------------------
+@pytest.mark.mpi
+@pytest.mark.parametrize("method", ["cholesky", "gepp", "calu"])
+def test_tiny_decoupled_rows_are_solved_componentwise_or_fall_back(grids, method):
+    """b = [b1; 1e-60 b2] with A block diagonal: float32 residuals (scaled by their column's
+    largest entry) lose the tiny rows, whose x came back as exactly 0 (relative error 1)
+    accepted under the sparse-solution relaxation meant for RBT's row mixing. Now the
+    answer is componentwise accurate, here through the float64 fallback."""
+    from distla.linalg import solve
+    h = 32
+    rng = np.random.default_rng(0)
+    a1, a2 = (rng.standard_normal((h, h)) + 3 * np.sqrt(h) * np.eye(h) for _ in range(2))
+    a = sla.block_diag(a1 @ a1.T if method == "cholesky" else a1,
+                       a2 @ a2.T if method == "cholesky" else a2)
+    b = np.concatenate([rng.standard_normal(h), 1e-60 * rng.standard_normal(h)])[:, None]
+    want = sla.solve(a, b)
+    for g in grids:
+        X, info = solve(_dist(g, a, 16), _dist(g, b, 16), method=method, precision="mixed",
+                        return_info=True)
+        x = X.to_global(None)
+        assert np.abs(x[h:] - want[h:]).max() <= 1e-12 * np.abs(want[h:]).max()
+        assert berr_np(a, x, b) <= 10 * EPS
+        _same_everywhere(g.comm, (info.precision, info.fallback))
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_mixed_cholesky_solves_the_lower_triangle_as_double_does(grids, dtype):
+    """An A symmetric only within check_symmetric's tolerance (3e-10 in the upper triangle),
+    or (check_symmetric=False) with garbage above the diagonal and an imaginary part on it:
+    the float64 solve reads the lower triangle (real diagonal); the mixed one refined against
+    all of A (apart by the asymmetry times cond: 5e-6 at cond 1e5)."""
+    from distla.linalg import solve
+    n = 60
+    a = conditioned(n, 1e5, 3, spd=True, complex_=dtype == np.complex128)
+    rng = np.random.default_rng(4)
+    near = a + np.triu(rng.standard_normal((n, n)), 1) * 3e-10 * np.abs(a).max()
+    junk = np.tril(a) + np.triu(rng.standard_normal((n, n)), 1)
+    if dtype == np.complex128:
+        junk[np.diag_indices(n)] += 1e-3j
+    b = rng.standard_normal((n, 2)).astype(dtype)
+    for g in grids:
+        for m, check in ((near, True), (junk, False)):
+            A, B = _dist(g, m.astype(dtype), 16), _dist(g, b, 16)
+            xd = solve(A, B, method="cholesky", check_symmetric=check).to_global(None)
+            xm, info = solve(A, B, method="cholesky", check_symmetric=check,
+                             precision="mixed", return_info=True)
+            assert info.precision == "mixed"
+            np.testing.assert_allclose(xm.to_global(None), xd, rtol=0,
+                                       atol=1e-9 * np.abs(xd).max())

@@ -205,12 +205,16 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
         check_flags("solve_cholesky", overwrite_a=overwrite_a, overwrite_b=overwrite_b,
                     check_finite=check_finite, check_symmetric=check_symmetric,
                     check_rcond=check_rcond, return_info=return_info)
-    anorm = _check_values(A, check_finite, check_symmetric, "solve_cholesky")
+    anorm, asym = _check_values(A, check_finite, check_symmetric, "solve_cholesky", gap=True)
     if check_finite:
         check_finite_(("B", B), what="solve_cholesky")
     if fd is not None:
-        if not check_symmetric:   # refinement's residuals read all of A: make it what the
-            A = _hermitian_from_lower(A)    # factorization reads, its lower triangle
+        # refinement's residuals read all of A: make it what the factorization reads, its
+        # lower triangle, unless A is symmetric to rounding (no copy of A then); within the
+        # probe's tolerance only, the mixed answer solved all of A, the float64 one its lower
+        # triangle (apart by the asymmetry times the condition number)
+        if asym is None or asym > _ROUNDING_ASYMMETRY * A.n * np.finfo(A.dtype).eps:
+            A = _hermitian_from_lower(A)
         X, info = _solve_mixed(A, B, fd, lookahead, max_iter, fallback, check_rcond)
         if check_finite:    # finite A and B: a non-finite X means the solves overflowed
             check_finite_result(X, "solve_cholesky")
@@ -237,15 +241,25 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
     return (X, double_info(A, "cholesky", rc)) if return_info else X
 
 
+#: solve_cholesky's mixed path copies A into the Hermitian matrix of its lower triangle when
+#: the symmetry probe's relative asymmetry exceeds this many n eps (rounding level below)
+_ROUNDING_ASYMMETRY = 100.0
+
+
 def _hermitian_from_lower(A: DistMatrix) -> DistMatrix:
-    """Collective: a new matrix ``tril(A) + tril(A, -1)^H`` (the Hermitian matrix a Cholesky
-    factorization of A reads), in A's layout: one distributed transpose."""
+    """Collective: a new matrix ``tril(A) + tril(A, -1)^H`` with a real diagonal (the
+    Hermitian matrix a Cholesky factorization of A reads), in A's layout: one distributed
+    transpose."""
     T = A.transpose(conjugate=True)
     if T.local.size:
         xp = A.xp
         rows = xp.asarray(A.row_indices())[:, None]
         cols = xp.asarray(A.col_indices())[None, :]
-        T.local[...] = xp.where(rows >= cols, A.local, T.local)
+        T.local[...] = xp.where(rows > cols, A.local, T.local)
+        if A.dtype.kind == "c":     # the factorization reads the diagonal's real part only
+            T.local[...] = xp.where(rows == cols, A.local.real, T.local)
+        else:
+            T.local[...] = xp.where(rows == cols, A.local, T.local)
     return T
 
 
@@ -356,15 +370,16 @@ def _check_factor_input(A, lookahead, gemm="native", **options):
         check_flags("cholesky", **options)
 
 
-def _check_values(A, finite: bool, symmetric: bool, what: str):
+def _check_values(A, finite: bool, symmetric: bool, what: str, gap: bool = False):
     """Collective: the NaN/Inf scan and the symmetry probe, as asked, in one pass over A when
     both are. Returns ``||A||_inf`` when the probe ran (it comes from the same pass), else
-    None."""
+    None; with ``gap`` ``(that, the probe's relative asymmetry or None)``."""
     if symmetric and A.n:
-        return check_symmetric(A, what=what, finite=finite)
+        out = check_symmetric(A, what=what, finite=finite, return_gap=True)
+        return out if gap else out[0]
     if finite:
         check_finite_(("A", A), what=what)
-    return None
+    return (None, None) if gap else None
 
 
 def _check_rhs(C, B, what):

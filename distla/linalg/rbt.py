@@ -284,7 +284,7 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, fdt, compute, depth: int, seed: i
     if rcond is not None and not low:
         rcond.what = "condition estimate of the GENP factors over their element growth"
     with _clock(times, "refine"):
-        ref = refine(A, B, solve, anorm=anorm, max_iter=max_iter,
+        ref = refine(A, B, solve, anorm=anorm, max_iter=max_iter, mixes_rows=True,
                      mode="gmres" if low else "ir", label=label, rcond=rcond)
     # what is reported: the transformed matrix's estimate (the certificate above divides it
     # by the growth); cached in F, no extra solve
@@ -350,8 +350,9 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     :class:`distla.LinAlgWarning` like :func:`solve_lu`). ``info.rcond`` holds the estimate
     used (in double precision: the GENP factors' estimate over their element growth, as
     :func:`solve_lu` judges GENP). ``check_rcond=False`` skips the estimate (and that
-    protection): float32 factors then serve GMRES-IR up to ``cond(A) ~ 1e12``, where
-    refinement cannot certify A's condition. ``overwrite_a`` is accepted for
+    protection): float32 factors then serve GMRES-IR beyond the range where refinement
+    can certify A's condition (float32 RBT stagnates from ``cond(A) ~ 1e7`` and retries with
+    float64 GENP; docs/mixed.md). ``overwrite_a`` is accepted for
     :func:`distla.linalg.solve`'s sake: A is never overwritten (RBT works on ``U^T A V``, a
     new matrix). ``check_finite``: NaN/Inf in A or B raise ValueError before any work, and a
     non-finite X from finite A and B (the solves overflowed) raises DistlaError. ``seed``:

@@ -120,7 +120,8 @@ def scaled_residual(R: DistMatrix, X: DistMatrix, anorm: float, eps_sqrtn: float
 
 def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix | None = None,
            max_iter: int = 30, mode: str = "ir", label: str = "refinement",
-           rcond=None, precond=None, budget: float | None = None) -> Refinement:
+           rcond=None, precond=None, budget: float | None = None,
+           mixes_rows: bool = False) -> Refinement:
     """Collective: refine ``A X = B`` (A n x n; B n x k with A's row blocking) to working
     precision. ``solve(R)``: ``~A^-1 R`` in R's layout and dtype (collective). ``x``: a
     first solution (default ``solve(B)``) of B's shape, dtype, grid and device, in any layout
@@ -130,7 +131,10 @@ def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix |
     giving a condition estimate checked (>= eps) before acceptance. ``label`` prefixes the
     failure reason. ``budget``: seconds the refinement may take (the maximum over ranks,
     checked at every residual and every GMRES iteration): past it, a converged x is
-    accepted as it is and an unconverged one fails."""
+    accepted as it is and an unconverged one fails. ``mixes_rows``: the solves mix rows
+    (RBT's butterflies), so rows whose ``|A||x| + |b|`` is tiny are judged against
+    ``||A|| ||x||`` as well (Arioli, Demmel and Duff; docs/condition.md); otherwise the
+    acceptance is componentwise on every row."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     _rows_like(A, B, "refine")          # (descriptors only: the same answer on every rank)
@@ -159,7 +163,8 @@ def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix |
         if rho <= 1.0 and it >= min(1, max_iter):
             if rho <= polish or stalled(hist, 1) or it >= max_iter or clock.over():
                 with trace("refine.accept"):
-                    return _accept(A, B, R, out, anorm, eps, label, rcond, absax)
+                    return _accept(A, B, R, out, anorm, eps, label, rcond, absax,
+                                   mixes_rows)
         elif it >= max_iter or not math.isfinite(rho) or stalled(hist, PATIENCE) or \
                 clock.over() or clock.will_run_out(hist, it):
             return _fail(out, label, rho, max_iter, clock)
@@ -260,16 +265,18 @@ def _fail(out: Refinement, label: str, rho: float, max_iter: int, clock=None) ->
     return out
 
 
-def _accept(A, B, R, out: Refinement, anorm, eps, label, rcond, absax=None) -> Refinement:
+def _accept(A, B, R, out: Refinement, anorm, eps, label, rcond, absax=None,
+            mixes_rows: bool = False) -> Refinement:
     """A small normwise residual does not make x accurate when A is numerically singular: the
     componentwise backward error (from x's residual R, and ``absax`` = |A||x| when the
     residual's pass computed it) must be at working precision and the condition estimate
-    (when given) at least eps."""
+    (when given) at least eps. ``mixes_rows``: see :func:`refine`."""
     # (LAPACK's guard against tiny denominators distorts the componentwise error of matrices
     # near the underflow threshold: checked above it only)
     scale = anorm * out.x.norm("max")
     scaled_ok = scale >= np.finfo(A.dtype).tiny / eps
-    berr = componentwise_error(A, out.x, B, R, absax, sparse_scale=scale) if scaled_ok \
+    berr = componentwise_error(A, out.x, B, R, absax,
+                               sparse_scale=scale if mixes_rows else None) if scaled_ok \
         else 0.0
     if not berr <= max(10.0, math.sqrt(A.n)) * eps:
         out.reason = (f"{label}: componentwise backward error {berr:.3g} is not at working "
