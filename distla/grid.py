@@ -175,7 +175,8 @@ class ProcessGrid:
             if order not in ("row", "col", "column"):
                 raise ValueError(f"order must be 'row' or 'col', not {order!r}")
             for x in (nprow, npcol):
-                if x is not None and not isinstance(x, numbers.Integral):
+                if x is not None and (not isinstance(x, numbers.Integral)
+                                      or isinstance(x, (bool, np.bool_))):
                     raise ValueError(f"grid dimensions must be integers, got {x!r}")
             if nprow is None and npcol is None:
                 nprow, npcol = squarest_shape(size)

@@ -34,11 +34,13 @@ def _check_dtype(dtype, device: str | None = None) -> np.dtype:
 
 
 def _pair(x, name: str) -> tuple[int, int]:
-    if isinstance(x, numbers.Integral):
+    def whole(v):     # an int, not a bool (True would silently be 1)
+        return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+    if whole(x):
         x = (x, x)
     try:
         a, b = x
-        if not (isinstance(a, numbers.Integral) and isinstance(b, numbers.Integral)):
+        if not (whole(a) and whole(b)):
             raise TypeError
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be an int or a pair of ints, not {x!r}") from None
@@ -154,7 +156,7 @@ class DistMatrix:
     __array_priority__ = 1000
     __array_ufunc__ = None     # A * ndarray: a TypeError, not an object array of copies of A
 
-    def __init__(self, grid, shape, block, *, dtype=np.float64, device="cpu", src=(0, 0),
+    def __init__(self, grid, shape, block, *, dtype=None, device="cpu", src=(0, 0),
                  local=None):
         (m, n), (mb, nb), (rsrc, csrc) = _check_layout(grid, shape, block, src)
         self.grid = grid
@@ -162,7 +164,11 @@ class DistMatrix:
         self.block = (mb, nb)
         self.src = (rsrc, csrc)
         self.device = device
-        self.dtype = _check_dtype(dtype if local is None else local.dtype, device)
+        if local is not None and dtype is not None and np.dtype(dtype) != local.dtype:
+            raise TypeError(f"dtype={np.dtype(dtype)} but the local array holds "
+                            f"{local.dtype}: pass local.astype(dtype), or leave dtype out")
+        self.dtype = _check_dtype((np.float64 if dtype is None else dtype) if local is None
+                                  else local.dtype, device)
         self.backend = get_backend(device)
         lshape = self.local_shape
         if local is None:
@@ -275,10 +281,13 @@ class DistMatrix:
                 and other.src == self.src)
 
     def _like(self, local=None, shape=None, block=None, dtype=None, src=None):
-        """A matrix on the same grid and device (no communication, no checks)."""
+        """A matrix on the same grid and device (no communication, no checks); with ``local``
+        its dtype is the local array's."""
+        if local is None and dtype is None:
+            dtype = self.dtype
         return DistMatrix(self.grid, self.shape if shape is None else shape,
                           self.block if block is None else block,
-                          dtype=self.dtype if dtype is None else dtype, device=self.device,
+                          dtype=dtype, device=self.device,
                           src=self.src if src is None else src, local=local)
 
     def __repr__(self) -> str:
@@ -319,6 +328,12 @@ class DistMatrix:
                 vals = A.backend.asarray(fn(I, J[:, c:c + w]))
                 if vals.dtype.kind == "c" and A.dtype.kind != "c":
                     raise TypeError(f"fn returned complex values for a {A.dtype} matrix")
+                want = (mloc, min(w, nloc - c))
+                if vals.ndim > 2 or any(v not in (1, k) for v, k in
+                                        zip(vals.shape[::-1], want[::-1])):
+                    raise ValueError(f"fn(I, J) must return values broadcastable to the "
+                                     f"shape of I and J's broadcast, {want} here; it "
+                                     f"returned shape {tuple(vals.shape)}")
                 A.local[:, c:c + w] = xp.broadcast_to(vals, (mloc, min(w, nloc - c)))
                 del vals
         except Exception as e:  # noqa: BLE001 - agreed on below
@@ -423,16 +438,17 @@ class DistMatrix:
         the layout of its descriptor). The device is the array's. A column-major array (or a
         column-major view with a leading dimension larger than its row count, as ScaLAPACK's
         LLD) is used in place, without a copy; other arrays are copied to column-major."""
-        err = None
-        try:
+        with collective(grid.comm, signature("DistMatrix.from_local", shape=shape,
+                                             block=block, src=src)):
             device = array_device(local)
             _check_layout(grid, shape, block, src)
             if not _lapack.is_colmajor(local) and not (local.ndim == 2 and 0 in local.shape):
                 local = get_backend(device).asarray(local)
             A = cls(grid, shape, block, dtype=local.dtype, device=device, src=src, local=local)
-        except Exception as e:  # noqa: BLE001
-            err = e
-        agree(grid.comm, err)
+        # valid on each rank, but the ranks' arrays must also agree with each other
+        with collective(grid.comm, signature("DistMatrix.from_local: the local arrays",
+                                             dtype=str(A.dtype), device=A.device)):
+            pass
         return A
 
     @classmethod
@@ -444,6 +460,10 @@ class DistMatrix:
         try:
             d = desc if isinstance(desc, layout.Descriptor) else \
                 layout.Descriptor.from_scalapack(desc)
+            mloc = layout.numroc(d.m, d.mb, grid.myrow, d.rsrc, grid.nprow)
+            if d.lld < max(1, mloc):     # as ScaLAPACK's DESCINIT (INFO = -9)
+                raise ValueError(f"from_descriptor: LLD = {d.lld} < max(1, {mloc}), the "
+                                 f"local rows of this rank (process row {grid.myrow})")
         except Exception as e:  # noqa: BLE001 - a bad DESC on one rank must not hang the rest
             err = e
         agree(grid.comm, err)

@@ -192,7 +192,10 @@ def check_symmetric(A, rtol: float | None = None, what: str = "cholesky",
         gap = float(np.max(np.abs(M - M.conj().T)))
         anorm = float(np.ldexp(anorm, k))                  # (inf when ||A||_inf overflows)
     with collective(grid.comm):
-        if not np.isfinite(gap) or gap > rtol * max(scale, np.finfo(np.float64).tiny):
+        if not np.isfinite(gap):       # (finite=True raised above, naming the entry)
+            raise ValueError(f"{what}: A holds NaN or Inf entries, so its symmetry cannot be "
+                             f"checked (check_finite=False skipped the scan that names them)")
+        if gap > rtol * max(scale, np.finfo(np.float64).tiny):
             rel = gap / scale if scale > 0 else np.inf
             raise ValueError(
                 f"{what}: A is not {'Hermitian' if A.dtype.kind == 'c' else 'symmetric'} "

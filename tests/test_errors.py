@@ -276,3 +276,75 @@ def test_operations_between_grids_and_devices(comm, grids):
     with pytest.raises(ValueError, match="inner"):
         matmul(A, DistMatrix.random(g1, (3, 4), 2))
     comm.Barrier()
+
+
+def test_from_local_and_descriptor_layouts_agree_across_ranks(comm, grids):
+    """A global shape, block, source or dtype that differs on one rank built a matrix whose
+    ranks disagreed until the next collective (from_descriptor even cut a rank's rows): the
+    same ValueError on every rank at construction now; an LLD below the local rows is
+    refused as ScaLAPACK's DESCINIT does."""
+    from distla import layout
+    if comm.size < 2:
+        pytest.skip("needs several ranks")
+    last = comm.rank == comm.size - 1
+    g = grids[0]
+    n, nb = 13, 3
+    ref = DistMatrix.from_global(g, np.eye(n), block=nb)
+    for kw in (dict(shape=(n, n + 1) if last else (n, n)), dict(src=(0, 1) if last else (0, 0)),
+               dict(local=ref.local.astype(np.float32) if last else ref.local)):
+        args = dict(local=ref.local, shape=(n, n), block=(nb, nb), src=(0, 0)) | kw
+        with pytest.raises(ValueError) as ei:   # (the signatures differ, or the local array
+            #                                        no longer fits: whichever comes first)
+            DistMatrix.from_local(g, args["local"], args["shape"], args["block"], args["src"])
+        same_everywhere(comm, str(ei.value))
+    g2 = grids[-1]
+    ref2 = DistMatrix.from_global(g2, np.eye(n), block=nb, src=(g2.nprow - 1, 0))
+    d = layout.Descriptor(n, n, nb, nb, 0 if last else g2.nprow - 1, 0,
+                          max(1, ref2.local.shape[0]))
+    with pytest.raises(ValueError):
+        DistMatrix.from_descriptor(g2, ref2.local, d)
+    d = ref2.desc
+    if comm.allreduce(ref2.local.shape[0] > 1):
+        short = layout.Descriptor(d.m, d.n, d.mb, d.nb, d.rsrc, d.csrc, 1)
+        with pytest.raises(ValueError, match="LLD") as ei:
+            DistMatrix.from_descriptor(g2, ref2.local, short)
+        same_everywhere(comm, type(ei.value).__name__)
+    comm.Barrier()
+
+
+def test_bools_are_not_dimensions(comm, grids):
+    from distla import ProcessGrid
+    g = grids[0]
+    for bad in (dict(shape=(True, 2)), dict(block=True)):
+        args = dict(shape=(3, 2), block=2) | bad
+        with pytest.raises(TypeError):
+            DistMatrix.zeros(g, args["shape"], args["block"])
+    with pytest.raises(ValueError, match="integers"):
+        ProcessGrid(True, comm.size, comm=comm)
+    with pytest.raises(TypeError, match="dtype"):
+        DistMatrix(g, (3, 2), 2, dtype=np.complex128, local=DistMatrix.zeros(g, (3, 2), 2).local)
+    with pytest.raises(ValueError, match="broadcastable"):
+        DistMatrix.from_function(g, (4, 4), 2, lambda I, J: np.zeros((2, 2, 2)))
+    comm.Barrier()
+
+
+def test_lu_solve_refuses_storage_factored_again_and_nan_is_named(comm, grids):
+    """lu_solve used an LUFactor whose storage cholesky(overwrite_a=True) had overwritten
+    (error 0.24, no message) while cho_solve, rcond and logdet refused such factors; a NaN
+    with check_finite=False was reported as asymmetry."""
+    from distla.linalg import cholesky, lu_factor, lu_solve
+    g = grids[-1]
+    n = 8
+    x = np.random.default_rng(0).standard_normal((n, n))
+    a = x @ x.T + n * np.eye(n)
+    A = DistMatrix.from_global(g, a, block=2)
+    B = DistMatrix.from_global(g, np.ones((n, 1)), block=2)
+    F = lu_factor(A, overwrite_a=True)
+    cholesky(A, overwrite_a=True, check_symmetric=False)
+    with pytest.raises(ValueError, match="no longer holds lu_factor's LU"):
+        lu_solve(F, B)
+    a[3, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN or Inf") as ei:
+        cholesky(DistMatrix.from_global(g, a, block=2), check_finite=False)
+    assert "not symmetric" not in str(ei.value)
+    comm.Barrier()

@@ -311,6 +311,10 @@ def _check_rhs(F, B):
         raise TypeError(f"expected an LUFactor from lu_factor, not {type(F).__name__}")
     A = F.lu
     check_compatible(A, B, "lu_solve")
+    if getattr(A, "lu_factor", None) is not True:
+        raise ValueError("lu_solve: F.lu no longer holds lu_factor's LU matrix (its storage "
+                         "was factored again, e.g. by cholesky(..., overwrite_a=True)); "
+                         "call lu_factor again")
     if A.m != A.n:
         raise ValueError(f"lu_solve needs a square factorization, got {A.shape}")
     if B.m != A.n:
