@@ -22,7 +22,7 @@ import numpy as np
 LEAF_MAX = 64          # columns per leaf (compile-time size of the pivot row buffers)
 ROWS_PER_BLOCK = 256   # rows per thread block while the SMs last (fewer blocks for short panels)
 THREADS = 256
-SMEM_MAX = 200 * 1024  # dynamic shared memory a block may use: its rows of the leaf
+SMEM_MAX = 200 * 1024  # dynamic shared memory a block may use (its rows of the leaf), at most
 
 _SRC = r"""
 #include <cooperative_groups.h>
@@ -191,12 +191,22 @@ def blocks(m: int) -> int:  # pragma: no cover - needs a GPU
     return max(1, min(_multiprocessors(), -(-m // ROWS_PER_BLOCK)))
 
 
+@functools.lru_cache(maxsize=None)
+def smem_limit() -> int:  # pragma: no cover - needs a GPU
+    """Dynamic shared memory a leaf's block may use on this device: SMEM_MAX, or less where
+    the device allows less per block (its opt-in maximum, minus the kernel's static buffers)."""
+    import cupy
+    dev = cupy.cuda.Device()
+    optin = int(dev.attributes.get("MaxSharedMemoryPerBlockOptin", SMEM_MAX + 8192))
+    return max(0, min(SMEM_MAX, optin - 8192))
+
+
 def widest_leaf(m: int, itemsize: int) -> int:  # pragma: no cover - needs a GPU
     """The widest leaf (a power of two, at most LEAF_MAX) whose rows fit a block's shared
     memory for an m-row panel; 0 when not even 8 columns fit."""
     chunk = -(-m // blocks(m))
     w = LEAF_MAX
-    while w >= 8 and chunk * w * itemsize > SMEM_MAX:
+    while w >= 8 and chunk * w * itemsize > smem_limit():
         w //= 2
     return w if w >= 8 else 0
 
@@ -225,6 +235,6 @@ class LeafKernel:  # pragma: no cover - needs a GPU
         k = _kernel(dt.char)
         smem = -(-m // G) * w * dt.itemsize
         if k.max_dynamic_shared_size_bytes < smem:
-            k.max_dynamic_shared_size_bytes = SMEM_MAX
+            k.max_dynamic_shared_size_bytes = smem_limit()
         k((G,), (THREADS,), (a, np.int64(lda), np.int32(m), np.int32(ncols), np.int32(c0),
                              np.int32(w), ipiv, info) + ws, shared_mem=smem)

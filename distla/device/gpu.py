@@ -291,11 +291,16 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
 
     def getf2_leaf(self, a, lda, c0, w, ipiv, info) -> None:
         # float32/float64: one cooperative kernel per leaf (_panel_cuda); else the library's
-        if w > self.leaf_max(a.shape[0], a.dtype):
+        if self._leaf is False or w > self.leaf_max(a.shape[0], a.dtype):
             return super().getf2_leaf(a, lda, c0, w, ipiv, info)
         if self._leaf is None:
             self._leaf = _panel_cuda.LeafKernel(self.xp)
-        self._leaf(a, lda, c0, w, ipiv, info)
+        from cupy.cuda.driver import CUDADriverError
+        try:
+            self._leaf(a, lda, c0, w, ipiv, info)
+        except CUDADriverError:    # the cooperative launch refused here (e.g. shared GPU):
+            self._leaf = False     # the library's leaves from now on (nothing was written)
+            super().getf2_leaf(a, lda, c0, w, ipiv, info)
 
     # ---- low-precision tensor-core GEMM (docs/mixed.md) -----------------------------------
     LOWP = ("fp32", "tf32", "fp16", "bf16")
