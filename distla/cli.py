@@ -30,7 +30,7 @@ from . import layout
 from .bench.common import default_threshold, flops, json_line, judge
 from .defaults import default_nb, make_grid
 from .errors import NotPositiveDefiniteError, on_root
-from .filebase import check_jsonl
+from .filebase import append_json_lines, check_jsonl
 from .grid import SettingError
 from .linalg.methods import LU_PIVOTING, METHODS
 from .problems import make_problem, problem_entries
@@ -673,8 +673,7 @@ def _append_json(path, obj, comm=None) -> None:
     """Append ``obj`` as one line of standard JSON (NaN and inf as null) to ``path``: on
     rank 0 of ``comm`` (collective: a failure is the same CommandError on every rank)."""
     def append():
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json_line(obj) + "\n")
+        append_json_lines(path, [json_line(obj)])
     try:
         append() if comm is None else on_root(comm, append)
     except OSError as e:
@@ -953,7 +952,24 @@ _COMMANDS = {"solve": cmd_solve, "generate": cmd_generate, "info": cmd_info,
              "warmup": cmd_warmup}
 
 
+def _same_command_everywhere(argv) -> None:
+    """Collective over COMM_WORLD: CommandError on every rank unless every rank got the same
+    command line. An MPMD launch (``mpiexec -n 1 distla ... : -n 1 distla ...``) that gave
+    the ranks different options hung in the collectives each chose, or silently used rank
+    0's file or options."""
+    comm = _world()
+    if comm.Get_size() == 1:
+        return
+    lines = comm.allgather(list(argv))
+    bad = [r for r, line in enumerate(lines) if line != lines[0]]
+    if bad:
+        raise CommandError(f"the ranks got different command lines (rank 0: "
+                           f"{' '.join(lines[0])!r}; rank {bad[0]}: {' '.join(lines[bad[0]])!r})"
+                           f": every rank must run the same distla command")
+
+
 def _main(argv) -> int:
+    _same_command_everywhere(argv)
     if argv and argv[0] == "bench":
         from .bench import main_argv
         return main_argv(argv[1:], prog="distla bench")
@@ -965,12 +981,26 @@ def _main(argv) -> int:
     return _COMMANDS[args.command](args, comm)
 
 
+#: the library's advice (keywords) as distla solve's options, in error messages
+_CLI_TERMS = (("pivoting='partial' or 'tournament', or method 'gepp', 'calu' or 'rbt'",
+               "--method gepp, calu or rbt"),
+              ("; pivot_threshold=0 accepts", "; -O pivot_threshold=0 accepts"),
+              ("pass check_finite=False to skip", "pass -O check_finite=false to skip"))
+
+
+def _cli_terms(text: str) -> str:
+    for api, cli in _CLI_TERMS:
+        text = text.replace(api, cli)
+    return text
+
+
 def main(argv=None) -> None:
     """Console-script entry point (``distla``): run the command, exit with its code on every
     rank."""
     argv = sys.argv[1:] if argv is None else list(argv)
     apply_runtime_defaults()
-    code = run_main(_main, argv, prog="distla")
+    code = run_main(_main, argv, prog="distla",
+                    terms=_cli_terms if argv[:1] == ["solve"] else None)
     sys.stdout.flush()
     sys.stderr.flush()
     sys.exit(code)

@@ -5,6 +5,7 @@ target, renamed once every rank succeeded). ``distla.io`` re-exports all of them
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -108,11 +109,30 @@ def _check_jsonl(path: str) -> None:
     if os.path.getsize(path) == 0:
         return
     with open(path, "rb") as f:
-        head = f.read(64).lstrip()
-    if head and not head.startswith(b"{"):
-        raise MatrixFileError(f"{path}: exists and is not a JSON-lines file (it begins with "
-                              f"{head[:8]!r}); records are appended to a JSON-lines file, "
-                              f"which would corrupt this one: name another")
+        first = f.readline(1 << 20)
+    head = first.lstrip()
+    try:
+        ok = isinstance(json.loads(first), dict)
+    except ValueError:
+        ok = False
+    if head and not ok:
+        what = (f"it begins with {head[:8]!r}" if not head.startswith(b"{") else
+                "its first line is not one JSON object (a pretty-printed JSON file?)")
+        raise MatrixFileError(f"{path}: exists and is not a JSON-lines file ({what}); records "
+                              f"are appended to a JSON-lines file, which would corrupt this "
+                              f"one: name another")
+
+
+def append_json_lines(path, lines) -> None:
+    """Append the JSON texts ``lines`` to ``path``, one per line, starting on a new line when
+    the file's last line lacks its newline (a record glued to it would corrupt both). Not
+    collective: the caller's rank writes."""
+    with open(path, "ab+") as f:
+        if f.tell() > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+        f.write("".join(t + "\n" for t in lines).encode("utf-8"))
 
 
 def check_jsonl(path, comm=None) -> None:

@@ -202,11 +202,13 @@ def _exit_code(exc: BaseException) -> int:
     return EXIT_USAGE
 
 
-def run_main(fn, argv, prog: str = "distla", verbose_flag: str = "--verbose") -> int:
+def run_main(fn, argv, prog: str = "distla", verbose_flag: str = "--verbose",
+             terms=None) -> int:
     """Run ``fn(argv)`` (a command body, collective) and turn any exception into one line
     ``PROG: error: ...`` on rank 0 and an exit code; returns that code (0 on success). With
     ``--verbose`` (or its short form ``-v``) in ``argv``, rank 0 also prints the
-    traceback."""
+    traceback. ``terms(text)``: the message in the command's terms (the library's keyword
+    advice as the command's options)."""
     try:
         rc = fn(argv)
         return int(rc or 0)
@@ -229,7 +231,8 @@ def run_main(fn, argv, prog: str = "distla", verbose_flag: str = "--verbose") ->
             flags = {verbose_flag} | ({"-v"} if verbose_flag == "--verbose" else set())
             if flags & set(argv or []) and not isinstance(e, UsageError):
                 traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
-            sys.stderr.write(f"{prog}: error: {_describe(e)}\n")
+            msg = _describe(e)
+            sys.stderr.write(f"{prog}: error: {terms(msg) if terms else msg}\n")
             sys.stderr.flush()
         return _exit_code(e)
 

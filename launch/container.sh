@@ -39,10 +39,13 @@ SHM=""
 DRY=""
 while (($#)); do
     case $1 in
-        --image) IMAGE=${2:?--image needs a name}; shift 2 ;;
-        --engine) ENGINE=${2:?--engine needs docker, podman or apptainer}; shift 2 ;;
+        --image|--engine|--shm)
+            if (($# < 2)) || [[ -z $2 ]]; then
+                echo "container.sh: $1 needs a value" >&2; usage 2
+            fi
+            case $1 in --image) IMAGE=$2 ;; --engine) ENGINE=$2 ;; --shm) SHM=$2 ;; esac
+            shift 2 ;;
         --cpu) CPU=1; shift ;;
-        --shm) SHM=${2:?--shm needs a size}; shift 2 ;;
         --dry-run) DRY=1; shift ;;
         -h|--help) usage 0 ;;
         --) shift; break ;;

@@ -76,7 +76,7 @@ count_gpus() {
     if [[ -n ${CUDA_VISIBLE_DEVICES+x} ]]; then
         local v=${CUDA_VISIBLE_DEVICES//[[:space:]]/}
         [[ -z $v || $v == -1 ]] && { echo 0; return; }
-        awk -F, '{print NF}' <<<"$v"
+        awk -F, '{n = 0; for (i = 1; i <= NF; i++) if ($i != "") n++; print n}' <<<"$v"
     elif command -v nvidia-smi >/dev/null 2>&1; then
         nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
     else
@@ -118,7 +118,8 @@ if "$MPIEXEC" --version 2>&1 | grep -qi "open mpi\|open-mpi\|openrte"; then
     if [[ $(id -u) == 0 ]]; then
         export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     fi
-    [[ $MODE == cpu ]] || EXTRA+=(--bind-to none)
+    # (Open MPI binds each of 1-2 ranks to one core: a rank's T BLAS threads would share it)
+    EXTRA+=(--bind-to none)
 else
     # MPICH (Hydra): with more ranks than cores, waiting ranks must yield the CPU.
     ((RANKS > CORES)) && export MPIR_CVAR_POLLS_BEFORE_YIELD=${MPIR_CVAR_POLLS_BEFORE_YIELD:-1}

@@ -54,9 +54,14 @@ NNODES=$(sort -u "$NODEFILE" | wc -l)
 PPN=$((NRANKS / NNODES))
 CORES=${NCPUS:-$(nproc)}
 T=$((CORES / (PPN > 0 ? PPN : 1))); ((T >= 1)) || T=1
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$T}
+# PBS Pro sets OMP_NUM_THREADS to the chunk's ncpus: that value (or none) means T per rank;
+# another value is the user's choice and is kept
+if [[ -z ${OMP_NUM_THREADS:-} || ${OMP_NUM_THREADS} == "${NCPUS:-}" ]]; then
+    export OMP_NUM_THREADS=$T
+fi
 if [[ -n ${DISTLA_CPU:-} ]]; then
-    export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$T} MKL_NUM_THREADS=${MKL_NUM_THREADS:-$T}
+    export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$OMP_NUM_THREADS}
+    export MKL_NUM_THREADS=${MKL_NUM_THREADS:-$OMP_NUM_THREADS}
 else
     export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
     export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
@@ -69,6 +74,7 @@ if "$MPIEXEC" --version 2>&1 | grep -qi "open mpi\|openrte"; then
     # bind each to a set of cores near it.
     EXTRA=(--map-by "ppr:${PPN}:node:PE=${T}" --bind-to core -x OMP_NUM_THREADS
            -x OPENBLAS_NUM_THREADS -x NCCL_NVLS_ENABLE -x PATH -x LD_LIBRARY_PATH)
+    [[ -n ${MKL_NUM_THREADS:-} ]] && EXTRA+=(-x MKL_NUM_THREADS)
     [[ -n ${VIRTUAL_ENV:-} ]] && EXTRA+=(-x VIRTUAL_ENV)
 else
     # MPICH / Cray / Intel MPI (Hydra): ranks per node from the node file.

@@ -357,3 +357,41 @@ def test_short_verbose_flag_prints_the_traceback(capsys):
         err = capsys.readouterr().err
         assert err.rstrip().endswith("distla: error: boom")
         assert ("Traceback" in err) == bool(flags), err
+
+
+# ---- sweep 28: MPMD launches and JSON-lines files --------------------------------------------
+@needs_mpiexec
+def test_ranks_with_different_command_lines_fail_together(tmp_path):
+    """``mpiexec -n 1 distla ... : -n 1 distla ...`` with different options hung (each rank
+    chose other collectives) or silently used rank 0's file: exit 2 on every rank now."""
+    import subprocess
+    import sys
+
+    from test_cli import _env
+    np.save(tmp_path / "A.npy", np.eye(20) * 3)
+    base = [sys.executable, "-m", "distla", "solve", "-A", "A.npy", "-q"]
+    for extra in (["--check", "none"], ["--out", "x.npy"], ["--nb", "4"]):
+        cmd = [MPIEXEC, "-n", "1", *base, *extra, ":", "-n", "1", *base]
+        p = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                           timeout=120)
+        assert_fails(p, EXIT_USAGE, "the ranks got different command lines")
+    assert not (tmp_path / "x.npy").exists()
+
+
+@needs_mpiexec
+def test_json_records_start_on_their_own_line(tmp_path):
+    """A JSON-lines file without its last newline got the record glued to its last line (the
+    file no longer parsed); a pretty-printed JSON file was appended to. Now a record starts
+    on a new line, and a file whose first line is not one JSON object is refused."""
+    import json
+    np.save(tmp_path / "A.npy", np.eye(20) * 3)
+    (tmp_path / "r.jsonl").write_text('{"a": 1}')
+    p = run(["solve", "-A", "A.npy", "-q", "--json", "r.jsonl"], n=2, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = [json.loads(s) for s in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert lines[0] == {"a": 1} and lines[1]["n"] == 20
+    (tmp_path / "pretty.json").write_text(json.dumps({"a": {"b": 1}}, indent=2))
+    before = (tmp_path / "pretty.json").read_bytes()
+    p = run(["solve", "-A", "A.npy", "-q", "--json", "pretty.json"], n=2, cwd=tmp_path)
+    assert_fails(p, EXIT_USAGE, "--json", "is not a JSON-lines file")
+    assert (tmp_path / "pretty.json").read_bytes() == before

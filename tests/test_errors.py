@@ -348,3 +348,14 @@ def test_lu_solve_refuses_storage_factored_again_and_nan_is_named(comm, grids):
         cholesky(DistMatrix.from_global(g, a, block=2), check_finite=False)
     assert "not symmetric" not in str(ei.value)
     comm.Barrier()
+
+
+def test_rcond_of_a_rectangular_lu_factor_is_refused_alike(comm, grids):
+    """LUFactor.rcond on a 7 x 4 factor raised SciPy's f2py error on one rank and lu_solve's
+    message on several (sweep 29)."""
+    from distla.linalg import lu_factor
+    for g in (grids[0], grids[-1]):
+        F = lu_factor(DistMatrix.random(g, (7, 4), 2, seed=1))
+        with pytest.raises(ValueError, match="rcond needs a square factorization"):
+            F.rcond()
+    comm.Barrier()

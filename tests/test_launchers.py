@@ -250,3 +250,44 @@ def test_local_launcher_usage_errors_and_default_mode(tmp_path):
                             "CUDA_VISIBLE_DEVICES": "0,1"},
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "2 rank(s), gpu mode" in p.stderr, p.stderr
+
+
+def test_launcher_thread_counts_gpu_count_and_option_values(tmp_path):
+    """Sweep 28: pbs.sh kept PBS Pro's OMP_NUM_THREADS (the chunk's ncpus: 4x too many
+    threads per rank with 4 ranks) and did not pass MKL_NUM_THREADS to Open MPI's ranks;
+    local.sh counted a trailing comma of CUDA_VISIBLE_DEVICES as a GPU and let Open MPI bind
+    each of 1-2 CPU ranks (and their BLAS threads) to one core; container.sh --image without
+    a value ended with bash's message and exit 1."""
+    nodes = tmp_path / "nodes"
+    nodes.write_text("n1\n" * 4)
+    ompi = 'if [[ $1 == --version ]]; then echo "mpiexec (Open MPI) 4.1.5"; exit 0; fi; ' \
+           'env | grep -E "^(OMP|MKL|OPENBLAS)_NUM_THREADS=" > "$ENV_OUT"; ' \
+           'printf "%s\\n" "$@" > "$ARGS_OUT"'
+    bindir = fake_bin(tmp_path, mpiexec=ompi)
+    for given, want in (("32", "8"), ("", "8"), ("3", "3")):     # NCPUS=32, 4 ranks
+        env = env_with(bindir, MPIEXEC=str(bindir / "mpiexec"), ARGS_OUT=str(tmp_path / "a"),
+                       ENV_OUT=str(tmp_path / "e"), DISTLA_ARGS="distla info", PBS_JOBID="7",
+                       PBS_NODEFILE=str(nodes), NCPUS="32", DISTLA_CPU="1",
+                       OMP_NUM_THREADS=given)
+        p = subprocess.run(["bash", str(ROOT / "launch" / "pbs.sh")], env=env,
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        seen = dict(ln.split("=", 1) for ln in (tmp_path / "e").read_text().split())
+        assert seen["OMP_NUM_THREADS"] == want and seen["MKL_NUM_THREADS"] == want, seen
+        assert "MKL_NUM_THREADS" in (tmp_path / "a").read_text().split()
+    local = str(ROOT / "launch" / "local.sh")
+    smi = 'echo "GPU 0: H100 (UUID: a)"; echo "GPU 1: H100 (UUID: b)"; echo "GPU 2: H100 (UUID: c)"'
+    bindir2 = fake_bin(tmp_path, **{"nvidia-smi": smi})
+    p = subprocess.run(["bash", local, "--dry-run", "distla", "info"],
+                       env=env_with(bindir2, MPIEXEC=str(bindir / "mpiexec"),
+                                    CUDA_VISIBLE_DEVICES="1,2,"),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "2 rank(s), gpu mode" in p.stderr, p.stderr
+    p = subprocess.run(["bash", local, "-n", "2", "--cpu", "--dry-run", "distla", "info"],
+                       env=env_with(bindir, MPIEXEC=str(bindir / "mpiexec")),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "--bind-to none" in p.stdout + p.stderr, p.stdout + p.stderr
+    for opt in ("--image", "--engine", "--shm"):
+        p = subprocess.run(["bash", str(ROOT / "launch" / "container.sh"), opt],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and f"{opt} needs a value" in p.stderr, p.stderr

@@ -512,9 +512,8 @@ def append_jsonl(path, rows) -> None:
     is None). Not collective: the caller's rank writes."""
     if not path:
         return
-    with open(path, "a", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json_line(r) + "\n")
+    from ..filebase import append_json_lines
+    append_json_lines(path, [json_line(r) for r in rows])
 
 
 def record(bench: str, impl: str, *, n: int, seconds: float, nflops: float | None = None,

@@ -112,6 +112,8 @@ class LUFactor:
         float on every rank. ``anorm``: ``||A||_1`` to use instead of the one recorded at
         factorization (:func:`distla.linalg.rcond` passes its A's); the factor is not
         changed by it."""
+        if self.lu.m != self.lu.n:       # (descriptors: every rank raises alike)
+            raise ValueError(f"rcond needs a square factorization, got {self.lu.shape}")
         if anorm is not None and anorm != self.anorm:
             return rcond_estimate(anorm, self.lu, *_inverse_ops(self), inverses=False,
                                   local=lapack_rcond(self.lu, anorm, "lu"))
