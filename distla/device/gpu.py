@@ -295,7 +295,7 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
             return super().getf2_leaf(a, lda, c0, w, ipiv, info)
         if self._leaf is None:
             self._leaf = _panel_cuda.LeafKernel(self.xp)
-        from cupy.cuda.driver import CUDADriverError
+        from cupy_backends.cuda.api.driver import CUDADriverError
         try:
             self._leaf(a, lda, c0, w, ipiv, info)
         except CUDADriverError:    # the cooperative launch refused here (e.g. shared GPU):
