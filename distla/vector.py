@@ -210,13 +210,15 @@ def abs_product(A: DistMatrix, X: DistMatrix, B: DistMatrix):
 
 
 def componentwise_error(A: DistMatrix, X: DistMatrix, B: DistMatrix, R: DistMatrix,
-                        absax=None, sparse_scale: float | None = None) -> float:
+                        absax=None, sparse_scale=None) -> float:
     """Collective: LAPACK's componentwise backward error ``max |R| / (|A| |X| + |B|)`` with
     ``R = B - A X`` given (B's layout), xGERFS's guard for tiny denominators included (as
     :func:`distla.checks.backward_error`, without moving A). ``absax``: ``|A| |X|`` when
     already computed (``residual(..., with_abs=True)``), else one more pass over A.
 
-    ``sparse_scale`` (``||A||_inf ||X||_max``, when given): rows whose denominator is below
+    ``sparse_scale`` (``||A||_inf ||X||_max``, or one such value per column of B, when
+    given; 0 for a column: no relaxation, inf: the column is not judged): rows whose
+    denominator is below
     ``1000 n eps`` of it -- where the exact solution's entries are zero and a solver that
     mixes rows (RBT's butterflies) leaves rounding errors -- are measured against
     ``|A| |X| + |B| + sparse_scale`` instead, as Arioli, Demmel and Duff's backward error for
@@ -228,9 +230,11 @@ def componentwise_error(A: DistMatrix, X: DistMatrix, B: DistMatrix, R: DistMatr
     den = (abs_product(A, X, B) if absax is None else absax) + xp.abs(B.local)
     num = xp.abs(R.local)
     real = np.finfo(A.dtype).dtype
-    if sparse_scale and den.size:
-        tau = 1000 * A.n * float(np.finfo(real).eps) * sparse_scale
-        den = xp.where(den < tau, den + sparse_scale, den)
+    if sparse_scale is not None and np.any(np.asarray(sparse_scale)) and den.size:
+        sc = np.asarray(sparse_scale, dtype=np.float64)     # a float, or one per column of B
+        sc = xp.asarray(sc[B.col_indices()] if sc.ndim else sc)
+        tau = 1000 * A.n * float(np.finfo(real).eps) * sc
+        den = xp.where(den < tau, den + sc, den)
     safe1 = (A.n + 1) * float(np.finfo(real).tiny)
     safe2 = safe1 / float(np.finfo(real).eps)
     loc = 0.0
