@@ -269,6 +269,8 @@ def test_launcher_thread_counts_gpu_count_and_option_values(tmp_path):
                        ENV_OUT=str(tmp_path / "e"), DISTLA_ARGS="distla info", PBS_JOBID="7",
                        PBS_NODEFILE=str(nodes), NCPUS="32", DISTLA_CPU="1",
                        OMP_NUM_THREADS=given)
+        for k in ("MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):   # (a user's value is kept:
+            env.pop(k, None)                                    # the test runner sets 1)
         p = subprocess.run(["bash", str(ROOT / "launch" / "pbs.sh")], env=env,
                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
         assert p.returncode == 0, p.stderr
