@@ -7,24 +7,13 @@ float32 and float64, with the pivots and factors of both compared.
 from __future__ import annotations
 
 import argparse
-import time
 
 import cupy
 import numpy as np
+from probe_timing import timed
 
 from distla.bench import common
 from distla.device import get_backend
-
-
-def best(fn, reps):
-    t = np.inf
-    for _ in range(reps):
-        cupy.cuda.runtime.deviceSynchronize()
-        t0 = time.perf_counter()
-        fn()
-        cupy.cuda.runtime.deviceSynchronize()
-        t = min(t, time.perf_counter() - t0)
-    return t
 
 
 def main():
@@ -49,7 +38,7 @@ def main():
             def lib():
                 work[...] = src
                 be.getrf(work)
-            t = best(lib, a.reps)
+            t = timed(be, lib, a.reps)[0]
             rec = dict(n=m, nb=nb, dtype=np.dtype(dt).name, device="gpu", ranks=1, tflops=None)
             rows.append(common.record("panel_kernel_probe", "cusolver getrf", seconds=t, **rec))
             print(f"{np.dtype(dt).name} {m:6d} x {nb:5d} cuSOLVER getrf {t * 1e3:8.3f} ms",
@@ -61,20 +50,21 @@ def main():
                 p, info = own()
                 same = bool((p == pref).all())
                 err = float(cupy.abs(work - ref).max() / max(1.0, float(cupy.abs(ref).max())))
-                t2 = best(own, a.reps)
+                t2 = timed(be, own, a.reps)[0]
                 rows.append(common.record("panel_kernel_probe", f"recursive leaf {leaf}",
                                           seconds=t2, same_pivots=same, max_diff=err,
                                           info=int(info), **rec))
                 print(f"{np.dtype(dt).name} {m:6d} x {nb:5d} leaf {leaf:3d}      {t2 * 1e3:8.3f} ms"
                       f"  ({t / t2:4.2f}x)  same pivots {same}  max diff {err:.1e}", flush=True)
                 ipiv, info = cupy.zeros(nb, np.int32), cupy.zeros((), np.int32)
-                t3 = best(lambda leaf=leaf: be.getf2_leaf(work, m, 0, leaf, ipiv, info), a.reps)
+                t3 = timed(be, lambda leaf=leaf: be.getf2_leaf(work, m, 0, leaf, ipiv, info),
+                           a.reps)[0]
                 rows.append(common.record("panel_kernel_probe", f"one leaf of {leaf}",
                                           seconds=t3, **rec))
                 print(f"{'':14s} one leaf kernel of {leaf} columns: {t3 * 1e6:8.1f} us "
                       f"({t3 * 1e6 / leaf:5.2f} us per column)", flush=True)
                 be.getf2_leaf = lambda *args: None     # the recursion's trsm and gemm alone
-                t4 = best(own, a.reps)
+                t4 = timed(be, own, a.reps)[0]
                 del be.getf2_leaf
                 rows.append(common.record("panel_kernel_probe", f"recursion without leaves {leaf}",
                                           seconds=t4, **rec))
