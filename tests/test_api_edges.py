@@ -614,3 +614,113 @@ def test_ill_conditioning_warning_does_not_depend_on_the_grid(grids):
             assert any(issubclass(x.category, LinAlgWarning) and "ill-conditioned" in
                        str(x.message) for x in w), [str(x.message) for x in w]
             assert true / 3 <= info.rcond <= 3 * true, (info.rcond, true)
+
+
+# ---- the solve dispatcher's options and info (sweep of solve(); each once ignored or unclear)
+
+def _spd(n, seed=0):
+    r = np.random.default_rng(seed)
+    m = r.standard_normal((n, n))
+    return m @ m.T + n * np.eye(n)
+
+
+@pytest.mark.mpi
+def test_refinement_options_refused_in_one_precision(grids):
+    """max_iter and fallback belong to a mixed-precision solve's refinement: given to a solve
+    in one precision they were accepted and ignored; now a ValueError on every rank."""
+    from distla.linalg import solve
+    a = _spd(9)
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=2)
+        B = DistMatrix.from_global(g, np.ones((9, 1)), block=2)
+        for method in ("gepp", "calu", "genp", "cholesky"):
+            for kw in ({"max_iter": 0}, {"fallback": False}, {"max_iter": 5, "fallback": True}):
+                with pytest.raises(ValueError, match="precision='mixed' only"):
+                    solve(A, B, method=method, **kw)
+            X = solve(A, B, method=method, precision="mixed", max_iter=None, fallback=None)
+            np.testing.assert_allclose(X.to_global(None), np.linalg.solve(a, np.ones((9, 1))),
+                                       rtol=1e-10)
+        X, info = solve(A, B, method="rbt", max_iter=None, return_info=True)   # RBT refines
+        assert info.converged and info.iterations >= 1, info
+
+
+@pytest.mark.mpi
+def test_overwrite_b_is_honoured_with_the_condition_estimate(grids):
+    """overwrite_b=True let the solve work in B's storage only with check_rcond=False; the
+    default (check_rcond=True) copied B anyway. Where the solves are not fused with the
+    estimator's block (more right-hand sides than FUSE_MAX_RHS, or one CPU rank) X is B."""
+    from distla.linalg import solve
+    from distla.linalg.condition import FUSE_MAX_RHS
+    a = _spd(11, 3)
+    k = FUSE_MAX_RHS + 1
+    b = np.random.default_rng(4).standard_normal((11, k))
+    ref = np.linalg.solve(a, b)
+    for g in grids:
+        for method in ("gepp", "cholesky"):
+            A = DistMatrix.from_global(g, a, block=3)
+            B = DistMatrix.from_global(g, b, block=3)
+            X = solve(A, B, method=method, overwrite_b=True)
+            np.testing.assert_allclose(X.to_global(None), ref, rtol=1e-10)
+            assert np.shares_memory(X.local, B.local), method
+            B = DistMatrix.from_global(g, b, block=3)
+            X = solve(A, B, method=method)             # overwrite_b=False: B is kept
+            np.testing.assert_array_equal(B.to_global(None), b)
+            assert not np.shares_memory(X.local, B.local)
+
+
+@pytest.mark.mpi
+def test_tlr_through_solve_checks_flags_and_returns_solveinfo(grids):
+    from distla.linalg import SolveInfo, solve
+    x = np.linspace(0, 1, 24)
+    a = np.exp(-np.abs(x[:, None] - x[None, :]) / 0.3) + 1e-3 * np.eye(24)
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=6)
+        B = DistMatrix.from_global(g, np.ones((24, 1)), block=6)
+        for flag in ("return_info", "check_finite", "check_rcond", "check_symmetric"):
+            with pytest.raises(TypeError, match=f"{flag} must be True or False"):
+                solve(A, B, method="tlr", tol=1e-10, **{flag: "no"})
+        with pytest.raises(ValueError, match="solve: compression must be one of"):
+            solve(A, B, method="tlr", compression="bogus")
+        X, info = solve(A, B, method="tlr", tol=1e-12, return_info=True)
+        assert isinstance(info, SolveInfo)
+        assert (info.method, info.precision, info.factor_dtype) == ("tlr", "double", "float64")
+        assert info.rcond is not None and 0 < info.rcond <= 1
+        assert info.rcond == info.details["rcond"]
+        np.testing.assert_allclose(X.to_global(None), np.linalg.solve(a, np.ones((24, 1))),
+                                   rtol=1e-6)
+        _, info = solve(A, B, method="tlr", tol=1e-12, return_info=True, check_rcond=False)
+        assert info.rcond is None
+
+
+@pytest.mark.mpi
+def test_solve_info_times_agree_on_every_rank(comm, grids):
+    """The info's times were each rank's own; the docs say the info is the same on every
+    rank: each entry is now the slowest rank's."""
+    from distla.linalg import solve
+    a = _spd(10, 5)
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=3)
+        B = DistMatrix.from_global(g, np.ones((10, 2)), block=3)
+        for kw in ({"method": "gepp", "precision": "mixed"},
+                   {"method": "cholesky", "precision": "mixed"}, {"method": "rbt"}):
+            _, info = solve(A, B, return_info=True, **kw)
+            assert info.times and "total" in info.times, kw
+            every = comm.allgather(sorted(info.times.items()))
+            assert all(t == every[0] for t in every), (kw, every)
+
+
+@pytest.mark.mpi
+def test_messages_name_the_function_and_the_cause(grids):
+    from distla import SingularMatrixError
+    from distla.linalg import solve, solve_lu
+    for g in grids:
+        A32 = DistMatrix.from_global(g, np.eye(4, dtype=np.float32) * 2, block=2)
+        B32 = DistMatrix.from_global(g, np.ones((4, 1), np.float32), block=2)
+        with pytest.raises(TypeError, match="solve_lu: precision='mixed' needs a float64"):
+            solve_lu(A32, B32, precision="mixed")
+        a = np.eye(5) * 2
+        a[3, 1] = np.nan
+        A = DistMatrix.from_global(g, a, block=2)
+        B = DistMatrix.from_global(g, np.ones((5, 1)), block=2)
+        with pytest.raises(SingularMatrixError, match="non-finite value .* A holds NaN"):
+            solve(A, B, method="genp", check_finite=False, check_rcond=False)

@@ -178,19 +178,22 @@ def cho_solve(c_and_lower, B: DistMatrix, overwrite_b: bool = False,
 def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
                    overwrite_b: bool = False, lookahead: int = 1, check_finite: bool = True,
                    check_symmetric: bool = True, check_rcond: bool = True,
-                   precision: str = "double", factor_dtype=None, max_iter: int = 30,
-                   fallback: bool = True, return_info: bool = False) -> DistMatrix:
+                   precision: str = "double", factor_dtype=None, max_iter: int | None = None,
+                   fallback: bool | None = None, return_info: bool = False) -> DistMatrix:
     """Collective: solve ``A X = B`` for symmetric positive definite A (pdposv): Cholesky
     factor, then :func:`cho_solve`. Input errors are raised before any work (``check_finite``,
     ``check_symmetric``: see :func:`cholesky`). ``check_rcond``: estimate the condition number
     from the factor and warn with :class:`distla.LinAlgWarning` when rcond < eps.
+    ``overwrite_a``: A's lower triangle may hold the factor L afterwards (not with
+    ``precision='mixed'``, which leaves A unchanged); ``overwrite_b``: X may be B's storage.
 
     ``precision='mixed'`` (float64 or complex128 A): Cholesky of a float32 (complex64) copy
     with updates in
     ``factor_dtype`` ('fp32'; GPU ranks also 'tf32', 'fp16', 'bf16'; default 'fp32' on CPU
     ranks, 'tf32' on GPU ranks), refined to float64,
     with the float64 solve as fallback (dsposv-style; :mod:`distla.linalg.mixed`;
-    ``max_iter``, ``fallback``). ``return_info=True`` returns ``(X, SolveInfo)``."""
+    ``max_iter``, ``fallback``: given without it, ValueError). ``return_info=True`` returns
+    ``(X, SolveInfo)``."""
     with collective(A.grid.comm if isinstance(A, DistMatrix) else None,
                     signature("solve_cholesky", A, B, lookahead=lookahead,
                               precision=precision, factor_dtype=factor_dtype,
@@ -201,7 +204,8 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
         _validate_factor_input(A, lookahead)
         _check_rhs(A, B, "solve_cholesky")
         fd = check_mixed(A, precision, factor_dtype, "solve_cholesky")
-        check_refinement_options(max_iter, fallback, "solve_cholesky")
+        max_iter, fallback = check_refinement_options(max_iter, fallback, "solve_cholesky",
+                                                        refines=fd is not None)
         check_flags("solve_cholesky", overwrite_a=overwrite_a, overwrite_b=overwrite_b,
                     check_finite=check_finite, check_symmetric=check_symmetric,
                     check_rcond=check_rcond, return_info=return_info)
@@ -234,7 +238,8 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
     if not check_rcond:
         X = cho_solve((L, True), B, overwrite_b=overwrite_b, check_finite=False)
     else:
-        X, rc = cho_solve_rcond((L, True), B, anorm, check_finite=False)
+        X, rc = cho_solve_rcond((L, True), B, anorm, check_finite=False,
+                                overwrite_b=overwrite_b)
         warn_if_ill_conditioned(rc, A.dtype, "solve_cholesky")
     if check_finite:        # finite A and B: a non-finite X means the solves overflowed
         check_finite_result(X, "solve_cholesky")
@@ -287,15 +292,18 @@ def _solve_mixed(A, B, fd, lookahead, max_iter, fallback, check_rcond):
     return X, info
 
 
-def cho_solve_rcond(c_and_lower, B: DistMatrix, anorm: float, check_finite: bool = True):
+def cho_solve_rcond(c_and_lower, B: DistMatrix, anorm: float, check_finite: bool = True,
+                    overwrite_b: bool = False):
     """Collective: ``(cho_solve(c_and_lower, B), cho_rcond(c_and_lower, anorm))`` for less
     than the two cost apart: up to 13 right-hand sides, the estimator's first block is solved
-    in the same triangular sweeps as B (:func:`distla.linalg.condition.solve_and_rcond`)."""
+    in the same triangular sweeps as B (:func:`distla.linalg.condition.solve_and_rcond`).
+    ``overwrite_b`` as in :func:`cho_solve`."""
     C = c_and_lower[0] if isinstance(c_and_lower, tuple) else c_and_lower
     if not isinstance(C, DistMatrix):
         raise TypeError(f"cho_solve: the factor must be a DistMatrix, not {type(C).__name__}")
     with collective(C.grid.comm, signature("cho_solve_rcond", C, B,
-                                           check_finite=check_finite)):
+                                           check_finite=check_finite,
+                                           overwrite_b=overwrite_b)):
         _check_rhs(C, B, "cho_solve")
     if check_finite:
         check_finite_(("B", B), what="cho_solve")
@@ -303,7 +311,7 @@ def cho_solve_rcond(c_and_lower, B: DistMatrix, anorm: float, check_finite: bool
     def inv(M):   # A^-1 = A^-H
         return cho_solve(c_and_lower, M, overwrite_b=True, check_finite=False)
     lower = c_and_lower[1] if isinstance(c_and_lower, tuple) else True
-    return solve_and_rcond(B, C, inv, anorm, inv, inv,
+    return solve_and_rcond(B, C, inv, anorm, inv, inv, overwrite_b=overwrite_b,
                            local=lapack_rcond(C, anorm, "cholesky", lower))
 
 

@@ -182,7 +182,7 @@ def _on_one_cpu(template: DistMatrix) -> bool:
 
 
 def solve_and_rcond(B: DistMatrix, template: DistMatrix, solve, anorm: float, apply_inv,
-                    apply_inv_h, inverses: bool = True, local=None):
+                    apply_inv_h, inverses: bool = True, local=None, overwrite_b: bool = False):
     """Collective: ``(X, rcond)`` with ``X = solve(B)`` (``A^-1 B``, in B's layout) and the
     condition estimate, the estimator's first block solved in the same sweeps as B.
 
@@ -193,12 +193,13 @@ def solve_and_rcond(B: DistMatrix, template: DistMatrix, solve, anorm: float, ap
     (``Backend.fuse_few_rhs`` False: GPU ranks), the two run separately. ``template``: the
     factor (its row layout is used for the blocks solved); ``solve(M)`` returns ``A^-1 M`` for a
     DistMatrix M in B's or the template's row layout; ``apply_inv``/``apply_inv_h`` as in
-    :func:`inverse_norm1_estimate` (and ``inverses``)."""
+    :func:`inverse_norm1_estimate` (and ``inverses``). ``overwrite_b``: ``solve`` may work
+    in B's storage (where the sweeps are not fused with the estimator's block)."""
     n, k = B.m, B.n
     if local is not None and _on_one_cpu(template):   # LAPACK's estimator: no solves
-        return solve(B.copy()), local()
+        return solve(B if overwrite_b else B.copy()), local()
     if k > FUSE_MAX_RHS or n == 0 or not template.backend.fuse_few_rhs:
-        X = solve(B.copy())      # solve() may work in its argument's storage: not B's
+        X = solve(B if overwrite_b else B.copy())   # solve() may work in its argument's
         return X, rcond_estimate(anorm, template, apply_inv, apply_inv_h, inverses)
     aug = np.hstack([np.asarray(B.to_global(None)).reshape(n, k),
                      first_block(n, B.dtype, template.backend.rcond_vectors)])

@@ -48,8 +48,8 @@ from ..errors import LinAlgWarning, SingularMatrixError, agree, collective
 from ..matrix import DistMatrix, check_compatible
 from ..pblas import normalize_trans, shares_storage, triangular_solve
 from ..trace import trace
+from ..validate import _first_nonfinite, check_finite_result, check_flags, signature
 from ..validate import check_finite as check_finite_
-from ..validate import check_finite_result, check_flags, signature
 from ._lu_loop import LULoop
 from ._pivoting import ipiv_to_perm, largest_multiplier, permute_rows
 from .condition import (
@@ -256,6 +256,12 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     return out
 
 
+#: why GENP's factors can hold NaN where the elimination needed no pivoting
+_NONFINITE_CAUSE = ("A holds NaN or Inf (check_finite=False skipped the check that names "
+                    "A's entry), or the elimination overflowed (a tiny pivot: the matrix needs "
+                    "pivoting; use method 'gepp', 'calu' or 'rbt')")
+
+
 def _check_growth(F, threshold: float) -> None:
     """Collective: raise SingularMatrixError on every rank if GENP's element growth
     ``max |U| / max |A|`` exceeds ``1 / threshold``: its multipliers can all be moderate
@@ -265,7 +271,10 @@ def _check_growth(F, threshold: float) -> None:
         return
     g = F.growth_factor()
     err = None
-    if not g <= 1.0 / threshold:
+    if np.isnan(g):
+        err = SingularMatrixError(-1, f"the LU factorization without pivoting has NaN in its "
+                                  f"factors: {_NONFINITE_CAUSE}")
+    elif not g <= 1.0 / threshold:
         err = SingularMatrixError(
             -1, f"element growth {g:.2g} in the LU factorization without pivoting "
             f"(max |U| / max |A| > 1 / pivot_threshold = {1.0 / threshold:.2g}): the "
@@ -296,7 +305,15 @@ def _check_pivots(F, kmax: int, threshold: float) -> None:
     growth = largest_multiplier(F, kmax)
     bad = np.flatnonzero(~(growth <= 1.0 / threshold))
     err = None
-    if bad.size:
+    hit = None
+    if bad.size:        # (NaN and overflow count as infinite multipliers: name them)
+        hit = F.grid.comm.allgather(_first_nonfinite(F))
+        hit = next((h for h in hit if h is not None), None)
+    if hit is not None:
+        err = SingularMatrixError(int(bad[0]), f"the LU factorization without pivoting has a "
+                                  f"non-finite value ({hit[2].real if hit[2].imag == 0 else hit[2]}"
+                                  f") at ({hit[0]}, {hit[1]}): {_NONFINITE_CAUSE}")
+    elif bad.size:
         j = int(bad[0])
         err = SingularMatrixError(
             j, f"tiny pivot at column {j} (0-based) of the LU factorization without pivoting: "
@@ -378,14 +395,16 @@ def lu_solve(F: LUFactor, B: DistMatrix, trans=False, overwrite_b: bool = False,
     return X
 
 
-def lu_solve_rcond(F: LUFactor, B: DistMatrix, check_finite: bool = True):
+def lu_solve_rcond(F: LUFactor, B: DistMatrix, check_finite: bool = True,
+                   overwrite_b: bool = False):
     """Collective: ``(lu_solve(F, B), F.rcond())`` for less than the two cost apart: up to
     13 right-hand sides, the estimator's first block (3 columns) is solved in the same
     triangular sweeps as B, so the estimate adds two solves instead of three
-    (:func:`distla.linalg.condition.solve_and_rcond`). The estimate is cached in F."""
+    (:func:`distla.linalg.condition.solve_and_rcond`). The estimate is cached in F.
+    ``overwrite_b`` as in :func:`lu_solve`."""
     with collective(B.grid.comm if isinstance(B, DistMatrix) else None,
                     signature("lu_solve_rcond", getattr(F, "lu", F), B,
-                              check_finite=check_finite)):
+                              check_finite=check_finite, overwrite_b=overwrite_b)):
         _check_rhs(F, B)
         if F.anorm is None:
             raise ValueError("this LUFactor has no ||A||_1; use distla.linalg.rcond(A, F)")
@@ -393,7 +412,8 @@ def lu_solve_rcond(F: LUFactor, B: DistMatrix, check_finite: bool = True):
         check_finite_(("B", B), what="lu_solve")
     X, rc = solve_and_rcond(      # (no inverted diagonal blocks: docs/condition.md)
         B, F.lu, lambda M: lu_solve(F, M, overwrite_b=True, check_finite=False), F.anorm,
-        *_inverse_ops(F), inverses=False, local=lapack_rcond(F.lu, F.anorm, "lu"))
+        *_inverse_ops(F), inverses=False, local=lapack_rcond(F.lu, F.anorm, "lu"),
+        overwrite_b=overwrite_b)
     F._rcond = rc
     return X, rc
 
@@ -401,22 +421,28 @@ def lu_solve_rcond(F: LUFactor, B: DistMatrix, check_finite: bool = True):
 def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=False,
              overwrite_a: bool = False, overwrite_b: bool = False, check_finite: bool = True,
              check_rcond: bool = True, precision: str = "double", factor_dtype=None,
-             max_iter: int = 30, fallback: bool = True, return_info: bool = False,
-             **kw) -> DistMatrix:
+             max_iter: int | None = None, fallback: bool | None = None,
+             return_info: bool = False, **kw) -> DistMatrix:
     """Collective: solve ``A X = B`` by :func:`lu_factor` + :func:`lu_solve` (A square).
-    Extra keywords (``tree``, ``lookahead``) go to :func:`lu_factor`. ``check_finite``: NaN/Inf
-    in A or B raise ValueError first. ``check_rcond``: estimate the condition number from the
-    factors (a few O(n^2) solves) and warn with :class:`distla.LinAlgWarning` when
-    rcond < eps, like ``scipy.linalg.solve``.
+    Extra keywords (``tree``, ``lookahead``) go to :func:`lu_factor`. ``overwrite_a``: A may
+    hold the packed LU factors afterwards (as :func:`lu_factor`'s; not with
+    ``precision='mixed'``, which leaves A unchanged); ``overwrite_b``: X may be B's storage.
+    ``check_finite``: NaN/Inf in A or B raise ValueError first. ``check_rcond``: estimate the
+    condition number from the factors (a few O(n^2) solves) and warn with
+    :class:`distla.LinAlgWarning` when rcond < eps, like ``scipy.linalg.solve``.
 
     ``precision='mixed'`` (float64/complex128 A, ``trans=False``): LU of a float32 copy with
     updates in ``factor_dtype`` ('fp32'; GPU ranks also 'tf32', 'fp16', 'bf16'; default 'fp32'
     on CPU ranks, 'tf32' on GPU ranks), refined to A's precision, with the float64 solve as fallback
-    (:mod:`distla.linalg.mixed`; ``max_iter``, ``fallback``). ``return_info=True`` returns
-    ``(X, SolveInfo)``."""
+    (:mod:`distla.linalg.mixed`; ``max_iter``, ``fallback``: given without it, ValueError).
+    ``return_info=True`` returns ``(X, SolveInfo)``."""
     with collective(A.grid.comm if isinstance(A, DistMatrix) else None,
                     signature("solve_lu", A, B, pivoting=pivoting, trans=trans,
-                              precision=precision, factor_dtype=factor_dtype, **kw)):
+                              precision=precision, factor_dtype=factor_dtype,
+                              overwrite_a=overwrite_a, overwrite_b=overwrite_b,
+                              check_finite=check_finite, check_rcond=check_rcond,
+                              max_iter=max_iter, fallback=fallback, return_info=return_info,
+                              **kw)):
         _check_matrix(A)
         if A.m != A.n:
             raise ValueError(f"solve_lu needs a square matrix, got {A.shape}")
@@ -426,7 +452,8 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
             raise ValueError(f"B has {B.m} rows, A is {A.n} x {A.n}")
         check_compatible(A, B, "solve_lu")     # the same classes as every other solver
         fd = check_mixed(A, precision, factor_dtype, "solve_lu")
-        check_refinement_options(max_iter, fallback, "solve_lu")
+        max_iter, fallback = check_refinement_options(max_iter, fallback, "solve_lu",
+                                                        refines=fd is not None)
         check_flags("solve_lu", overwrite_a=overwrite_a, overwrite_b=overwrite_b,
                     check_finite=check_finite, check_rcond=check_rcond,
                     return_info=return_info)
@@ -452,7 +479,7 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
     F = lu_factor(A, pivoting=pivoting, overwrite_a=overwrite_a, check_finite=check_finite,
                   **kw)
     if check_rcond and t == "N":   # the estimate's first solve rides along
-        X, _ = lu_solve_rcond(F, B, check_finite=False)
+        X, _ = lu_solve_rcond(F, B, check_finite=False, overwrite_b=overwrite_b)
     else:
         X = lu_solve(F, B, trans=trans, overwrite_b=overwrite_b, check_finite=False)
     if check_rcond:       # (the growth: one read of U, kept for the growth warning)

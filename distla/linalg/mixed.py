@@ -73,12 +73,15 @@ class SolveInfo:
     full-precision solve); ``gmres_iterations``: Krylov iterations of each GMRES-IR
     correction; ``history``: the scaled residual at each check (<= 1: converged).
     ``fallback``: a mixed solve ended in the full-precision one; ``reason``: why.
-    ``times``: host seconds of 'factor' (low precision), 'refine', 'fallback' and 'total';
+    ``times``: host seconds of 'factor' (low precision), 'refine', 'fallback' and 'total'
+    (each the slowest rank's);
     ``anorm``: ``||A||_inf`` (both for mixed solves only: a full-precision solve leaves
     ``times`` empty and ``anorm`` NaN). ``replicated``: the refinement solved with whole
     copies of the factors on every rank (``times['replicate']``: making them). ``rcond``:
     the reciprocal condition estimate of a full-precision solve with ``check_rcond`` (None
-    otherwise; a mixed solve's is its certificate's, or the fallback's).
+    otherwise; a mixed solve's is its certificate's, or the fallback's). ``details``: what
+    the family reports beyond these (``method='tlr'``: the TLR factor's ``info`` dict:
+    ranks, memory, times).
     """
 
     method: str
@@ -95,6 +98,16 @@ class SolveInfo:
     anorm: float = float("nan")
     replicated: bool = False
     rcond: float | None = None
+    details: dict = field(default_factory=dict)
+
+
+def slowest_times(grid, times: dict) -> dict:
+    """Collective over ``grid``: ``times`` with each entry the largest over the ranks (host
+    seconds differ per rank; the info a solve returns is the same on every rank)."""
+    if grid.size == 1:
+        return dict(times)
+    every = grid.comm.allgather(times)
+    return {k: max(float(t.get(k, 0.0)) for t in every) for t in every for k in t}
 
 
 def low_dtype(dtype) -> np.dtype:
@@ -117,7 +130,10 @@ def check_mixed(A: DistMatrix, precision: str, factor_dtype, what: str,
         if factor_dtype is not None:
             raise ValueError(f"{what}: factor_dtype={factor_dtype!r} needs precision='mixed'")
         return None
-    low_dtype(A.dtype)
+    try:
+        low_dtype(A.dtype)
+    except TypeError as e:
+        raise TypeError(f"{what}: {e}") from None
     fd = factor_dtype if factor_dtype is not None else default or A.backend.DEFAULT_LOWP
     if fd not in FACTOR_DTYPES:
         raise ValueError(f"{what}: factor_dtype must be one of {', '.join(FACTOR_DTYPES)}, "
@@ -128,15 +144,31 @@ def check_mixed(A: DistMatrix, precision: str, factor_dtype, what: str,
     return fd
 
 
-def check_refinement_options(max_iter, fallback, what: str) -> None:
-    """ValueError/TypeError for a ``max_iter`` that is not a non-negative int or a
-    ``fallback`` that is not a bool (local; every rank raises alike)."""
+def check_refinement_options(max_iter, fallback, what: str, refines: bool = True):
+    """``(max_iter, fallback)`` with their defaults (30, True) for None; ValueError/TypeError
+    for a ``max_iter`` that is not a non-negative int or a ``fallback`` that is not a bool,
+    and, when the solve does not refine (``refines`` False: one precision), for either given
+    at all: it would have no effect (local; every rank raises alike)."""
     import numbers
+    if not refines:
+        given = [k for k, v in (("max_iter", max_iter), ("fallback", fallback)) if v is not None]
+        if given:
+            raise ValueError(f"{what}: {given[0]}= applies with precision='mixed' only (the "
+                             f"refinement of a mixed-precision solve); a solve in one "
+                             f"precision does not refine")
+        return None, None
+    max_iter = DEFAULT_MAX_ITER if max_iter is None else max_iter
+    fallback = True if fallback is None else fallback
     if not isinstance(max_iter, numbers.Integral) or isinstance(max_iter, (bool, np.bool_)) \
             or max_iter < 0:
         raise ValueError(f"{what}: max_iter must be a non-negative int, not {max_iter!r}")
     if not isinstance(fallback, (bool, np.bool_)):
         raise TypeError(f"{what}: fallback must be a bool, not {fallback!r}")
+    return int(max_iter), bool(fallback)
+
+
+#: refinement steps of a mixed-precision solve unless ``max_iter`` says otherwise
+DEFAULT_MAX_ITER = 30
 
 
 def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str, factor,
@@ -159,6 +191,7 @@ def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str,
     info.anorm = A.norm("inf")
     if A.n == 0:                        # nothing to factor or refine (as scipy: an empty X)
         info.times["total"] = time.perf_counter() - t0
+        info.times = slowest_times(A.grid, info.times)
         return B.copy(), info
     F, why = _factor_low(A, factor, factor_dtype, info)
     if F is not None:
@@ -167,6 +200,7 @@ def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str,
         if ref.converged:
             info.rcond = None if ref.rcond is None else float(ref.rcond)
             info.times["total"] = time.perf_counter() - t0
+            info.times = slowest_times(A.grid, info.times)
             return ref.x, info
         why = ref.reason
         del ref, solves
@@ -183,6 +217,7 @@ def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str,
     info.fallback, info.precision = True, "double"
     info.factor_dtype = info.compute = str(A.dtype)
     info.times["total"] = time.perf_counter() - t0
+    info.times = slowest_times(A.grid, info.times)
     return X, info
 
 

@@ -66,7 +66,7 @@ from ._butterfly import (
 )
 from .condition import refined_rcond, warn_if_ill_conditioned, warn_if_subnormal_scale
 from .lu import REFINED_PIVOT_THRESHOLD, LUFactor, lu_factor, lu_solve, warn_if_large_growth
-from .mixed import check_mixed, check_refinement_options, low_dtype
+from .mixed import check_mixed, check_refinement_options, low_dtype, slowest_times
 from .refine import Refinement, refine
 
 __all__ = ["rbt_solve", "rbt_transform", "RBTInfo", "RBTFallbackWarning", "Butterfly"]
@@ -95,8 +95,9 @@ class RBTInfo:
     LAPACK's componentwise ``max |B - A X| / (|A||X| + |B|)`` (:func:`distla.checks.
     backward_error`); ``residual``, ScaLAPACK's SRESID ``max_j ||A x_j - b_j||_inf /
     (||A||_inf ||x_j||_inf eps n)``; ``normwise_backward_error`` = residual * eps * n.
-    ``times``: seconds per phase ('transform' = padding, U^T A V, U^T r and V d; 'factor';
-    'refine' = solves and residuals; 'fallback'; 'total'; 'backward_error', not in the total).
+    ``times``: seconds per phase, the slowest rank's ('transform' = padding, U^T A V, U^T r
+    and V d; 'factor'; 'refine' = solves and residuals; 'fallback'; 'total';
+    'backward_error', not in the total).
     ``history``: the scaled residual ``max|r| / (max|x| ||A||_inf eps sqrt(n))`` at each
     check (<= 1 means converged). ``gmres_iterations``: for a float32 factorization
     (``precision='mixed'``), the GMRES iterations of each correction (GMRES-IR).
@@ -313,9 +314,10 @@ def _validate(A, B, depth, max_iter, refine, fallback, return_info, check_rcond=
     if A.dtype.kind not in "fc":
         raise TypeError(f"rbt_solve: unsupported dtype {A.dtype}")
     _check_depth(depth, A.n)
-    check_refinement_options(max_iter, fallback, "rbt_solve")
+    opts = check_refinement_options(max_iter, fallback, "rbt_solve")
     check_flags("rbt_solve", refine=refine, return_info=return_info, check_rcond=check_rcond,
                 overwrite_a=overwrite_a)
+    return opts
 
 
 
@@ -366,8 +368,8 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
             fallback=fallback, precision=precision, return_info=return_info,
             check_finite=check_finite, factor_dtype=factor_dtype, check_rcond=check_rcond,
             overwrite_a=overwrite_a)):
-        _validate(A, B, depth, max_iter, refine, fallback, return_info, check_rcond,
-                  overwrite_a)
+        max_iter, fallback = _validate(A, B, depth, max_iter, refine, fallback, return_info,
+                                       check_rcond, overwrite_a)
         compute = check_mixed(A, precision, factor_dtype, "rbt_solve", default="fp32")
         if seed is not None:
             _resolve_seed(seed, None)
@@ -397,6 +399,8 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     info.times["total"] = time.perf_counter() - t_start
     if return_info and A.n and B.n:
         _backward_errors(A, X, B, info)
+    if return_info:     # (each the slowest rank's: the info is the same on every rank)
+        info.times = slowest_times(A.grid, info.times)
     if not X.same_layout(B0):
         X = X.redistribute(block=B0.block, src=B0.src)
     return (X, info) if return_info else X

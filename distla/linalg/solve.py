@@ -5,8 +5,16 @@ tlr, with aliases).
 
 Extra keywords go to the family's driver (e.g. ``lookahead``, ``tree``, ``depth``, ``seed``,
 ``tol``, ``max_rank``, ``compression`` (:func:`distla.tlr.solve`'s ``method``: the
-method picks the solver here); ``precision='mixed'``, ``factor_dtype``, ``return_info`` for every
-family but TLR: docs/mixed.md). Collective over A's grid.
+method picks the solver here); ``precision='mixed'``, ``factor_dtype``, ``max_iter``,
+``fallback`` for every family but TLR: docs/mixed.md). ``return_info=True`` returns
+``(X, SolveInfo)`` for every method. Collective over A's grid.
+
+What ``overwrite_a=True`` leaves in A: the LU methods (gepp, calu, genp) their packed factors
+(as :func:`distla.lu_factor`), 'cholesky' its factor L in the lower triangle (as
+:func:`distla.cholesky`), a solve in mixed precision and 'rbt' an unchanged A (they factor a
+copy in another precision, or a transformed one); 'tlr' takes ``overwrite`` instead (its TLR
+storage; a dense A is never changed). ``overwrite_b=True`` lets the solve work in B's storage
+where it can (X may or may not be B).
 """
 from __future__ import annotations
 
@@ -17,6 +25,7 @@ from ..validate import signature
 from .cholesky import check_triangle, cho_rcond, solve_cholesky
 from .lu import LUFactor, lu_factor, solve_lu
 from .methods import LU_PIVOTING, METHODS, method_name
+from .mixed import SolveInfo
 
 __all__ = ["solve", "rcond", "METHODS"]
 
@@ -58,7 +67,9 @@ def solve(A, B, method: str = "gepp", **kw):
     general matrix).
 
     ``return_info=True`` returns ``(X, info)``: a :class:`distla.linalg.mixed.SolveInfo`
-    (``RBTInfo`` for ``method='rbt'``).
+    (``RBTInfo`` for ``method='rbt'``; for 'tlr' its ``details`` hold the TLR factor's
+    ``info`` dict). ``max_iter`` and ``fallback`` are refused without ``precision='mixed'``
+    (but for 'rbt', which always refines).
     """
     with collective(getattr(getattr(A, "grid", None), "comm", None),
                     signature("solve", A, B, method=method, **kw)):
@@ -74,6 +85,12 @@ def solve(A, B, method: str = "gepp", **kw):
             raise ValueError(f"solve: compression= is an option of method='tlr', not "
                              f"{m!r}")
         _check_options(m, kw)
+        if m == "tlr" and "compression" in kw:
+            from ..tlr.batched import METHODS as compressions
+            if kw["compression"] not in compressions:
+                raise ValueError(f"solve: compression must be one of "
+                                 f"{', '.join(compressions)} (method='tlr'), not "
+                                 f"{kw['compression']!r}")
         if m == "tlr" and kw.get("precision", "double") != "double":
             raise ValueError("solve: method='tlr' has no mixed precision (its accuracy is "
                              "tol=...); precision='mixed' is for cholesky, gepp, calu, "
@@ -90,7 +107,13 @@ def solve(A, B, method: str = "gepp", **kw):
         from .rbt import rbt_solve
         return rbt_solve(A, B, **kw)
     from ..tlr import solve as tlr_solve
-    return tlr_solve(A, B, **kw)
+    if not kw.get("return_info", False):
+        return tlr_solve(A, B, **kw)
+    X, details = tlr_solve(A, B, **kw)
+    dt = str(A.dtype)
+    rc = details.get("rcond") if kw.get("check_rcond", True) else None
+    return X, SolveInfo(method="tlr", precision="double", factor_dtype=dt, compute=dt,
+                        rcond=None if rc is None else float(rc), details=dict(details))
 
 
 def rcond(A, factor=None) -> float:

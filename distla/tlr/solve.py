@@ -14,6 +14,7 @@ from ..linalg.condition import norm1_estimate as _norm1_estimate
 from ..linalg.condition import warn_if_ill_conditioned
 from ..matrix import DistMatrix
 from ..validate import check_finite as _check_finite
+from ..validate import check_flags
 from ..validate import check_symmetric as _check_symmetric
 from .build import compress
 from .cholesky import cholesky
@@ -73,6 +74,10 @@ def solve(A, B, *, tol=1e-8, max_rank=None, method="svd", overwrite=False,
     compression's accuracy (``tol``; eps without one): the forward error can then reach 1.
     ``return_info``: return ``(X, info)``, the factor's ``info`` dict (times, memory, and
     ``rcond`` when estimated)."""
+    with collective(getattr(getattr(A, "grid", None), "comm", None)):
+        check_flags("tlr.solve", overwrite=overwrite, check_rcond=check_rcond,
+                    check_finite=check_finite, check_symmetric=check_symmetric,
+                    return_info=return_info)
     anorm, scale = None, 0
     if isinstance(A, DistMatrix):
         with collective(A.grid.comm):
