@@ -520,19 +520,14 @@ def _plu_check(a, lu, piv, tol):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["grid", "flags"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("m,n,leaf", [(1000, 96, 32), (5003, 200, 32), (300, 300, 16),
-                                      (33, 33, 8), (40000, 40, 64), (257, 64, 64),
-                                      (70001, 24, 32)])
-def test_recursive_panel_kernel_matches_cusolver(dtype, m, n, leaf, kernel, monkeypatch):
-    """getrf_recursive with either cooperative leaf kernel: cuSOLVER's pivots and factors on
+                                      (33, 33, 8), (40000, 40, 64), (257, 64, 64)])
+def test_recursive_panel_kernel_matches_cusolver(dtype, m, n, leaf):
+    """getrf_recursive with the cooperative leaf kernel: cuSOLVER's pivots and factors on
     random panels (any height, blocks that do not divide it, leaves of 8-64 columns, a view
-    with a larger leading dimension, several rows per thread); P A = L U with |L| <= 1 where
-    rows tie (small integers); the first zero pivot in info, as cuSOLVER; a NaN neither hangs
-    nor vanishes."""
-    from distla.device import _panel_cuda
-    monkeypatch.setattr(_panel_cuda, "KERNEL", kernel)
+    with a larger leading dimension); P A = L U with |L| <= 1 where rows tie (small
+    integers); the first zero pivot in info, as cuSOLVER; a NaN neither hangs nor vanishes."""
     be = get_backend("gpu")
     xp = be.xp
     tol = _tol(dtype)
@@ -576,9 +571,7 @@ def test_recursive_panel_lu_on_gpu_grids(comm, monkeypatch):
     monkeypatch.setitem(_local.LOCAL_UP_TO, ("gpu", "getrf"), 0)
     n, nb = 150, 32
     a = np.random.default_rng(3).standard_normal((n, n))
-    from distla.device import _panel_cuda
-    for grid, kernel in ((g, k) for g in _grids(comm) for k in ("grid", "flags")):
-        monkeypatch.setattr(_panel_cuda, "KERNEL", kernel)
+    for grid in _grids(comm):
         A = DistMatrix.from_global(grid, a, block=nb, device="gpu", src=(0, grid.npcol - 1))
         F0 = lu_factor(A)
         monkeypatch.setitem(_lu_loop.PANEL_LEAF, "gpu", 16)

@@ -1,10 +1,8 @@
 """The LU panel on one GPU: cuSOLVER's getrf of an ``m x nb`` panel against the recursive
-panel with distla's cooperative leaf kernels (``Backend.getrf_recursive``, docs/perf.md;
-``--kernels``: ``_panel_cuda.KERNEL`` values), float32 and float64, with the pivots and factors
-compared.
+panel with distla's cooperative leaf kernel (``Backend.getrf_recursive``, docs/perf.md),
+float32 and float64, with the pivots and factors of both compared.
 
-    python3 benchmarks/gpu/panel_kernel_probe.py [--shapes 32768x1024 ...] [--leaf 32]
-        [--kernels grid flags] [--json OUT]
+    python3 benchmarks/gpu/panel_kernel_probe.py [--shapes 32768x1024 ...] [--leaf 32] [--json OUT]
 """
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ import numpy as np
 from probe_timing import timed
 
 from distla.bench import common
-from distla.device import _panel_cuda, get_backend
+from distla.device import get_backend
 
 
 def main():
@@ -24,9 +22,6 @@ def main():
                     default=["32768x1024", "16384x1024", "8192x1024", "4096x512", "32768x256"])
     ap.add_argument("--leaf", type=int, nargs="+", default=[64, 32])
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--kernels", nargs="+", default=[_panel_cuda.KERNEL])
-    ap.add_argument("--no-parts", dest="parts", action="store_false",
-                    help="skip the one-leaf and recursion-alone timings")
     ap.add_argument("--json")
     a = ap.parse_args()
     be = get_backend("gpu")
@@ -48,44 +43,34 @@ def main():
             rows.append(common.record("panel_kernel_probe", "cusolver getrf", seconds=t, **rec))
             print(f"{np.dtype(dt).name} {m:6d} x {nb:5d} cuSOLVER getrf {t * 1e3:8.3f} ms",
                   flush=True)
-            for kernel, leaf in ((k, w) for k in a.kernels for w in a.leaf):
-                _panel_cuda.KERNEL = kernel
-                rows += _own_panel(a, be, kernel, leaf, src, work, ref, pref, t, rec)
+            for leaf in a.leaf:
+                def own(leaf=leaf):
+                    work[...] = src
+                    return be.getrf_recursive(work, leaf)
+                p, info = own()
+                same = bool((p == pref).all())
+                err = float(cupy.abs(work - ref).max() / max(1.0, float(cupy.abs(ref).max())))
+                t2 = timed(be, own, a.reps)[0]
+                rows.append(common.record("panel_kernel_probe", f"recursive leaf {leaf}",
+                                          seconds=t2, same_pivots=same, max_diff=err,
+                                          info=int(info), **rec))
+                print(f"{np.dtype(dt).name} {m:6d} x {nb:5d} leaf {leaf:3d}      {t2 * 1e3:8.3f} ms"
+                      f"  ({t / t2:4.2f}x)  same pivots {same}  max diff {err:.1e}", flush=True)
+                ipiv, info = cupy.zeros(nb, np.int32), cupy.zeros((), np.int32)
+                t3 = timed(be, lambda leaf=leaf: be.getf2_leaf(work, m, 0, leaf, ipiv, info),
+                           a.reps)[0]
+                rows.append(common.record("panel_kernel_probe", f"one leaf of {leaf}",
+                                          seconds=t3, **rec))
+                print(f"{'':14s} one leaf kernel of {leaf} columns: {t3 * 1e6:8.1f} us "
+                      f"({t3 * 1e6 / leaf:5.2f} us per column)", flush=True)
+                be.getf2_leaf = lambda *args: None     # the recursion's trsm and gemm alone
+                t4 = timed(be, own, a.reps)[0]
+                del be.getf2_leaf
+                rows.append(common.record("panel_kernel_probe", f"recursion without leaves {leaf}",
+                                          seconds=t4, **rec))
+                print(f"{'':14s} trsm + gemm of the recursion alone: {t4 * 1e3:8.3f} ms",
+                      flush=True)
     common.append_jsonl(a.json, rows)
-
-
-def _own_panel(a, be, kernel, leaf, src, work, ref, pref, t, rec) -> list:
-    """The recursive panel with ``kernel``'s leaves of ``leaf`` columns: its time (t: the
-    library's), pivots and factors against cuSOLVER's; with ``a.parts`` one leaf alone and the
-    recursion without leaves."""
-    m, nb = src.shape
-    name, rows = f"{kernel} leaf {leaf}", []
-
-    def own():
-        work[...] = src
-        return be.getrf_recursive(work, leaf)
-    p, info = own()
-    same = bool((p == pref).all())
-    err = float(cupy.abs(work - ref).max() / max(1.0, float(cupy.abs(ref).max())))
-    t2 = timed(be, own, a.reps)[0]
-    rows.append(common.record("panel_kernel_probe", f"recursive {name}", seconds=t2,
-                              same_pivots=same, max_diff=err, info=int(info), **rec))
-    print(f"{rec['dtype']} {m:6d} x {nb:5d} {name:15s} {t2 * 1e3:8.3f} ms  ({t / t2:4.2f}x)  "
-          f"same pivots {same}  max diff {err:.1e}", flush=True)
-    if not a.parts:
-        return rows
-    ipiv, info = cupy.zeros(nb, np.int32), cupy.zeros((), np.int32)
-    t3 = timed(be, lambda: be.getf2_leaf(work, m, 0, leaf, ipiv, info), a.reps)[0]
-    rows.append(common.record("panel_kernel_probe", f"one {name}", seconds=t3, **rec))
-    print(f"{'':14s} one leaf kernel of {leaf} columns: {t3 * 1e6:8.1f} us "
-          f"({t3 * 1e6 / leaf:5.2f} us per column)", flush=True)
-    be.getf2_leaf = lambda *args: None     # the recursion's trsm and gemm alone
-    t4 = timed(be, own, a.reps)[0]
-    del be.getf2_leaf
-    rows.append(common.record("panel_kernel_probe", f"recursion without leaves {leaf}",
-                              seconds=t4, **rec))
-    print(f"{'':14s} trsm + gemm of the recursion alone: {t4 * 1e3:8.3f} ms", flush=True)
-    return rows
 
 
 if __name__ == "__main__":

@@ -172,226 +172,6 @@ extern "C" __global__ void distla_getf2_leaf(%(T)s *a, long long lda, int m, int
 """
 
 
-# ---- the flag-polling leaf (register-resident rows, no grid barrier) -----------------------
-# Each thread holds R rows of the leaf in registers (v[k][c], c < W, all indices fixed at
-# compile time: the column loop is unrolled). Per column: the block's candidate (warp
-# shuffles, one block barrier), published by the one thread that owns it (its row's W entries,
-# value, row) followed by a release store of the block's flag (a sequence number); every block
-# polls the G flags with acquire loads instead of a grid barrier, picks the pivot, reads the
-# pivot row from its publisher (second block barrier), and updates its rows in registers.
-_SRC_FLAGS = r"""
-#define W %(w)d
-#define R %(r)d
-#define NT %(nt)d
-#define BIG 2147483647
-typedef %(T)s T;
-
-__device__ __forceinline__ T absval(T x) { return x < T(0) ? -x : x; }
-__device__ __forceinline__ void argmax_step(T &v, int &i, T v2, int i2) {
-  if (v2 > v || (v2 == v && i2 < i)) { v = v2; i = i2; }
-}
-__device__ __forceinline__ void warp_argmax(T &v, int &i) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    argmax_step(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
-}
-__device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %%0, [%%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release(unsigned *p, unsigned v) {
-  asm volatile("st.release.gpu.global.u32 [%%0], %%1;" :: "l"(p), "r"(v) : "memory");
-}
-
-extern "C" __global__ void __launch_bounds__(NT)
-distla_getf2_leaf_flags(T *a, long long lda, int m, int ncols, int c0, int w, int *ipiv,
-                        int *info, T *cval, int *cidx, T *crow, T *drow, unsigned *flags,
-                        unsigned epoch) {
-  __shared__ T sv[2][NT / 32], gsv[2][NT / 32];
-  __shared__ int si[2][NT / 32], gsi[2][NT / 32];
-  __shared__ T prow[W];
-  __shared__ int piv_s[W];
-  __shared__ int pos[2 * W], orig[2 * W];
-  __shared__ int ntouch;
-  const int G = gridDim.x, b = blockIdx.x, t = threadIdx.x, lane = t & 31, wp = t >> 5;
-  const int chunk = (m + G - 1) / G;
-  const int rb = b * chunk, re = min(m, rb + chunk);
-  const T sfmin = %(sfmin)s;
-  T v[R][W];
-#pragma unroll
-  for (int k = 0; k < R; ++k) {
-    const int row = rb + t + k * NT;
-#pragma unroll
-    for (int c = 0; c < W; ++c)
-      v[k][c] = (row < re && c < w) ? a[row + (long long)(c0 + c) * lda] : T(0);
-  }
-#pragma unroll
-  for (int j = 0; j < W; ++j) {
-    if (j >= w) break;
-    const int jr = c0 + j, par = j & 1;
-    const unsigned seq = epoch + (unsigned)j;
-    // the diagonal row as it is now (the pivot's owner takes it in the exchange)
-#pragma unroll
-    for (int k = 0; k < R; ++k)
-      if (rb + t + k * NT == jr && jr < re) {
-#pragma unroll
-        for (int c = 0; c < W; ++c) drow[par * W + c] = v[k][c];
-        __threadfence();
-      }
-    T bv = T(-1);
-    int bi = BIG;
-#pragma unroll
-    for (int k = 0; k < R; ++k) {
-      const int row = rb + t + k * NT;
-      if (row >= jr && row < re) {
-        const T x = absval(v[k][j]);
-        if (x > bv) { bv = x; bi = row; }
-      }
-    }
-    warp_argmax(bv, bi);
-    if (lane == 0) { sv[par][wp] = bv; si[par][wp] = bi; }
-    __syncthreads();
-    bv = sv[par][0]; bi = si[par][0];
-#pragma unroll
-    for (int q = 1; q < NT / 32; ++q) argmax_step(bv, bi, sv[par][q], si[par][q]);
-    // publish: the candidate's owner (thread 0 when the block has none)
-    bool writer = bi == BIG && t == 0;
-#pragma unroll
-    for (int k = 0; k < R; ++k)
-      if (bi != BIG && rb + t + k * NT == bi) {
-        writer = true;
-#pragma unroll
-        for (int c = 0; c < W; ++c) crow[(par * G + b) * W + c] = v[k][c];
-      }
-    if (writer) {
-      cval[par * G + b] = bv;
-      cidx[par * G + b] = bi;
-      __threadfence();
-      st_release(flags + b, seq);
-    }
-    // every block: the pivot among the G candidates
-    T gv = T(-1);
-    int gi = BIG;
-    for (int q = t; q < G; q += NT) {
-      while ((int)(ld_acquire(flags + q) - seq) < 0) { }
-      const int i = __ldcg(cidx + par * G + q);
-      const T x = __ldcg(cval + par * G + q);
-      if (i != BIG) argmax_step(gv, gi, x, i);
-    }
-    warp_argmax(gv, gi);
-    if (lane == 0) { gsv[par][wp] = gv; gsi[par][wp] = gi; }
-    __syncthreads();
-    gv = gsv[par][0]; gi = gsi[par][0];
-#pragma unroll
-    for (int q = 1; q < NT / 32; ++q) argmax_step(gv, gi, gsv[par][q], gsi[par][q]);
-    const int p = gi == BIG ? jr : gi;
-    const T *src = gi == BIG ? drow + par * W : crow + (par * G + p / chunk) * W;
-    if (t < W) prow[t] = __ldcg(src + t);
-    if (t == 0) piv_s[j] = p;
-    // the pivot row's owner takes the diagonal row's entries (its own were published)
-#pragma unroll
-    for (int k = 0; k < R; ++k)
-      if (p != jr && rb + t + k * NT == p) {
-#pragma unroll
-        for (int c = 0; c < W; ++c) v[k][c] = __ldcg(drow + par * W + c);
-      }
-    __syncthreads();
-    const T piv = prow[j];
-    if (b == 0 && t == 0) {
-      ipiv[jr] = p;
-      if (piv == T(0) && *info == 0) *info = jr + 1;
-    }
-    const bool recip = absval(piv) >= sfmin;
-    const T rinv = T(1) / piv;
-#pragma unroll
-    for (int k = 0; k < R; ++k) {
-      const int row = rb + t + k * NT;
-      if (row == jr && p != jr) {
-#pragma unroll
-        for (int c = 0; c < W; ++c) v[k][c] = prow[c];
-      }
-      if (row > jr && row < re) {
-        T l = v[k][j];
-        if (piv != T(0)) { l = recip ? l * rinv : l / piv; v[k][j] = l; }
-#pragma unroll
-        for (int c = j + 1; c < W; ++c) v[k][c] -= l * prow[c];
-      }
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < R; ++k) {
-    const int row = rb + t + k * NT;
-    if (row < re) {
-#pragma unroll
-      for (int c = 0; c < W; ++c)
-        if (c < w) a[row + (long long)(c0 + c) * lda] = v[k][c];
-    }
-  }
-  // the leaf's interchanges on the other columns (as the grid-barrier kernel's)
-  __syncthreads();
-  if (t == 0) {
-    int n = 0;
-    for (int j = 0; j < w; ++j) {
-      const int r1 = c0 + j, r2 = piv_s[j];
-      int k1 = -1, k2 = -1;
-      for (int k = 0; k < n; ++k) { if (pos[k] == r1) k1 = k; if (pos[k] == r2) k2 = k; }
-      if (k1 < 0) { pos[n] = r1; orig[n] = r1; k1 = n++; }
-      if (k2 < 0) { pos[n] = r2; orig[n] = r2; k2 = n++; }
-      const int tmp = orig[k1]; orig[k1] = orig[k2]; orig[k2] = tmp;
-    }
-    ntouch = n;
-  }
-  __syncthreads();
-  const int nother = ncols - w, per = (nother + G - 1) / G;
-  const int cb = b * per, ce = min(nother, cb + per), nt2 = ntouch;
-  const int cstep = nt2 > 0 ? NT / nt2 : 1;
-  for (int c1 = cb; c1 < ce && nt2 > 0; c1 += cstep) {
-    const int c = c1 + t / nt2, k = t %% nt2;
-    const bool mine = t < cstep * nt2 && c < ce;
-    const long long o = (long long)(c < c0 ? c : c + w) * lda;
-    const T val = mine ? a[orig[k] + o] : T(0);
-    __syncthreads();
-    if (mine && orig[k] != pos[k]) a[pos[k] + o] = val;
-    __syncthreads();
-  }
-}
-"""
-
-#: which leaf kernel LeafKernel launches: 'flags' (register rows, flag polling) or 'grid'
-#: (shared-memory rows, a grid barrier per column)
-KERNEL = "grid"
-FLAGS_THREADS = 256
-#: entries of its rows a thread holds in registers, at most (more spill to local memory)
-FLAGS_MAX_ENTRIES = 64
-
-
-@functools.lru_cache(maxsize=None)
-def _kernel_flags(char: str, w: int, r: int):  # pragma: no cover - needs a GPU
-    import cupy
-    T, sfmin = {"d": ("double", "2.2250738585072014e-308"), "f": ("float", "1.17549435e-38f")}[char]
-    return cupy.RawKernel(_SRC_FLAGS % {"w": w, "r": r, "nt": FLAGS_THREADS, "T": T,
-                                        "sfmin": sfmin},
-                          "distla_getf2_leaf_flags", options=("-std=c++17",),
-                          enable_cooperative_groups=True)
-
-
-def _flags_rows(m: int) -> int:  # pragma: no cover - needs a GPU
-    """Rows per thread of the flag kernel for an m-row panel (blocks as :func:`blocks`)."""
-    chunk = -(-m // blocks(m))
-    return -(-chunk // FLAGS_THREADS)
-
-
-def widest_flags_leaf(m: int, itemsize: int) -> int:  # pragma: no cover - needs a GPU
-    """The widest leaf (8..LEAF_MAX, a power of two) whose rows fit the flag kernel's
-    registers for an m-row panel; 0 when not even 8 columns fit."""
-    room = FLAGS_MAX_ENTRIES // _flags_rows(m)     # (float32 rows spill beyond it as well)
-    w = LEAF_MAX
-    while w >= 8 and w > room:
-        w //= 2
-    return w if w >= 8 else 0
-
-
 @functools.lru_cache(maxsize=None)
 def _kernel(char: str):  # pragma: no cover - needs a GPU
     import cupy
@@ -423,10 +203,7 @@ def smem_limit() -> int:  # pragma: no cover - needs a GPU
 
 def widest_leaf(m: int, itemsize: int) -> int:  # pragma: no cover - needs a GPU
     """The widest leaf (a power of two, at most LEAF_MAX) whose rows fit a block's shared
-    memory (the flag kernel: its threads' registers) for an m-row panel; 0 when not even 8
-    columns fit."""
-    if KERNEL == "flags":
-        return widest_flags_leaf(m, itemsize)
+    memory for an m-row panel; 0 when not even 8 columns fit."""
     chunk = -(-m // blocks(m))
     w = LEAF_MAX
     while w >= 8 and chunk * w * itemsize > smem_limit():
@@ -443,23 +220,6 @@ class LeafKernel:  # pragma: no cover - needs a GPU
     def __init__(self, cp):
         self.cp = cp
         self._ws = {}
-        self._flags_buf = None      # the flag kernel's per-block sequence numbers
-        self._epoch = 1
-
-    def _flags(self, a, lda, c0, w, ipiv, info, G, dt, ws):
-        cp = self.cp
-        m, ncols = a.shape
-        if self._flags_buf is None:
-            self._flags_buf = cp.zeros(_multiprocessors(), np.uint32)
-        W = 8
-        while W < w:
-            W *= 2
-        k = _kernel_flags(dt.char, W, _flags_rows(m))
-        epoch = self._epoch
-        self._epoch = (self._epoch + LEAF_MAX) & 0xFFFFFFFF   # (compared modulo 2^32)
-        k((G,), (FLAGS_THREADS,), (a, np.int64(lda), np.int32(m), np.int32(ncols),
-                                   np.int32(c0), np.int32(w), ipiv, info) + ws +
-          (self._flags_buf, np.uint32(epoch)))
 
     def __call__(self, a, lda: int, c0: int, w: int, ipiv, info) -> None:
         cp = self.cp
@@ -472,8 +232,6 @@ class LeafKernel:  # pragma: no cover - needs a GPU
             ws = (cp.empty(2 * gm, dt), cp.empty(2 * gm, np.int32),
                   cp.empty(2 * gm * LEAF_MAX, dt), cp.empty(2 * LEAF_MAX, dt))
             self._ws[dt.char] = ws
-        if KERNEL == "flags":
-            return self._flags(a, lda, c0, w, ipiv, info, G, dt, ws)
         k = _kernel(dt.char)
         smem = -(-m // G) * w * dt.itemsize
         if k.max_dynamic_shared_size_bytes < smem:
