@@ -3,6 +3,7 @@ hung (found by adversarial sweeps): each now computes the right thing or raises 
 clear error on every rank."""
 
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -724,3 +725,34 @@ def test_messages_name_the_function_and_the_cause(grids):
         B = DistMatrix.from_global(g, np.ones((5, 1)), block=2)
         with pytest.raises(SingularMatrixError, match="non-finite value .* A holds NaN"):
             solve(A, B, method="genp", check_finite=False, check_rcond=False)
+
+
+@pytest.mark.mpi
+def test_growth_warnings_name_nan_and_unreliable_estimates(grids):
+    """Inf in A with check_finite=False: the growth warning said 'max |U| / max |A| = nan >
+    6.7e+07'; it now says the factors hold NaN. Wilkinson's matrix in float32 (growth 2^59):
+    the condition estimate from such factors depends on the blocking (2e-9 on some grids for a
+    matrix of condition 60); the ill-conditioning warning then says it may reflect the
+    growth."""
+    from distla import LinAlgWarning
+    from distla.linalg import solve
+    n = 60
+    w = (np.tril(-np.ones((n, n)), -1) + np.eye(n))
+    w[:, -1] = 1
+    for g in grids:
+        a = np.eye(6) * 3 + 0.5
+        a[2, 4] = np.inf
+        A = DistMatrix.from_global(g, a, block=2)
+        B = DistMatrix.from_global(g, np.ones((6, 1)), block=2)
+        with pytest.warns(LinAlgWarning, match="the LU factors hold NaN: A holds NaN or Inf"):
+            solve(A, B, check_finite=False, check_rcond=False)
+        A = DistMatrix.from_global(g, w.astype(np.float32), block=13)
+        B = DistMatrix.from_global(g, np.ones((n, 1), np.float32), block=13)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            solve(A, B)
+        texts = [str(x.message) for x in got if issubclass(x.category, LinAlgWarning)]
+        assert any("large element growth" in t for t in texts), texts
+        for t in texts:
+            if "ill-conditioned matrix (rcond=" in t:
+                assert "may reflect that growth rather than A" in t, t

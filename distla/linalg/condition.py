@@ -336,8 +336,13 @@ def warn_if_ill_conditioned(rc: float, dtype, what: str = "solve",
                           f"correct digits; use a smaller tol", LinAlgWarning, stacklevel=3)
         return
     if not rc >= eps:
+        # (an estimate from factors of large growth is only as good as their solves: it
+        # may reflect the growth rather than A, and then differs between grids)
+        note = "" if growth is None or not growth > 1 / np.sqrt(eps) else \
+            (f"; the estimate comes from factors with element growth {growth:.3g} and may "
+             f"reflect that growth rather than A")
         warnings.warn(f"{what}: ill-conditioned matrix (rcond={rc:.3g}): the result may not "
-                      f"be accurate", LinAlgWarning, stacklevel=3)
+                      f"be accurate{note}", LinAlgWarning, stacklevel=3)
 
 
 def subnormal_floor(dtype) -> float:

@@ -258,8 +258,9 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
 
 #: why GENP's factors can hold NaN where the elimination needed no pivoting
 _NONFINITE_CAUSE = ("A holds NaN or Inf (check_finite=False skipped the check that names "
-                    "A's entry), or the elimination overflowed (a tiny pivot: the matrix needs "
-                    "pivoting; use method 'gepp', 'calu' or 'rbt')")
+                    "A's entry), or the elimination overflowed")
+#: what GENP adds: its overflow comes from a tiny pivot
+_GENP_OVERFLOW = " (a tiny pivot: the matrix needs pivoting; use method 'gepp', 'calu' or 'rbt')"
 
 
 def _check_growth(F, threshold: float) -> None:
@@ -273,7 +274,7 @@ def _check_growth(F, threshold: float) -> None:
     err = None
     if np.isnan(g):
         err = SingularMatrixError(-1, f"the LU factorization without pivoting has NaN in its "
-                                  f"factors: {_NONFINITE_CAUSE}")
+                                  f"factors: {_NONFINITE_CAUSE}{_GENP_OVERFLOW}")
     elif not g <= 1.0 / threshold:
         err = SingularMatrixError(
             -1, f"element growth {g:.2g} in the LU factorization without pivoting "
@@ -292,7 +293,10 @@ def warn_if_large_growth(F, what: str) -> None:
         return
     g = F.growth_factor()
     limit = 1.0 / np.sqrt(np.finfo(F.lu.dtype).eps)
-    if not g <= limit:
+    if np.isnan(g):
+        warnings.warn(f"{what}: the LU factors hold NaN: {_NONFINITE_CAUSE}; the result is "
+                      f"not a solution", LinAlgWarning, stacklevel=3)
+    elif not g <= limit:
         warnings.warn(f"{what}: large element growth in the LU factorization (max |U| / "
                       f"max |A| = {g:.3g} > {limit:.2g}): the result may not be accurate; "
                       f"method='rbt' or a refined solve may do better", LinAlgWarning,
@@ -312,7 +316,7 @@ def _check_pivots(F, kmax: int, threshold: float) -> None:
     if hit is not None:
         err = SingularMatrixError(int(bad[0]), f"the LU factorization without pivoting has a "
                                   f"non-finite value ({hit[2].real if hit[2].imag == 0 else hit[2]}"
-                                  f") at ({hit[0]}, {hit[1]}): {_NONFINITE_CAUSE}")
+                                  f") at ({hit[0]}, {hit[1]}): {_NONFINITE_CAUSE}{_GENP_OVERFLOW}")
     elif bad.size:
         j = int(bad[0])
         err = SingularMatrixError(
