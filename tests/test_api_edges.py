@@ -756,3 +756,50 @@ def test_growth_warnings_name_nan_and_unreliable_estimates(grids):
         for t in texts:
             if "ill-conditioned matrix (rcond=" in t:
                 assert "may reflect that growth rather than A" in t, t
+
+
+@pytest.mark.mpi
+def test_solve_cholesky_condition_uses_the_triangle_it_reads(grids):
+    """With check_symmetric=False the strict upper triangle may hold anything: the condition
+    estimate used ||A||_inf of the whole storage (1e20 there: 'rcond=1e-23', a false warning;
+    NaN: rcond 0; zeros: 1.4x too high). It is now the Hermitian matrix's of the lower one."""
+    import scipy.linalg as sla
+
+    from distla.linalg import solve_cholesky
+    from distla.linalg.cholesky import hermitian_norm_inf
+    r = np.random.default_rng(8)
+    for cplx in (False, True):
+        m = r.standard_normal((13, 13)) + (1j * r.standard_normal((13, 13)) if cplx else 0)
+        h = m @ m.conj().T + 13 * np.eye(13)
+        ref = sla.lapack.zpocon if cplx else sla.lapack.dpocon
+        c = sla.cholesky(h, lower=True)
+        rc_ref = ref(c, np.abs(h).sum(axis=1).max(), uplo="L")[0]
+        for g in grids:
+            for upper in (1e20, np.nan, 0.0):
+                a = np.tril(h) + np.triu(np.full_like(h, upper), 1)
+                A = DistMatrix.from_global(g, a, block=4, src=(0, g.npcol - 1))
+                assert hermitian_norm_inf(A) == pytest.approx(np.abs(h).sum(axis=1).max())
+                B = DistMatrix.from_global(g, h @ np.ones((13, 1)), block=4,
+                                           src=(0, g.npcol - 1))
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")       # no (false) LinAlgWarning
+                    X, info = solve_cholesky(A, B, check_symmetric=False, check_finite=False,
+                                             return_info=True)
+                np.testing.assert_allclose(X.to_global(None), 1, rtol=1e-12)
+                assert rc_ref / 3 <= info.rcond <= 3 * rc_ref, (upper, info.rcond, rc_ref)
+
+
+@pytest.mark.mpi
+def test_cho_solve_lower_flag_differing_between_ranks_is_one_error(comm, grids):
+    from distla.linalg import cholesky, cho_solve, logdet
+    a = np.eye(6) * 4 + 1
+    for g in grids:
+        L = cholesky(DistMatrix.from_global(g, a, block=2))
+        B = DistMatrix.from_global(g, np.ones((6, 1)), block=2)
+        if comm.size > 1:
+            with pytest.raises(ValueError) as e:    # one error, the same on every rank
+                cho_solve((L, comm.rank == 0), B)
+            assert len(set(comm.allgather(str(e.value)))) == 1
+        with pytest.raises(ValueError, match="lower factor"):
+            cho_solve((L, False), B)
+        assert logdet(L) == pytest.approx(np.linalg.slogdet(a)[1])   # collectives in step

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import NotPositiveDefiniteError, collective
 from ..matrix import DistMatrix, check_compatible
-from ..pblas import diagonal_max_abs, norm, shares_storage, triangular_solve
+from ..pblas import diagonal_max_abs, shares_storage, triangular_solve
 from ..validate import check_finite as check_finite_
 from ..validate import check_finite_result, check_flags, check_symmetric, signature
 from ._potrf_loop import PotrfLoop
@@ -87,8 +87,10 @@ def cholesky(A: DistMatrix, lower: bool = True, overwrite_a: bool = False,
     ``check_finite``: NaN/Inf in A raise ValueError first (naming one entry).
     ``check_symmetric``: a matrix that is not symmetric (Hermitian) within ``sqrt(eps)``
     relative to (a lower bound of) ``||A||_F`` raises ValueError (a cheap probe,
-    :func:`distla.validate.check_symmetric`; with ``check_finite`` one pass over A does
-    both); turn it off when only one triangle holds the matrix on purpose.
+    :func:`distla.validate.check_symmetric`, with a few fixed random vectors: it catches
+    random and structural asymmetry, not one constructed to be orthogonal to its vectors;
+    with ``check_finite`` one pass over A does both); turn it off when only one triangle
+    holds the matrix on purpose (the lower one is read).
 
     Raises :class:`~distla.errors.NotPositiveDefiniteError` on every rank, with ``.index`` the
     0-based global column of the first non-positive leading minor.
@@ -158,12 +160,12 @@ def cho_solve(c_and_lower, B: DistMatrix, overwrite_b: bool = False,
         C, lower = c_and_lower, True
     if not isinstance(C, DistMatrix):
         raise TypeError(f"cho_solve: the factor must be a DistMatrix, not {type(C).__name__}")
-    if not isinstance(lower, (bool, np.bool_)):
-        raise TypeError(f"cho_solve: the factor's 'lower' flag must be True or False, not "
-                        f"{lower!r}")
-    check_triangle(C, lower, "cho_solve")
     with collective(C.grid.comm, signature("cho_solve", C, B, lower=lower,
                                            overwrite_b=overwrite_b, check_finite=check_finite)):
+        if not isinstance(lower, (bool, np.bool_)):
+            raise TypeError(f"cho_solve: the factor's 'lower' flag must be True or False, "
+                            f"not {lower!r}")
+        check_triangle(C, lower, "cho_solve")
         _check_rhs(C, B, "cho_solve")
     if check_finite:
         check_finite_(("B", B), what="cho_solve")
@@ -224,14 +226,13 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
             check_finite_result(X, "solve_cholesky")
         return (X, info) if return_info else X
     # Hermitian A: ||A||_1 = ||A||_inf, a by-product of the symmetry probe when it ran
-    if check_rcond and anorm is None:
-        anorm = norm(A, np.inf)
+    if check_rcond and anorm is None:      # (the triangle the factorization reads: the
+        anorm = hermitian_norm_inf(A)      # other may hold anything without the probe)
     if overwrite_a and shares_storage(B, A):   # factoring in place would overwrite B
         B, overwrite_b = B.copy(), True
-    if anorm is None:       # Hermitian positive definite: max|a_ij| = max_i a_ii
+    # Hermitian positive definite: max|a_ij| = max_i a_ii (>= ||A||_inf / n: skipped above)
+    if anorm is None or anorm < subnormal_floor(A.dtype) * A.n:
         warn_if_subnormal_scale(diagonal_max_abs(A), A.dtype, "solve_cholesky")
-    elif anorm < subnormal_floor(A.dtype) * A.n:                        # max|a| >= ||A||_inf/n
-        warn_if_subnormal_scale(A.norm("max"), A.dtype, "solve_cholesky")
     L = cholesky(A, lower=True, overwrite_a=overwrite_a, lookahead=lookahead,
                  check_finite=False, check_symmetric=False)
     rc = None
@@ -249,6 +250,37 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
 #: solve_cholesky's mixed path copies A into the Hermitian matrix of its lower triangle when
 #: the symmetry probe's relative asymmetry exceeds this many n eps (rounding level below)
 _ROUNDING_ASYMMETRY = 100.0
+
+
+def hermitian_norm_inf(A: DistMatrix) -> float:
+    """Collective: ``||H||_inf`` (= ``||H||_1``) of the Hermitian matrix H whose lower triangle
+    is A's (LAPACK's xLANHE('I', 'L'): only the lower triangle and the diagonal's real part
+    are read; the strict upper triangle may hold anything, NaN included). Column slabs of the
+    local matrix; two n-vector sums over the grid."""
+    from mpi4py import MPI
+    xp = A.xp
+    rows_h, cols_h = A.row_indices(), A.col_indices()
+    rsum, csum = np.zeros(A.n), np.zeros(A.n)
+    a = A.local
+    if a.size:
+        rows = xp.asarray(rows_h)[:, None]
+        w = max(1, A.backend.ABS_SLAB // max(1, a.shape[0]))
+        r_loc = xp.zeros(a.shape[0], np.float64)
+        c_loc = xp.zeros(a.shape[1], np.float64)
+        for c0 in range(0, a.shape[1], w):
+            cols = xp.asarray(cols_h[c0:c0 + w])[None, :]
+            blk = a[:, c0:c0 + w]
+            mag = xp.abs(blk.real if blk.dtype.kind == "c" else blk)
+            if blk.dtype.kind == "c":      # off the diagonal |a|; on it |Re a|
+                mag = xp.where(rows == cols, mag, xp.abs(blk))
+            low = xp.where(rows >= cols, mag, 0).astype(np.float64)
+            r_loc += low.sum(axis=1)
+            c_loc[c0:c0 + w] = xp.where(rows > cols, low, 0).sum(axis=0)
+        rsum[rows_h] = np.asarray(A.backend.to_host(r_loc))
+        csum[cols_h] = np.asarray(A.backend.to_host(c_loc))
+    both = np.concatenate([rsum, csum])
+    A.grid.comm.Allreduce(MPI.IN_PLACE, both, op=MPI.SUM)
+    return float((both[:A.n] + both[A.n:]).max()) if A.n else 0.0
 
 
 def _hermitian_from_lower(A: DistMatrix) -> DistMatrix:
