@@ -401,6 +401,26 @@ def _use_mpi(h5py) -> bool:
     return bool(h5py.get_config().mpi) and os.environ.get("DISTLA_H5_MPI", "1") != "0"
 
 
+def _keep_forever(obj) -> None:
+    """One more reference to ``obj`` that nothing releases, not even the interpreter's
+    shutdown (which freed the h5py objects of a failed write, and HDF5 crashed)."""
+    import ctypes
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+def _write_or_error(f, dset: str, S, c0: int, ndim: int, slab_bytes: int, failed):
+    """:func:`_write_local` into the open file ``f``; returns None, or ``failed(e)`` for the
+    error it raised. After a failed write HDF5 can neither close the file nor free the
+    write's objects (closing crashed the process; freeing raised in h5py's deallocators), so
+    the error's traceback, which holds them, is kept (:func:`_keep_forever`), as ``f``."""
+    try:
+        _write_local(f[dset], S, c0, ndim, slab_bytes)
+    except Exception as e:  # noqa: BLE001 - the caller agrees on it
+        _keep_forever(e)
+        return failed(e)
+    return None
+
+
 def _write_local(ds, S, c0: int, ndim: int, slab_bytes: int) -> None:
     """Write this rank's part of the slab S (its columns start at global column ``c0``)."""
     from h5py import h5s
@@ -555,9 +575,9 @@ def write_slabs(path, grid, shape, dtype, slabs, *, slab_bytes: int = 1 << 27) -
             if mpi:
                 try:
                     with h5py.File(tmp, "r+", driver="mpio", comm=comm) as f:
-                        _write_local(f[dset], S, c0, ndim, slab_bytes)
+                        err = _write_or_error(f, dset, S, c0, ndim, slab_bytes, failed)
                 except Exception as e:  # noqa: BLE001 - agreed on below
-                    err = failed(e)
+                    err = err or failed(e)
                 if not comm.allreduce(err is None, op=_land()):   # all stop together
                     break
                 continue
@@ -566,10 +586,14 @@ def write_slabs(path, grid, shape, dtype, slabs, *, slab_bytes: int = 1 << 27) -
             for r in range(size):
                 if r == rank:
                     try:
-                        with h5py.File(tmp, "r+") as f:
-                            _write_local(f[dset], S, c0, ndim, slab_bytes)
+                        f = h5py.File(tmp, "r+")
+                        err = _write_or_error(f, dset, S, c0, ndim, slab_bytes, failed)
+                        if err is None:
+                            f.close()
+                        else:       # HDF5 cannot close a file whose write failed: closing
+                            _keep_forever(f)         # it crashed the process; left open
                     except Exception as e:  # noqa: BLE001 - agreed on below
-                        err = failed(e)
+                        err = err or failed(e)
                 if comm.bcast(err is not None if r == rank else None, root=r):
                     break
             if not comm.allreduce(err is None, op=_land()):

@@ -102,6 +102,9 @@ def _inspect_npy(path: str) -> MatrixInfo:
     try:
         with open(path, "rb") as f:
             version = fmt.read_magic(f)
+            if version not in ((1, 0), (2, 0), (3, 0)):     # (what np.load reads)
+                raise ValueError(f"format version {version[0]}.{version[1]}; NumPy writes "
+                                 f"1.0, 2.0 and 3.0 only")
             if version == (1, 0):
                 shape, fortran, dtype = fmt.read_array_header_1_0(f)
             else:
@@ -251,9 +254,10 @@ def _check_narrowing(A, info) -> None:
         return
     bad = bool(A.xp.isinf(A.local).any()) if A.local.size else False
     if A.grid.comm.allreduce(bad, op=MPI.LOR):
-        raise ValueError(f"{info.path}: holds values that are infinite as {A.dtype} (beyond "
-                         f"its largest value {np.finfo(A.dtype).max:.3g}, or infinite in the "
-                         f"file); read it as {fdt.name}")
+        raise ValueError(f"{info.path}: holds values that are infinite as {A.dtype}: beyond "
+                         f"its largest value {np.finfo(A.dtype).max:.3g} (read the file as "
+                         f"{fdt.name} then), or infinite in the file itself (which no solver "
+                         f"accepts)")
 
 
 # ---------------------------------------------------------------------------------------
@@ -965,6 +969,17 @@ def check_writable(path, comm=None) -> None:
     check() if comm is None else on_root(comm, check)
 
 
+def _check_file_name(path: str, what: str) -> None:
+    """MatrixFileError for a target that cannot name a .npy file: empty, ending with a
+    separator (a directory), or an HDF5 ``file.h5:/dataset`` (or ``file.h5:``). Local."""
+    if not path or path.endswith(tuple(s for s in (os.sep, os.altsep) if s)):
+        raise MatrixFileError(f"{what}: {path!r} is not a file name (empty, or a directory)")
+    low = path.lower()
+    if h5io.is_h5(path) or ".h5:" in low or ".hdf5:" in low:
+        raise MatrixFileError(f"{what}: {path} is an HDF5 target; write it with write_matrix "
+                              f"or distla.h5io.write")
+
+
 def write_npy(path, A, *, vector: bool = False) -> None:
     """Collective: write the DistMatrix ``A`` to the ``.npy`` file ``path`` without gathering
     it: MPI-IO, each rank writing whole columns a slab at a time (:func:`_write_npy_mpiio`),
@@ -973,6 +988,8 @@ def write_npy(path, A, *, vector: bool = False) -> None:
     ``vector=True`` writes an n x 1 matrix as a 1-D array."""
     comm = A.grid.comm
     path = os.fspath(path)
+    with collective(comm):
+        _check_file_name(path, "write_npy")
     shape = (A.m,) if vector and A.n == 1 else A.shape
     on_root(comm, lambda: _check_writable(path))
     if _mpiio_ok(A.dtype, A.shape):

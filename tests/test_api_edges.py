@@ -791,7 +791,7 @@ def test_solve_cholesky_condition_uses_the_triangle_it_reads(grids):
 
 @pytest.mark.mpi
 def test_cho_solve_lower_flag_differing_between_ranks_is_one_error(comm, grids):
-    from distla.linalg import cholesky, cho_solve, logdet
+    from distla.linalg import cho_solve, cholesky, logdet
     a = np.eye(6) * 4 + 1
     for g in grids:
         L = cholesky(DistMatrix.from_global(g, a, block=2))

@@ -1020,3 +1020,39 @@ def test_pipes_and_devices_are_refused_without_opening_them(tmp_path):
     if os.path.exists("/dev/null"):
         with pytest.raises(io.MatrixFileError, match="is a character device"):
             io.inspect("/dev/null")
+
+
+@pytest.mark.mpi
+def test_npy_versions_numpy_refuses_are_refused(comm, mpi_tmp_path):
+    """Format versions other than 1.0, 2.0 and 3.0 were read (np.load refuses them)."""
+    from distla import ProcessGrid
+    from distla.filebase import MatrixFileError
+    a = np.arange(6.0).reshape(2, 3)
+    good = mpi_tmp_path / "v2.npy"
+    if comm.rank == 0:
+        with open(good, "wb") as f:
+            np.lib.format.write_array(f, a, version=(2, 0))
+        raw = (mpi_tmp_path / "v2.npy").read_bytes()
+        for v in ((0, 0), (9, 0), (1, 1)):
+            (mpi_tmp_path / f"v{v[0]}{v[1]}.npy").write_bytes(raw[:6] + bytes(v) + raw[8:])
+    comm.Barrier()
+    g = ProcessGrid(comm=comm)
+    np.testing.assert_array_equal(io.read_matrix(good, g, 1).to_global(None), a)
+    for v in ("00", "90", "11"):
+        with pytest.raises(MatrixFileError, match="format version"):
+            io.read_matrix(mpi_tmp_path / f"v{v}.npy", g, 1)
+
+
+@pytest.mark.mpi
+def test_write_npy_refuses_names_that_are_no_npy_file(comm, mpi_tmp_path):
+    """A directory-like, empty or HDF5 target was written in full to a temporary, then failed
+    at the rename naming the temporary (or wrote a .npy literally named 'y.h5:')."""
+    from distla import DistMatrix, ProcessGrid
+    from distla.filebase import MatrixFileError
+    A = DistMatrix.from_global(ProcessGrid(comm=comm), np.ones((3, 2)), block=1)
+    for bad in (f"{mpi_tmp_path}/new.npy/", "", f"{mpi_tmp_path}/y.h5:/A",
+                f"{mpi_tmp_path}/y.h5:"):
+        with pytest.raises(MatrixFileError, match="not a file name|HDF5 target"):
+            io.write_npy(bad, A)
+    comm.Barrier()
+    assert sorted(p.name for p in mpi_tmp_path.iterdir()) == []
