@@ -6,7 +6,11 @@ in-place cuSOLVER call beat distla's step loop at every size measured, n = 4096 
 1.9x at 4096, 1.04x at 32768; getrf 1.7x to 1.03x;
 benchmarks/results/2026-11-24-h200-crossover.jsonl, made by benchmarks/crossover.py). Beyond
 the measured sizes the loop is kept: its lookahead hides the tall panels that the library
-factors serially, and the library's margin shrank as n grew. The table below is that crossover;
+factors serially, and the library's margin shrank as n grew. With the recursive panels of
+distla's own leaf kernel (docs/perf.md) the loop was still slower at n = 24576 on one H200
+(0.363 / 0.364 s against 0.346 / 0.347 s) and even at 32768 (0.682 / 0.715 s against 0.708 /
+0.707 s; benchmarks/results/2026-11-28-h200-lu-crossover-check.jsonl), so the crossover stays.
+The table below is that crossover;
 ``LOCAL_UP_TO[...] = 0`` forces the loop (tests do, to exercise it on one rank).
 """
 from __future__ import annotations
