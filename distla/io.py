@@ -36,7 +36,7 @@ import os
 import numpy as np
 
 from . import h5io
-from .errors import agree, collective, on_root
+from .errors import agree, collective, on_root, signature
 from .filebase import (  # noqa: F401 - re-exported: distla.io is their public home
     MatrixFileError,
     MatrixInfo,
@@ -183,6 +183,15 @@ def read_matrix(path, grid, block=(64, 64), *, device="cpu", dtype=None, src=(0,
     raises ValueError on every rank.
     """
     comm = grid.comm
+    # every rank the same file and layout (ranks naming different files read rank 0's)
+    with collective(comm, signature("read_matrix", path=os.fspath(path), block=block,
+                                    device=device, dtype=dtype, src=src,
+                                    chunk_rows=chunk_rows)):
+        if chunk_rows is not None and (isinstance(chunk_rows, bool) or
+                                       not isinstance(chunk_rows, (int, np.integer)) or
+                                       chunk_rows < 1):
+            raise ValueError(f"read_matrix: chunk_rows must be a positive int or None, not "
+                             f"{chunk_rows!r}")
     if info is None:
         info = on_root(comm, lambda: inspect(path))
     dt = _result_dtype(info.dtype, dtype)
@@ -988,7 +997,7 @@ def write_npy(path, A, *, vector: bool = False) -> None:
     ``vector=True`` writes an n x 1 matrix as a 1-D array."""
     comm = A.grid.comm
     path = os.fspath(path)
-    with collective(comm):
+    with collective(comm, signature("write_npy", A, path=path, vector=vector)):
         _check_file_name(path, "write_npy")
     shape = (A.m,) if vector and A.n == 1 else A.shape
     on_root(comm, lambda: _check_writable(path))
@@ -1030,6 +1039,8 @@ def write_matrix(path, A, *, vector: bool = False, root: int = 0) -> None:
     ``vector=True`` writes an n x 1 matrix as a 1-D array (npy, h5)."""
     comm = A.grid.comm
     path = os.fspath(path)
+    with collective(comm, signature("write_matrix", A, path=path, vector=vector, root=root)):
+        pass            # (ranks naming different files wrote rank 0's)
     low = path.lower()
     if h5io.is_h5(path):
         h5io.write(path, A, vector=vector)

@@ -1056,3 +1056,27 @@ def test_write_npy_refuses_names_that_are_no_npy_file(comm, mpi_tmp_path):
             io.write_npy(bad, A)
     comm.Barrier()
     assert sorted(p.name for p in mpi_tmp_path.iterdir()) == []
+
+
+@pytest.mark.mpi
+def test_ranks_naming_different_files_or_bad_chunks_fail_together(comm, mpi_tmp_path):
+    """Ranks passing different paths read or wrote rank 0's file silently; chunk_rows=-1 was
+    taken as 1."""
+    from distla import DistMatrix, ProcessGrid
+    g = ProcessGrid(comm=comm)
+    f = mpi_tmp_path / "a.npy"
+    if comm.rank == 0:
+        np.save(f, np.ones((4, 3)))
+    comm.Barrier()
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="chunk_rows must be a positive int"):
+            io.read_matrix(f, g, 2, chunk_rows=bad)
+    assert io.read_matrix(f, g, 2, chunk_rows=1).to_global(None).sum() == 12
+    if comm.size > 1:
+        mine = mpi_tmp_path / f"b{comm.rank}.npy"
+        with pytest.raises(ValueError, match="different arguments"):
+            io.read_matrix(f if comm.rank == 0 else mine, g, 2)
+        A = DistMatrix.from_global(g, np.ones((4, 3)), block=2)
+        for write in (io.write_npy, io.write_matrix):
+            with pytest.raises(ValueError, match="different arguments"):
+                write(mine, A)
