@@ -22,6 +22,7 @@ from ..matrix import DistMatrix
 from ..pblas import inverted_diagonal_solves
 
 __all__ = ["rcond_estimate", "inverse_norm1_estimate", "norm1_estimate", "lapack_rcond",
+           "estimator_scale",
            "reciprocal_condition", "first_block", "solve_and_rcond", "FUSE_MAX_RHS",
            "warn_if_ill_conditioned", "refined_rcond"]
 
@@ -130,9 +131,21 @@ def norm1_estimate(n: int, dtype, apply, apply_h, first=None, t: int = _T) -> fl
     return max(est, float(est_alt))
 
 
+def estimator_scale(anorm: float) -> float:
+    """The power of two the estimator's vectors are multiplied by for a matrix of 1-norm
+    ``anorm``: about ``anorm / 4`` (1.0 for a zero or non-finite one), so that ``A^-1 x``
+    is of the order of the condition number. Unscaled, a matrix near the underflow threshold
+    (entries ~1e-308) overflowed its solves and reported rcond = 0; the scaling is exact."""
+    if not (np.isfinite(anorm) and anorm > 0):
+        return 1.0
+    return float(np.ldexp(1.0, int(np.frexp(anorm)[1]) - 2))
+
+
 def inverse_norm1_estimate(template: DistMatrix, apply_inv, apply_inv_h, first=None,
-                           inverses: bool = True) -> float:
-    """Collective: an estimate (lower bound) of ``||A^-1||_1``.
+                           inverses: bool = True, scale: float = 1.0) -> float:
+    """Collective: an estimate (lower bound) of ``||A^-1||_1``, times ``scale`` (a power of
+    two the vectors are multiplied by: :func:`estimator_scale`; ``first`` then solved with
+    the scaled first block).
 
     ``apply_inv(X)`` / ``apply_inv_h(X)`` return ``A^-1 X`` / ``A^-H X`` for an n x k
     DistMatrix X with ``template``'s row layout (``mb``, ``rsrc``), grid, device and dtype.
@@ -144,8 +157,8 @@ def inverse_norm1_estimate(template: DistMatrix, apply_inv, apply_inv_h, first=N
     with inverted_diagonal_solves() if inverses else contextlib.nullcontext():
         return norm1_estimate(
             template.n, template.dtype,
-            lambda X: apply_inv(_block(template, X)).to_global(None),
-            lambda X: apply_inv_h(_block(template, X)).to_global(None), first=first,
+            lambda X: apply_inv(_block(template, X * scale)).to_global(None),
+            lambda X: apply_inv_h(_block(template, X * scale)).to_global(None), first=first,
             t=template.backend.rcond_vectors)
 
 
@@ -201,19 +214,22 @@ def solve_and_rcond(B: DistMatrix, template: DistMatrix, solve, anorm: float, ap
     if k > FUSE_MAX_RHS or n == 0 or not template.backend.fuse_few_rhs:
         X = solve(B if overwrite_b else B.copy())   # solve() may work in its argument's
         return X, rcond_estimate(anorm, template, apply_inv, apply_inv_h, inverses)
+    sc = estimator_scale(anorm)
     aug = np.hstack([np.asarray(B.to_global(None)).reshape(n, k),
-                     first_block(n, B.dtype, template.backend.rcond_vectors)])
+                     first_block(n, B.dtype, template.backend.rcond_vectors) * sc])
     Xa = np.asarray(solve(_block(template, aug)).to_global(None))
     X = _from_replicated(B, Xa[:, :k], B.block, B.src)
     rc = reciprocal_condition(n, anorm, lambda: inverse_norm1_estimate(
-        template, apply_inv, apply_inv_h, first=Xa[:, k:], inverses=inverses))
+        template, apply_inv, apply_inv_h, first=Xa[:, k:], inverses=inverses, scale=sc),
+        scale=sc)
     return X, rc
 
 
-def reciprocal_condition(n: int, anorm: float, inverse_norm) -> float:
-    """``1 / (anorm * inverse_norm())`` for an n x n matrix: inf when n == 0, 0.0 when A is
-    numerically singular (``anorm`` zero or not finite, or the estimate of ``||A^-1||_1`` zero
-    or not finite). ``inverse_norm`` (called only when needed) is collective."""
+def reciprocal_condition(n: int, anorm: float, inverse_norm, scale: float = 1.0) -> float:
+    """``scale / (anorm * inverse_norm())`` for an n x n matrix (``inverse_norm``: the estimate
+    of ``||A^-1||_1`` times ``scale``): inf when n == 0, 0.0 when A is numerically singular
+    (``anorm`` zero or not finite, or that estimate zero or not finite). ``inverse_norm``
+    (called only when needed) is collective."""
     if n == 0:
         return np.inf
     if anorm == 0 or not np.isfinite(anorm):
@@ -221,7 +237,7 @@ def reciprocal_condition(n: int, anorm: float, inverse_norm) -> float:
     est = inverse_norm()
     if not np.isfinite(est) or est == 0:
         return 0.0
-    return float(1.0 / (anorm * est))
+    return float((scale / anorm) / est)
 
 
 def rcond_estimate(anorm: float, template: DistMatrix, apply_inv, apply_inv_h,
@@ -231,9 +247,11 @@ def rcond_estimate(anorm: float, template: DistMatrix, apply_inv, apply_inv_h,
     the factor, used on one CPU rank."""
     if local is not None and _on_one_cpu(template):
         return local()
+    sc = estimator_scale(anorm)
     return reciprocal_condition(
         template.n, anorm, lambda: inverse_norm1_estimate(template, apply_inv, apply_inv_h,
-                                                          inverses=inverses))
+                                                          inverses=inverses, scale=sc),
+        scale=sc)
 
 
 #: refined_rcond: classical corrections allowed for the estimator's vectors, and the relative
