@@ -201,7 +201,27 @@ def read_matrix(path, grid, block=(64, 64), *, device="cpu", dtype=None, src=(0,
     with np.errstate(over="ignore"):        # an overflowing cast: reported just below
         A = _read(info, grid, block, device, dt, src, chunk_rows)
     _check_narrowing(A, info)
+    if dtype is None:
+        _check_exact_integers(A, info)
     return A
+
+
+def _check_exact_integers(A, info) -> None:
+    """Collective: ValueError on every rank when a file of integers read in the default
+    floating type holds one at or beyond 2^53 (float64; 2^24 for float32), from where that
+    type does not represent every integer:
+    it was rounded, as a long-double file's extra digits would be (refused alike)."""
+    from mpi4py import MPI
+    if np.dtype(info.dtype).kind not in "iu" or np.dtype(info.dtype).itemsize < 4:
+        return
+    exact = 2.0 ** (np.finfo(A.dtype).nmant + 1)
+    big = float(A.xp.abs(A.local).max()) if A.local.size else 0.0
+    big = A.grid.comm.allreduce(big, op=MPI.MAX)
+    if big >= exact:      # (2^53 + 1 reads as 2^53: from there on, rounding is possible)
+        raise ValueError(f"{info.path}: holds {np.dtype(info.dtype)} integers of magnitude "
+                         f"{big:.17g}, at or beyond {exact:.0f} ({A.dtype} holds every integer "
+                         f"exactly only below that): they may have been rounded; pass "
+                         f"dtype={A.dtype} (--dtype on the command line) to accept that")
 
 
 def _read(info, grid, block, device, dt, src, chunk_rows):

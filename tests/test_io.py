@@ -1080,3 +1080,23 @@ def test_ranks_naming_different_files_or_bad_chunks_fail_together(comm, mpi_tmp_
         for write in (io.write_npy, io.write_matrix):
             with pytest.raises(ValueError, match="different arguments"):
                 write(mine, A)
+
+
+@pytest.mark.mpi
+def test_integers_float64_cannot_hold_are_refused(comm, mpi_tmp_path):
+    """int64 entries above 2^53 were rounded silently (a long-double file is refused for the
+    same reason); with dtype given, the rounding is accepted."""
+    from distla import ProcessGrid
+    g = ProcessGrid(comm=comm)
+    f, ok = mpi_tmp_path / "big.npy", mpi_tmp_path / "ok.npy"
+    if comm.rank == 0:
+        a = np.arange(6, dtype=np.int64).reshape(2, 3)
+        np.save(ok, a * 2**40)
+        a[1, 2] = 2**53 + 1
+        np.save(f, a)
+    comm.Barrier()
+    with pytest.raises(ValueError, match="at or beyond 9007199254740992"):
+        io.read_matrix(f, g, 1)
+    assert io.read_matrix(f, g, 1, dtype=np.float64).to_global(None)[1, 2] == 2.0**53
+    np.testing.assert_array_equal(io.read_matrix(ok, g, 1).to_global(None),
+                                  np.arange(6.0).reshape(2, 3) * 2**40)
