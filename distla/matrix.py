@@ -201,9 +201,15 @@ class DistMatrix:
 
     @property
     def desc(self) -> layout.Descriptor:
-        """ScaLAPACK descriptor of this matrix on this rank (``.to_scalapack()`` for DESC)."""
-        return layout.Descriptor(self.m, self.n, self.mb, self.nb, self.rsrc, self.csrc,
-                                 max(1, self.local_shape[0]))
+        """ScaLAPACK descriptor of this matrix on this rank (``.to_scalapack()`` for DESC).
+        LLD is the local array's leading dimension: its column stride when it is
+        column-major (a view's, e.g. :meth:`sub`'s or a padded ``from_descriptor`` array's,
+        is its parent's), else the local rows."""
+        a, lld = self.local, max(1, self.local_shape[0])
+        if getattr(a, "ndim", 0) == 2 and a.shape[1] > 1 and \
+                (a.shape[0] <= 1 or a.strides[0] == a.itemsize) and a.strides[1] > 0:
+            lld = max(lld, a.strides[1] // a.itemsize)
+        return layout.Descriptor(self.m, self.n, self.mb, self.nb, self.rsrc, self.csrc, lld)
 
     def row_indices(self, prow: int | None = None) -> np.ndarray:
         """Global row indices stored on process row ``prow`` (default: mine), in local order."""
@@ -353,7 +359,8 @@ class DistMatrix:
                src=(0, 0), distribution="normal"):
         """Collective: entries from a counter-based generator of (seed, i, j): the same matrix
         whatever the grid, block size, source process or device. ``distribution`` is
-        'normal' (standard normal) or 'uniform' ([0, 1))."""
+        'normal' (standard normal) or 'uniform' ([0, 1)); a complex ``dtype`` gets these real
+        values (zero imaginary parts)."""
         with collective(grid.comm if isinstance(grid, ProcessGrid) else None,
                         signature("DistMatrix.random", seed=seed, distribution=distribution)):
             if distribution not in ("normal", "uniform"):
@@ -722,30 +729,42 @@ class DistMatrix:
         matrix, 'fro' and inf from another."""
         with collective(self.grid.comm, signature("norm", self, ord=ord)):
             pass                  # ranks asking for different norms would not meet
-        if ord is None:           # (NumPy's and SciPy's default for a matrix)
-            ord = "fro"
         with np.errstate(over="ignore"):    # a norm beyond float's range is inf, no warning
             if isinstance(ord, tuple):
                 return self._norms(ord)
             return self._norms((ord,))[0]
 
-    def _norms(self, ords):
-        xp, be = self.xp, self.backend
-        ords = tuple(np.inf if o in ("inf", "Inf") else o for o in ords)
-        for o in ords:
-            if o not in ("fro", 1, np.inf, "max"):
+    def _norms(self, asked):
+        # None: 'fro' (NumPy's and SciPy's default for a matrix); a norm asked twice is
+        # computed once (each copy was accumulated: sqrt(2) or 2 times too large)
+        asked = tuple("fro" if o is None else np.inf if o in ("inf", "Inf") else o
+                      for o in asked)
+        for o in asked:
+            if isinstance(o, (bool, np.bool_)) or o not in ("fro", 1, np.inf, "max"):
                 raise ValueError(f"norm: ord must be 'fro', 1, inf or 'max', not {o!r}")
+        ords = tuple(dict.fromkeys(asked))
+        got = dict(zip(ords, self._unique_norms(ords)))
+        return tuple(got[o] for o in asked)
+
+    def _unique_norms(self, ords):
+        xp, be = self.xp, self.backend
         mloc, nloc = self.local.shape
         acc = dict.fromkeys(ords)
         parts = []
-        if 1 in ords or "max" in ords:   # one pass: each local column's sum and max of |a|
+        # float32 sums of |a| overflow beyond 3.4e38 on one rank where the same matrix on
+        # more ranks did not (the ranks' sums are added in float64): they go through the
+        # slabs below, in float64
+        wide = np.finfo(self.dtype).dtype == np.float64
+        if (1 in ords and wide) or "max" in ords:   # one pass: each column's sum and max
             sums, maxes = be.column_abs_stats(self.local)
-            parts.append(sums)
+            if 1 in ords and wide:
+                parts.append(sums)
             if "max" in ords and maxes.size:
                 acc["max"] = maxes.max()
-        rest = [o for o in ords if o in ("fro", np.inf)]
+        rest = [o for o in ords if o in ("fro", np.inf) or (o == 1 and not wide)]
         fused = be.gemv_abs(self.local, xp.zeros((nloc, 0), self.dtype), absolute=False,
-                            rowsums=True) if rest == [np.inf] and self.local.size else None
+                            rowsums=True) if rest == [np.inf] and self.local.size and \
+            wide else None
         if fused is not None:     # the row sums in one pass, no temporaries
             acc[np.inf] = fused[2][:, 0]
         # column slabs: the temporaries stay a fraction of the local matrix
@@ -765,7 +784,10 @@ class DistMatrix:
                     with np.errstate(invalid="ignore", over="ignore"):
                         acc[o] = (new, ssq * (scale / unit) ** 2 + xp.sum((a / unit) ** 2))
                     continue
-                v = absA.sum(axis=0)
+                if o == 1:       # this slab's column sums (float32 A: in float64)
+                    parts.append(absA.sum(axis=1, dtype=np.float64))
+                    continue
+                v = absA.sum(axis=0, dtype=np.float64)
                 acc[o] = v if acc[o] is None else acc[o] + v
             del absA
         return tuple(self._reduce_norm(o, acc[o], parts, mloc) for o in ords)

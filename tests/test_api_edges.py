@@ -823,3 +823,49 @@ def test_condition_estimate_near_the_float_range_ends(grids):
                 warnings.simplefilter("ignore")        # (the subnormal-scale warning)
                 got = rcond_of(A, lu_factor(A))
             assert true / 3 <= got <= 3 * true, (c, got, true)
+
+
+@pytest.mark.mpi
+def test_norm_tuples_with_repeats_and_float32_sums_on_every_grid(grids):
+    """A norm asked twice in one tuple was accumulated twice (fro sqrt(2), inf 2 times too
+    large); float32 1- and inf-norms beyond 3.4e38 were inf on some grids and finite on
+    others (local sums in float32); norm(True) was the 1-norm; None inside a tuple refused."""
+    a = np.arange(1.0, 13.0).reshape(4, 3)
+    big = np.full((2, 2), 2e38, np.float32)
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=(1, 2))
+        got = A.norm(("fro", "fro", np.inf, "inf", 1, 1, "max", "max", None))
+        want = [np.linalg.norm(a)] * 2 + [np.linalg.norm(a, np.inf)] * 2 + \
+            [np.linalg.norm(a, 1)] * 2 + [12.0, 12.0, np.linalg.norm(a)]
+        np.testing.assert_allclose(got, want, rtol=1e-14)
+        B = DistMatrix.from_global(g, big, block=1)
+        for o in (1, np.inf, "fro"):
+            assert B.norm(o) == pytest.approx(4e38, rel=1e-6), (o, g)
+        with pytest.raises(ValueError, match="ord must be"):
+            A.norm(True)
+
+
+@pytest.mark.mpi
+def test_descriptor_lld_is_the_local_arrays_leading_dimension(grids):
+    """A sub() view (or a padded from_descriptor array) reported LLD = its local rows while
+    its local storage has its parent's leading dimension: a DESC handed to ScaLAPACK with it
+    would read the wrong entries."""
+    from distla import layout
+    a = np.arange(100.0).reshape(10, 10)
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=2)
+        S = A.sub(1, 3, 1, 3)
+        for M in (A, S):
+            loc = M.local
+            if loc.shape[1] > 1 and loc.shape[0] > 1:
+                assert M.desc.lld == loc.strides[1] // loc.itemsize
+            assert M.desc.lld >= max(1, M.local_shape[0])
+        mloc = layout.numroc(10, 2, g.myrow, 0, g.nprow)
+        pad = np.zeros((mloc + 3, A.local_shape[1]), order="F")
+        pad[:mloc] = A.local
+        d = A.desc.to_scalapack()
+        d[8] = mloc + 3
+        B = DistMatrix.from_descriptor(g, pad, d)
+        np.testing.assert_array_equal(B.to_global(None), a)
+        if B.local.shape[1] > 1:
+            assert B.desc.lld == mloc + 3
