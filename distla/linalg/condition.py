@@ -219,10 +219,8 @@ def solve_and_rcond(B: DistMatrix, template: DistMatrix, solve, anorm: float, ap
                      first_block(n, B.dtype, template.backend.rcond_vectors) * sc])
     Xa = np.asarray(solve(_block(template, aug)).to_global(None))
     X = _from_replicated(B, Xa[:, :k], B.block, B.src)
-    rc = reciprocal_condition(n, anorm, lambda: inverse_norm1_estimate(
-        template, apply_inv, apply_inv_h, first=Xa[:, k:], inverses=inverses, scale=sc),
-        scale=sc)
-    return X, rc
+    return X, rcond_estimate(anorm, template, apply_inv, apply_inv_h, inverses,
+                             first=Xa[:, k:])
 
 
 def reciprocal_condition(n: int, anorm: float, inverse_norm, scale: float = 1.0) -> float:
@@ -241,16 +239,18 @@ def reciprocal_condition(n: int, anorm: float, inverse_norm, scale: float = 1.0)
 
 
 def rcond_estimate(anorm: float, template: DistMatrix, apply_inv, apply_inv_h,
-                   inverses: bool = True, local=None) -> float:
+                   inverses: bool = True, local=None, first=None) -> float:
     """Collective: ``1 / (anorm * est ||A^-1||_1)``; 0.0 when A is numerically singular
     (``inverses``: see :func:`inverse_norm1_estimate`). ``local``: :func:`lapack_rcond` for
-    the factor, used on one CPU rank."""
+    the factor, used on one CPU rank. ``first``: ``A^-1`` times the first block scaled by
+    :func:`estimator_scale` (``anorm``), when already solved."""
     if local is not None and _on_one_cpu(template):
         return local()
     sc = estimator_scale(anorm)
     return reciprocal_condition(
         template.n, anorm, lambda: inverse_norm1_estimate(template, apply_inv, apply_inv_h,
-                                                          inverses=inverses, scale=sc),
+                                                          first=first, inverses=inverses,
+                                                          scale=sc),
         scale=sc)
 
 

@@ -107,7 +107,8 @@ def slowest_times(grid, times: dict) -> dict:
     if grid.size == 1:
         return dict(times)
     every = grid.comm.allgather(times)
-    return {k: max(float(t.get(k, 0.0)) for t in every) for t in every for k in t}
+    keys = dict.fromkeys(k for t in every for k in t)
+    return {k: max(float(t.get(k, 0.0)) for t in every) for k in keys}
 
 
 def low_dtype(dtype) -> np.dtype:
