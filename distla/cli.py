@@ -27,7 +27,7 @@ import time
 import warnings
 
 from . import layout
-from .bench.common import default_threshold, flops, json_line, judge
+from .bench.common import default_threshold, flops, json_line, judge, seed_int
 from .defaults import default_nb, make_grid
 from .errors import NotPositiveDefiniteError, on_root
 from .filebase import append_json_lines, check_jsonl
@@ -113,7 +113,7 @@ def build_parser() -> ArgumentParser:
                    help="B when --rhs is not given: A @ ones (default) or standard normal")
     s.add_argument("--nrhs", type=int, default=None,
                    help="columns of a generated B (default 1; not with --rhs)")
-    s.add_argument("--seed", type=int, default=None,
+    s.add_argument("--seed", type=seed_int, default=None,
                    help="seed of --rhs-kind random (default 0; only with it)")
     s.add_argument("--method", "-m", choices=METHODS, default="cholesky",
                    help="cholesky (SPD), gepp (LU, partial pivoting), calu (LU, tournament "
@@ -163,7 +163,7 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--n", "-n", type=int, required=True)
     g.add_argument("--out", "-o", required=True, metavar="FILE",
                    help=".npy, file.h5:/dataset (or .mtx)")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=seed_int, default=0)
     g.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     g.add_argument("--nb", type=int, default=256, help="block size used while writing")
     g.add_argument("--rhs-out", metavar="FILE",
@@ -212,6 +212,8 @@ def _parse_options(items) -> dict:
         k = k.strip().replace("-", "_")
         if not k.isidentifier():
             raise CommandError(f"--option: {k!r} is not a valid keyword name")
+        if k in kw:
+            raise CommandError(f"-O {k} given twice: give each option once")
         low = v.strip().lower()
         if low in ("true", "false"):
             kw[k] = low == "true"
@@ -985,13 +987,16 @@ def _main(argv) -> int:
 _CLI_TERMS = (("pivoting='partial' or 'tournament', or method 'gepp', 'calu' or 'rbt'",
                "--method gepp, calu or rbt"),
               ("; pivot_threshold=0 accepts", "; -O pivot_threshold=0 accepts"),
-              ("pass check_finite=False to skip", "pass -O check_finite=false to skip"))
+              ("pass check_finite=False to skip", "pass -O check_finite=false to skip"),
+              ("pass fallback=True", "pass -O fallback=true"))
 
 
 def _cli_terms(text: str) -> str:
     for api, cli in _CLI_TERMS:
         text = text.replace(api, cli)
-    return text
+    # a flag given as -O key=0 or =yes: the command line's words for a bool
+    return re.sub(r"'?\b(\w+)'?(?: flag)? must be True or False, not '?([^',;]*)'?",
+                  r"-O \1 must be true or false, not \2", text)
 
 
 def main(argv=None) -> None:

@@ -134,6 +134,10 @@ SOLVE_OPTIONS = [
     (["-m", "gepp", "-O", "fallback=false"], "-O fallback applies with -O precision=mixed"),
     (["-m", "tlr", "-O", "max_rank=10.0"], "-O max_rank=10.0: max_rank must be"),
     (["-m", "tlr", "-O", "compression=bogus"], "-O compression must be one of svd, rsvd"),
+    (["-O", "lookahead=abc", "-O", "lookahead=1"], "-O lookahead given twice"),
+    (["--rhs-kind", "random", "--seed", "-1"], "--seed: must be a non-negative int, not -1"),
+    (["-m", "gepp", "-O", "precision=mixed", "-O", "fallback=0"],
+     "-O fallback must be true or false, not 0"),
 ]
 
 
@@ -162,7 +166,8 @@ def test_solve_block_size_beyond_the_matrix_is_one_block(spd):
     (["--kind", "covariance", "--length", "0"], "--length must be a number in"),
     (["--kind", "covariance", "--length", "1e-320"], "--length must be a number in"),
     (["--kind", "covariance", "--length", "1e300"], "--length must be a number in"),
-    (["--kind", "covariance", "--nugget", "-1"], "--nugget must be a finite number >= 0")])
+    (["--kind", "covariance", "--nugget", "-1"], "--nugget must be a finite number >= 0"),
+    (["--kind", "general", "--seed", "-1"], "--seed: must be a non-negative int, not -1")])
 def test_generate_refuses_bad_or_ignored_options(tmp_path, args, message):
     p = run(["generate", "--n", 8, "--out", "g.npy", *args], n=1, cwd=tmp_path, timeout=60)
     assert_fails(p, EXIT_USAGE, message)
@@ -186,6 +191,9 @@ BENCH_OPTIONS = [
     (["lu", "--n", 64, "--dtype", "float32", "--gemm", "bf16"],
      "--gemm bf16: CPU ranks have no bf16 arithmetic"),
     (["mixed", "--n", 32, "--cond", 0], "--cond must be at least 1"),
+    (["mixed", "--n", 32, "--cond", "1e30"], "below 5e+15 (float64 cannot hold"),
+    (["lu", "--n", 32, "--seed", -3], "--seed: must be a non-negative int, not -3"),
+    (["job", "--n", 32, "--seed", -3], "--seed: must be a non-negative int, not -3"),
     (["job", "--n", 32, "--repeat", 0], "--repeat must be positive"),
 ]
 

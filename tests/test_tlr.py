@@ -998,9 +998,13 @@ def test_float32_tol_below_its_floor_warns():
     from distla import LinAlgWarning, tlr
     x, k = _problem(120, seed=3)
     g = next(_grids())
-    with pytest.warns(LinAlgWarning, match="below what float32 reaches"):
+    with pytest.warns(LinAlgWarning, match="below what float32 reaches") as w:
         T = tlr.from_kernel(g, x, k, 30, tol=1e-8, dtype=np.float32)
     assert T.tol == pytest.approx(10 * np.finfo(np.float32).eps)
+    assert "use float64 for a tighter one" in str(w[0].message)
+    with pytest.warns(LinAlgWarning, match="below what float64 reaches") as w:   # no advice
+        tlr.from_kernel(g, x, k, 30, tol=1e-20)                        # to use float64
+    assert "use float64" not in str(w[0].message)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tlr.from_kernel(g, x, k, 30, tol=1e-5, dtype=np.float32)

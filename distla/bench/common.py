@@ -59,6 +59,18 @@ __all__ = ["parse_grid", "make_grid", "parse_sizes", "default_device", "sync", "
 # ---------------------------------------------------------------------------------------
 
 
+def seed_int(text: str) -> int:
+    """argparse type of a ``--seed``: a non-negative int, as NumPy's generators and
+    :meth:`DistMatrix.random` take (a negative one would alias a large one)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative int, not {v}")
+    return v
+
+
 def parse_sizes(values) -> list[int]:
     """``["1000", "2000,4000"]`` or ``"1000,2000"`` -> ``[1000, 2000, 4000]`` (also accepts
     ``1k``/``32K`` = 1024 multiples). Raises ValueError. Not collective."""
@@ -632,7 +644,7 @@ def add_problem_arguments(parser: argparse.ArgumentParser, *, n=(1024,), nb=None
                         help="cpu or gpu (default: gpu if CuPy sees one, else cpu)")
     parser.add_argument("--dtype", choices=tuple(dtypes), default=dtypes[0])
     parser.add_argument("--reps", type=int, default=reps, help=f"best of REPS (default {reps})")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0)
     if reference:
         parser.add_argument("--no-reference", dest="reference", action="store_false",
                             help="skip the single-process reference measurement")

@@ -85,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run the job once in a fresh subprocess (one-shot cost)")
     parser.add_argument("--no-floors", dest="floors", action="store_false",
                         help="skip the floor measurements")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=common.seed_int, default=0)
 
 
 def _command() -> str:

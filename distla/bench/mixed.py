@@ -82,9 +82,11 @@ def run(args) -> list[dict]:
         if bad:
             raise ValueError(f"--factor-dtype {' '.join(bad)}: {device} ranks factor in "
                              f"{', '.join(be.LOWP)}")
-        bad = [c for c in args.cond if not c >= 1]
+        bad = [c for c in args.cond if not 1 <= c < _COND_MAX]
         if bad:
-            raise ValueError(f"--cond must be at least 1 (a condition number), not {bad[0]:g}")
+            raise ValueError(f"--cond must be at least 1 (a condition number) and below "
+                             f"{_COND_MAX:.0e} (float64 cannot hold a matrix of a larger "
+                             f"one: its smallest singular values round away), not {bad[0]:g}")
     grid = common.make_grid(args.grid, comm)
     rows = []
     for n in common.parse_sizes(args.n):
@@ -94,6 +96,11 @@ def run(args) -> list[dict]:
                 rows += _one(args, grid, n, nb, method, cond, fds, device,
                              reference=args.reference and i == 0)
     return rows
+
+
+#: the largest condition number of the sweep: 1 / (float64's eps), beyond which the generated
+#: matrix is numerically singular (its Cholesky fails, its solves are meaningless)
+_COND_MAX = 1 / np.finfo(np.float64).eps
 
 
 def _one(args, grid, n, nb, method, cond, fds, device, reference) -> list[dict]:

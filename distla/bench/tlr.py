@@ -71,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default 1 on gpu: the first run compiles kernels; 0 on cpu)")
     parser.add_argument("--beta", type=float, default=0.1, help="kernel length scale")
     parser.add_argument("--nugget", type=float, default=1e-2, help="diagonal nugget")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=common.seed_int, default=0)
     parser.add_argument("--profile", action="store_true",
                         help="add seconds per phase (distla.trace) of one extra, separately "
                              "run TLR factorization")

@@ -32,6 +32,7 @@ from ..matrix import DistMatrix
 from ..pblas import inverted_diagonal_solves
 from ..replicate import distribute_like, one_node, replicate, replicate_bytes
 from ..trace import trace
+from ..validate import check_flags
 from ..vector import column_scales
 from .condition import refined_rcond, subnormal_floor
 from .methods import FACTOR_DTYPES
@@ -163,8 +164,7 @@ def check_refinement_options(max_iter, fallback, what: str, refines: bool = True
     if not isinstance(max_iter, numbers.Integral) or isinstance(max_iter, (bool, np.bool_)) \
             or max_iter < 0:
         raise ValueError(f"{what}: max_iter must be a non-negative int, not {max_iter!r}")
-    if not isinstance(fallback, (bool, np.bool_)):
-        raise TypeError(f"{what}: fallback must be a bool, not {fallback!r}")
+    check_flags(what, fallback=fallback)
     return int(max_iter), bool(fallback)
 
 

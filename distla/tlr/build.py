@@ -163,10 +163,12 @@ def _finish(T, parts, tol, max_rank, F, t0, method, capped, delta1, peak):
                       f"log-determinants) may be far less accurate than tol; raise max_rank "
                       f"(or leave it None) or loosen tol", LinAlgWarning, stacklevel=3)
     if tol is not None and float(tol) < T.tol:
+        single = np.finfo(T.dtype).eps > np.finfo(np.float64).eps
         warnings.warn(f"compress: tol={float(tol):g} is below what {T.dtype} reaches: the "
                       f"matrix is compressed to tol={T.tol:.3g} ({_EPS_FLOOR} x its machine "
-                      f"epsilon; T.tol), and the accuracy bounds hold for that tol; use "
-                      f"float64 for a tighter one", LinAlgWarning, stacklevel=3)
+                      f"epsilon; T.tol), and the accuracy bounds hold for that tol"
+                      f"{'; use float64 for a tighter one' if single else ''}",
+                      LinAlgWarning, stacklevel=3)
     return T
 
 
