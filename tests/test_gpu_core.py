@@ -227,6 +227,34 @@ def test_backend_kernels(device, dtype):
     np.testing.assert_allclose(be.to_host(gm), lu, atol=10 * tol)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("uplo, trans", [("L", "T"), ("L", "N"), ("U", "T"), ("U", "N")])
+@pytest.mark.parametrize("split", [0, 96])
+def test_syrk_on_views_and_split(device, uplo, trans, split, monkeypatch):
+    """syrk on a row-major operand (the Cholesky loop's transposed panel) and into an offset
+    view; on GPU ranks also split in halves recursively (SYRK_SPLIT, orders not divisible by
+    the split): only the ``uplo`` triangle of the view changes, to ``beta C + alpha op(a)
+    op(a)^T``."""
+    be = get_backend(device)
+    if split:
+        if device == "cpu":
+            pytest.skip("SYRK_SPLIT is the GPU backend's")
+        monkeypatch.setattr(type(be), "SYRK_SPLIT", split)
+    rng = np.random.default_rng(3)
+    n, k = 333, 40
+    a = rng.standard_normal((k, n) if trans == "T" else (n, k))
+    big = rng.standard_normal((n + 5, n + 3))
+    g = be.xp.asarray(np.asfortranarray(big))
+    ga = be.asarray(np.ascontiguousarray(a))          # row-major: no copy on either device
+    be.syrk(uplo, trans, -0.5, ga, 2.0, g[5:, 3:])
+    prod = a.T @ a if trans == "T" else a @ a.T
+    tri = np.tril if uplo == "L" else np.triu
+    ref = big.copy()
+    ref[5:, 3:] = np.where(tri(np.ones((n, n))) > 0, 2.0 * big[5:, 3:] - 0.5 * prod,
+                           big[5:, 3:])
+    np.testing.assert_allclose(be.to_host(g), ref, atol=1e-11 * np.abs(ref).max())
+
+
 def _f(I, J):
     return (I * 3 + J * 7) % 11 + 0.5 * (I == J)
 

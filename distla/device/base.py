@@ -289,6 +289,7 @@ class Backend:
     def syrk(self, uplo, trans, alpha, a, beta, c) -> None:
         """``c = alpha a a^T + beta c`` (trans 'N') on the ``uplo`` triangle."""
         if c.size:
+            a, trans = _lapack.colmajor_op(a, trans)      # row-major a: no copy
             self._call(self._syrk, c, uplo, trans, alpha, a, beta)
 
     def trsm(self, side, uplo, transa, diag, alpha, a, b) -> None:

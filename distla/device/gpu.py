@@ -156,8 +156,24 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
             if tf32:
                 self._cublas.setMathMode(h, old)
 
+    #: a SYRK of order above this is split in halves (two SYRKs and one GEMM for the
+    #: off-diagonal quadrant, recursively): cuBLAS's GEMM runs nearer FP64 peak than its SYRK.
+    #: 0: never split
+    SYRK_SPLIT = 0
+
     def _syrk(self, uplo, trans, alpha, a, beta, c):
         n = c.shape[0]
+        if self.SYRK_SPLIT and n > self.SYRK_SPLIT:
+            h = (n // 2 + 255) // 256 * 256 if n > 512 else n // 2
+            a1, a2 = (a[:h], a[h:]) if trans == "N" else (a[:, :h], a[:, h:])
+            self._syrk(uplo, trans, alpha, a1, beta, c[:h, :h])
+            self._syrk(uplo, trans, alpha, a2, beta, c[h:, h:])
+            other = "T" if trans == "N" else "N"
+            if uplo == "L":       # C21 = alpha op(a2) op(a1)^T + beta C21
+                self._gemm(trans, other, alpha, a2, a1, beta, False, c[h:, :h])
+            else:                 # C12 = alpha op(a1) op(a2)^T + beta C12
+                self._gemm(trans, other, alpha, a1, a2, beta, False, c[:h, h:])
+            return
         k = a.shape[1] if trans == "N" else a.shape[0]
         al = np.array(alpha, c.dtype)
         be = np.array(beta, c.dtype)
