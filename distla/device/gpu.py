@@ -157,9 +157,10 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
                 self._cublas.setMathMode(h, old)
 
     #: a SYRK of order above this is split in halves (two SYRKs and one GEMM for the
-    #: off-diagonal quadrant, recursively): cuBLAS's GEMM runs nearer FP64 peak than its SYRK.
-    #: 0: never split
-    SYRK_SPLIT = 0
+    #: off-diagonal quadrant, recursively): cuBLAS's GEMM runs nearer FP64 peak than its SYRK
+    #: at large orders (one H200, k = 1024: DSYRK 48.0 TFLOP/s at 16384, split 54.9; 50.1 /
+    #: 51.2 at 8192; below 4096 splitting is slower). 0: never split. docs/perf.md
+    SYRK_SPLIT = 4096
 
     def _syrk(self, uplo, trans, alpha, a, beta, c):
         n = c.shape[0]
