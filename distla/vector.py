@@ -95,13 +95,16 @@ def column_scales(X: DistMatrix):
     [1/2, 1]: exact, and inside every precision's range (a solve with low-precision factors
     of a column of 1e300, or 1e-45, is one of O(1) times a power of two). A column of
     subnormal entries gets the smallest normal power of two, not a subnormal one (dividing a
-    complex column by that overflowed to inf + inf j)."""
+    complex column by that overflowed to inf + inf j), and one beyond the largest power of
+    two gets that power (2^1024 is not a float64: its columns' largest entries are then in
+    (1, 2))."""
     xp = X.xp
     m = column_max(X)
     ok = (m > 0) & (m < np.inf)
-    tiny = float(np.finfo(X.dtype).tiny)
-    return xp.where(ok, xp.exp2(xp.ceil(xp.log2(xp.where(ok, xp.maximum(m, tiny), 1.0)))),
-                    1.0)
+    fi = np.finfo(X.dtype)
+    e = xp.minimum(xp.ceil(xp.log2(xp.where(ok, xp.maximum(m, float(fi.tiny)), 1.0))),
+                   fi.maxexp - 1)
+    return xp.where(ok, xp.exp2(e), 1.0)
 
 
 def global_max(grid, value: float) -> float:
@@ -227,7 +230,12 @@ def componentwise_error(A: DistMatrix, X: DistMatrix, B: DistMatrix, R: DistMatr
     _rows_like(A, B, "componentwise_error", X)
     if not R.same_layout(B):
         raise ValueError("componentwise_error: R must have B's layout")
-    den = (abs_product(A, X, B) if absax is None else absax) + xp.abs(B.local)
+    ax, ab = (abs_product(A, X, B) if absax is None else absax), xp.abs(B.local)
+    with np.errstate(over="ignore"):
+        den = ax + ab
+    # |A||X| + |B| beyond the largest float from finite terms: halved, the same ratio
+    # (an infinite denominator would have made every such row's error 0)
+    over = xp.isinf(den) & xp.isfinite(ax) & xp.isfinite(ab)
     num = xp.abs(R.local)
     real = np.finfo(A.dtype).dtype
     if sparse_scale is not None and np.any(np.asarray(sparse_scale)) and den.size:
@@ -244,6 +252,7 @@ def componentwise_error(A: DistMatrix, X: DistMatrix, B: DistMatrix, R: DistMatr
             # a row with |A| |x| + |b| = 0 has an exact zero residual: no error (LAPACK's
             # la_lin_berr; xGERFS's guard alone would count it as 1)
             ratio = xp.where((den == 0) & (num == 0), 0.0, ratio)
+            ratio = xp.where(over, (0.5 * num) / (0.5 * ax + 0.5 * ab), ratio)
             ratio = xp.where(xp.isnan(den) | xp.isnan(num), np.inf, ratio)
         loc = float(A.backend.to_host(ratio.max()))
     return global_max(A.grid, loc)

@@ -982,3 +982,62 @@ def test_mixed_cholesky_solves_the_lower_triangle_as_double_does(grids, dtype):
             assert info.precision == "mixed"
             np.testing.assert_allclose(xm.to_global(None), xd, rtol=0,
                                        atol=1e-9 * np.abs(xd).max())
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("method", ["gepp", "cholesky"])
+def test_corrections_go_on_until_the_componentwise_error_is_reached(grids, method):
+    """A diagonal A of entries 1e-30..1e30: the normwise scaled residual is ~1e-48 after one
+    correction, which ended the refinement; the componentwise test then failed and the solve
+    fell back, blaming A. The corrections now go on while the componentwise error halves:
+    the answer is mixed, at float64's componentwise backward error (the certificate off: A is
+    normwise ill-conditioned, cond 1e60)."""
+    from distla.linalg import solve
+    n = 50
+    rng = np.random.default_rng(2)
+    a = np.diag(10.0 ** rng.uniform(-30, 30, n))
+    b = rng.standard_normal((n, 2))
+    for g in grids:
+        X, info = solve(_dist(g, a), _dist(g, b), method=method, precision="mixed",
+                        check_rcond=False, return_info=True)
+        assert info.precision == "mixed" and not info.fallback, info
+        assert info.iterations >= 2 and info.history[1] <= 1.0, info
+        assert berr_np(a, X.to_global(None), b) <= 10 * EPS
+        _same_everywhere(g.comm, (info.iterations, info.precision))
+
+
+@pytest.mark.mpi
+def test_right_hand_sides_near_the_largest_float(grids):
+    """A column of B beyond 2^1023 (9e307, 1.7e308 / 2): its scaling power of two was 2^1024
+    = inf, the refinement's residual NaN, and the solve fell back though nothing overflows."""
+    from distla.linalg import solve
+    n = 30
+    rng = np.random.default_rng(0)
+    a = 4.0 * np.eye(n) + rng.uniform(-0.1, 0.1, (n, n))
+    b = np.stack([np.full(n, 9e307), np.full(n, 1.0)], axis=1)
+    for g in grids:
+        for method, m in (("gepp", a), ("cholesky", (a + a.T) / 2)):
+            X, info = solve(_dist(g, m), _dist(g, b), method=method, precision="mixed",
+                            return_info=True)
+            x = X.to_global(None)
+            assert info.precision == "mixed" and not info.fallback, info
+            assert np.isfinite(x).all() and berr_np(m, x / 4, b / 4) <= 10 * EPS
+
+
+@pytest.mark.mpi
+def test_breakdown_times_the_factorization_and_empty_b_refines_nothing(grids):
+    """A low-precision factorization that breaks down still reports its time ('factor');
+    an n x 0 B is factored (A checked) and returns at once: no corrections."""
+    from distla.linalg import solve
+    n = 24
+    b = np.ones((n, 1))
+    for g in grids:
+        spd = np.diag(np.linspace(1.0, 2.0, n))
+        spd[0, 0] = 1e-50                   # positive definite in float64, 0 in float32
+        X, info = solve(_dist(g, spd), _dist(g, b), method="cholesky", precision="mixed",
+                        return_info=True, check_rcond=False)
+        assert info.fallback and "factorization failed" in info.reason, info
+        assert info.times.get("factor", 0.0) > 0, info.times
+        E, info = solve(_dist(g, spd + np.eye(n)), _dist(g, np.zeros((n, 0))),
+                        method="gepp", precision="mixed", return_info=True)
+        assert E.shape == (n, 0) and info.iterations == 0 and not info.fallback, info

@@ -131,6 +131,15 @@ def test_residual_with_abs_and_componentwise_error(comm, grids):
         e1 = componentwise_error(A, X, B, R)
         e2 = componentwise_error(A, X, B, R, abs_product(A, X, B))
         assert e1 == e2 == pytest.approx(berr, rel=1e-6)
+        # near the largest float: |A||X| + |B| overflows though both terms are finite (x_i =
+        # 1.5 2^1023, b_i = 1.25 2^1023, A = I); the error is 0.25 / 2.75, not 0
+        top = 2.0 ** 1023
+        I = DistMatrix.from_global(g, np.eye(n), block=(4, 5), src=corner(g))
+        Xb = DistMatrix.from_global(g, np.full((n, 2), 1.5 * top), block=(3, 2))
+        Bb = DistMatrix.from_global(g, np.full((n, 2), 1.25 * top), block=(4, 1),
+                                    src=corner(g))
+        assert componentwise_error(I, Xb, Bb, residual(I, Xb, Bb)) == \
+            pytest.approx(0.25 / 2.75, rel=1e-12)
 
 
 @pytest.mark.parametrize("transa", [False, True])

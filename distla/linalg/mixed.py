@@ -70,9 +70,10 @@ class SolveInfo:
     factors that produced X ('float32', 'complex64', or A's dtype after a fallback);
     ``compute``: their trailing updates' precision ('fp32', 'tf32', 'fp16', 'bf16'; A's
     dtype name for a full-precision factorization); ``requested``: the asked-for low
-    precision (None for ``precision='double'``). ``iterations``: refinement corrections (0 for a
-    full-precision solve); ``gmres_iterations``: Krylov iterations of each GMRES-IR
-    correction; ``history``: the scaled residual at each check (<= 1: converged).
+    precision (None for ``precision='double'``). ``iterations``: refinement corrections (0
+    for a full-precision solve; after a fallback, those of the failed attempt, as
+    ``history``); ``gmres_iterations``: Krylov iterations of each GMRES-IR correction;
+    ``history``: the scaled residual at each check (<= 1: converged).
     ``fallback``: a mixed solve ended in the full-precision one; ``reason``: why.
     ``times``: host seconds of 'factor' (low precision), 'refine', 'fallback' and 'total'
     (each the slowest rank's);
@@ -195,6 +196,10 @@ def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str,
         info.times = slowest_times(A.grid, info.times)
         return B.copy(), info
     F, why = _factor_low(A, factor, factor_dtype, info)
+    if F is not None and B.n == 0:      # A factored (and so checked); nothing to refine
+        info.times["total"] = time.perf_counter() - t0
+        info.times = slowest_times(A.grid, info.times)
+        return B.copy(), info
     if F is not None:
         solves = _LowSolves(A, F, apply, apply_h, promote, localize, info)
         ref = _refine(A, B, solves, max_iter, check_rcond, f"{factor_dtype} {method}", info)
@@ -326,6 +331,7 @@ def _factor_low(A, factor, factor_dtype, info):
     except (DistlaError, np.linalg.LinAlgError) as e:   # zero pivot, not SPD, overflow
         if not raised_everywhere(e, A.grid.comm):   # one rank's: the others are still in
             raise                                   # the factorization's collectives
+        info.times["factor"] = time.perf_counter() - t  # (slowest_times agrees it later)
         return None, f"{label}: the factorization failed ({e})"
     info.times["factor"] = A.grid.allreduce(time.perf_counter() - t, "max")
     return F, None

@@ -87,6 +87,7 @@ class Refinement:
     gmres_iterations: list = field(default_factory=list)
     rcond: float | None = None
     estimate: float | None = None
+    berr_last: float = math.inf     # the componentwise error at the last normwise acceptance
 
 
 def stalled(hist: list, patience: int) -> bool:
@@ -163,8 +164,14 @@ def refine(A: DistMatrix, B: DistMatrix, solve, *, anorm: float, x: DistMatrix |
         if rho <= 1.0 and it >= min(1, max_iter):
             if rho <= polish or stalled(hist, 1) or it >= max_iter or clock.over():
                 with trace("refine.accept"):
-                    return _accept(A, B, R, out, anorm, eps, label, rcond, absax,
-                                   mixes_rows)
+                    berr = _componentwise(A, B, R, out, anorm, eps, absax, mixes_rows)
+                    # a normwise-converged x whose componentwise error is not yet at working
+                    # precision is corrected further while that error still halves (rows of
+                    # very different scales: the normwise residual says nothing of them)
+                    if berr <= _berr_tol(A, eps) or it >= max_iter or clock.over() or \
+                            not berr <= out.berr_last / 2:
+                        return _accept(A, out, berr, eps, label, rcond, max_iter, clock)
+                    out.berr_last = berr
         elif it >= max_iter or not math.isfinite(rho) or stalled(hist, PATIENCE) or \
                 clock.over() or clock.will_run_out(hist, it):
             return _fail(out, label, rho, max_iter, clock)
@@ -269,12 +276,38 @@ def _fail(out: Refinement, label: str, rho: float, max_iter: int, clock=None) ->
     return out
 
 
-def _accept(A, B, R, out: Refinement, anorm, eps, label, rcond, absax=None,
-            mixes_rows: bool = False) -> Refinement:
+def _berr_tol(A, eps) -> float:
+    """The componentwise backward error an accepted x must reach: ``max(10, sqrt(n)) eps``."""
+    return max(10.0, math.sqrt(A.n)) * eps
+
+
+def _accept(A, out: Refinement, berr: float, eps, label, rcond, max_iter: int,
+            clock) -> Refinement:
     """A small normwise residual does not make x accurate when A is numerically singular: the
-    componentwise backward error (from x's residual R, and ``absax`` = |A||x| when the
-    residual's pass computed it) must be at working precision and the condition estimate
-    (when given) at least eps. ``mixes_rows``: see :func:`refine`."""
+    componentwise backward error ``berr`` (:func:`_componentwise`) must be at working
+    precision and the condition estimate (when given) at least eps; otherwise ``out.reason``
+    says which, and what ended the corrections. Collective (the estimate)."""
+    if not berr <= _berr_tol(A, eps):
+        why = (f"the time budget ended the refinement ({clock.spent:.3g} s > "
+               f"{clock.budget:.3g} s)" if clock.budget is not None and
+               clock.spent > clock.budget else
+               f"{max_iter} correction(s) did not reach it" if out.iterations >= max_iter
+               else "it no longer halves (A is numerically singular or the factors too "
+                    "inaccurate)")
+        out.reason = (f"{label}: componentwise backward error {berr:.3g} is not at working "
+                      f"precision ({_berr_tol(A, eps):.3g}): {why}")
+        return out
+    if rcond is not None and not _certified(out, rcond, eps, label):
+        return out
+    out.converged = True
+    return out
+
+
+def _componentwise(A, B, R, out: Refinement, anorm, eps, absax=None,
+                   mixes_rows: bool = False) -> float:
+    """Collective: LAPACK's componentwise backward error of ``out.x`` (from x's residual R,
+    and ``absax`` = |A||x| when the residual's pass computed it). ``mixes_rows``: see
+    :func:`refine`."""
     # (LAPACK's guard against tiny denominators distorts the componentwise error of matrices
     # near the underflow threshold: checked above it only)
     # per column: ||A|| max|x_c|; a column below tiny/eps has its residuals in gradual
@@ -283,16 +316,8 @@ def _accept(A, B, R, out: Refinement, anorm, eps, label, rcond, absax=None,
     # tiny rows are judged against their column's scale (its solves mix rows)
     scale = anorm * _column_max_abs(out.x)
     low = scale < np.finfo(A.dtype).tiny / eps
-    berr = componentwise_error(A, out.x, B, R, absax, sparse_scale=np.where(
+    return componentwise_error(A, out.x, B, R, absax, sparse_scale=np.where(
         low, np.inf, scale if mixes_rows else 0.0))
-    if not berr <= max(10.0, math.sqrt(A.n)) * eps:
-        out.reason = (f"{label}: componentwise backward error {berr:.3g} is not at working "
-                      f"precision (A is numerically singular or the factors too inaccurate)")
-        return out
-    if rcond is not None and not _certified(out, rcond, eps, label):
-        return out
-    out.converged = True
-    return out
 
 
 def _column_max_abs(X: DistMatrix) -> np.ndarray:
@@ -314,8 +339,15 @@ def _certified(out: Refinement, rcond, eps, label) -> bool:
     if out.rcond >= eps:
         return True
     what = getattr(rcond, "what", "condition estimate")
-    out.reason = (f"{label}: the {what} {out.rcond:.3g} < eps: the matrix is numerically "
-                  f"singular, or too ill-conditioned for these factors to certify it")
+    if out.rcond == 0:      # refined_rcond's "not certified"
+        out.reason = (f"{label}: no {what} could certify A's condition (the factors' "
+                      f"solves did not refine to A's own): A is numerically singular, or too "
+                      f"ill-conditioned for these factors (cond(A) times their unit "
+                      f"roundoff near or above 1) to tell")
+    else:
+        out.reason = (f"{label}: the {what} {out.rcond:.3g} < eps: the matrix is "
+                      f"numerically singular, or too ill-conditioned for these factors to "
+                      f"certify it")
     return False
 
 
