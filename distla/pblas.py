@@ -80,20 +80,24 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
         k2, n = (B.n, B.m) if tb != "N" else B.shape
         if k != k2:
             raise ValueError(f"matmul: inner dimensions differ ({m}x{k} @ {k2}x{n})")
+        # C's layout on every path: op(A)'s row blocking and op(B)'s column blocking, A's
+        # source row and B's source column (a transpose keeps the source, swaps the blocks)
+        mb, nb = (A.mb if ta == "N" else A.nb), (B.nb if tb == "N" else B.mb)
         if C is not None:
             check_compatible(A, C, "matmul")
             if C.shape != (m, n):
                 raise ValueError(f"matmul: C has shape {C.shape}, expected {(m, n)}")
+            if (C.mb, C.rsrc, C.nb, C.csrc) != (mb, A.rsrc, nb, B.csrc):
+                raise ValueError(f"matmul: C must have op(A)'s row blocking and op(B)'s "
+                                 f"column blocking: block {(mb, nb)}, src "
+                                 f"{(A.rsrc, B.csrc)}, not block {C.block}, src {C.src} "
+                                 f"(C.redistribute(block=..., src=...) first)")
         alpha = _scalar_for(A, alpha, "alpha", "matmul")
-        beta = _scalar_for(A, beta, "beta", "matmul")
+        beta = _scalar_for(A, beta, "beta", "matmul") if C is not None else 0.0
     if alpha == 0:      # BLAS: C = beta C, A and B not read, in the layout the paths give
-        mb, nb = (A.mb if ta == "N" else A.nb), (B.nb if tb == "N" else B.mb)
         if C is None:
             return DistMatrix(A.grid, (m, n), (mb, nb), dtype=A.dtype, device=A.device,
                               src=(A.rsrc, B.csrc))
-        if (C.mb, C.rsrc, C.nb, C.csrc) != (mb, A.rsrc, nb, B.csrc):
-            raise ValueError("matmul: C must have op(A)'s row blocking and op(B)'s column "
-                             "blocking")
         C.local[...] = 0 if beta == 0.0 else C.local * beta
         return C
     if C is not None:   # C is overwritten while A and B are read: copy what overlaps it
@@ -109,7 +113,7 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
         return C
     if ta != "N":
         A = A.transpose(conjugate=ta == "C" and A.dtype.kind == "c")
-    if not few and (B.mb, B.rsrc) != (A.nb, A.csrc):
+    if not few and (B.mb, B.rsrc) != (A.nb, A.csrc % B.grid.nprow):
         B = B.redistribute(block=(A.nb, B.nb), src=(A.csrc % B.grid.nprow, B.csrc))
     C = _output(C, A, (m, n), A.mb, B, beta)
     if few:
@@ -121,13 +125,15 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
 
 def _comm_of(what: str, *operands):
     """The communicator of the first DistMatrix among ``operands`` (the collective's
-    agreement then reports the others' errors on every rank); TypeError when there is none.
-    Local."""
+    agreement then reports the others' errors on every rank). A rank with none agrees over
+    the world communicator, where the other ranks' grid most often is (the block's own
+    checks raise its TypeError; raising here, outside the agreement, left the others
+    waiting in it). Local."""
     for x in operands:
         if isinstance(x, DistMatrix):
             return x.grid.comm
-    raise TypeError(f"{what}: operands must be DistMatrix, got "
-                    f"{', '.join(type(x).__name__ for x in operands if x is not None)}")
+    from mpi4py import MPI
+    return MPI.COMM_WORLD
 
 
 def _output(C, A, shape, mb: int, B, beta):
@@ -137,8 +143,7 @@ def _output(C, A, shape, mb: int, B, beta):
     if C is None:
         return DistMatrix(A.grid, shape, (mb, B.nb), dtype=A.dtype, device=A.device,
                           src=(A.rsrc, B.csrc))
-    if (C.mb, C.rsrc, C.nb, C.csrc) != (mb, A.rsrc, B.nb, B.csrc):
-        raise ValueError("matmul: C must have A's row blocking and B's column blocking")
+    assert (C.mb, C.rsrc, C.nb, C.csrc) == (mb, A.rsrc, B.nb, B.csrc)   # (matmul checked)
     if beta == 0.0:
         C.local[...] = 0
     elif beta != 1.0:
@@ -286,8 +291,9 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=
     'right') for X, with A triangular (``lower`` or upper; only that triangle is read).
     ``trans`` as ``scipy.linalg.solve_triangular``: ``False``/``0``/``'N'`` (``op(A) = A``),
     ``True``/``1``/``'T'`` (``A^T``), ``2``/``'C'`` (``A^H``; ``A^T`` for real A). A must be
-    square with square blocks. Returns X in B's layout (B itself when ``overwrite_b`` and no
-    redistribution was needed). As BLAS, ``alpha = 0`` gives X = 0 without reading B, and
+    square with square blocks. Returns X in B's layout (B itself when ``overwrite_b``, side
+    'left' and no redistribution was needed; side 'right' solves the transposed system and
+    returns a new matrix). As BLAS, ``alpha = 0`` gives X = 0 without reading B, and
     leading (or trailing) zero rows of B may be skipped: a NaN or Inf of A that multiplies
     only their exact zeros need not reach X (solvers check A first: ``check_finite``).
     """
@@ -303,7 +309,7 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=
         if A.mb != A.nb:
             raise ValueError(f"triangular_solve: A needs square blocks, got {A.block}")
         if side not in ("left", "right"):
-            raise ValueError("side must be 'left' or 'right'")
+            raise ValueError(f"triangular_solve: side must be 'left' or 'right', not {side!r}")
         alpha = _scalar_for(A, alpha, "alpha", "triangular_solve")
         need = B.m if side == "left" else B.n
         if need != A.n:

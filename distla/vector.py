@@ -191,11 +191,12 @@ def residual(A: DistMatrix, X: DistMatrix, B: DistMatrix, with_abs: bool = False
     broadcast all of A for one matrix-vector product). ``with_abs``: return ``(R, D)`` with
     ``D = |A| |X|`` (B's local array, as :func:`abs_product`) when the backend computes it
     in the same pass over A (:meth:`distla.device.base.Backend.gemv_abs`: real A, CPU or GPU), else
-    ``(R, None)``."""
+    ``(R, None)``. R's dtype is that of ``B - A X`` (complex if any operand is)."""
     xp = A.xp
     _rows_like(A, B, "residual", X)
     y, ya = _gemv_rows(A, X, absolute=False, pair=with_abs)
-    R = B.copy()
+    dt = np.result_type(A.dtype, X.dtype, B.dtype)      # (from descriptors: every rank alike;
+    R = B.copy() if B.dtype == dt else B.astype(dt)     # in-place B - y raised on some ranks)
     cols = xp.asarray(B.col_indices())
     if R.local.size:
         R.local -= y[:, cols]

@@ -208,6 +208,22 @@ def test_matmul_bad_arguments(comm, grids):
                  lambda: triangular_solve(np.eye(5), B)):   # TypeError on every rank
         with pytest.raises(TypeError, match="operands must be DistMatrix"):
             call()
+    # one rank passing no DistMatrix at all: its error reached no agreement and the others
+    # waited in theirs
+    if g.comm is comm and comm.size > 1:
+        for call in (lambda X, Y: matmul(X, Y), lambda X, Y: triangular_solve(X, Y)):
+            eye = DistMatrix.from_global(g, np.eye(5), block=2)
+            ops = (np.eye(5), np.ones((5, 5))) if comm.rank == 1 else (eye, eye)
+            with pytest.raises(TypeError, match="operands must be DistMatrix"):
+                call(*ops)
+    # C's layout is checked before any data moves, on every path, naming what it must be
+    for transa, ncols in ((False, 4), (True, 4), (False, 20)):
+        Bw = DistMatrix.zeros(g, (5, ncols), 2)
+        Aw = DistMatrix.zeros(g, (5, 5) if transa else (6, 5), 2)
+        with pytest.raises(ValueError, match=r"block \(2, 2\), src \(0, 0\), not block "
+                                             r"\(3, 2\)"):
+            matmul(Aw, Bw, transa=transa, C=DistMatrix.zeros(g, (Aw.shape[1] if transa
+                                                                 else 6, ncols), (3, 2)))
     comm.Barrier()
 
 
