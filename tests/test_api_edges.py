@@ -759,6 +759,26 @@ def test_growth_warnings_name_nan_and_unreliable_estimates(grids):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+def test_hermitian_norm_inf_on_any_blocking(grids, dtype):
+    """xLANHE('I', 'L') of the lower triangle: rectangular blocks, sizes they do not divide,
+    every source process, NaN above the diagonal, against NumPy on the Hermitian matrix."""
+    from distla.linalg.cholesky import hermitian_norm_inf
+    r = np.random.default_rng(5)
+    for n, block in ((1, (1, 1)), (17, (3, 5)), (30, (7, 4)), (23, (23, 23))):
+        a = r.standard_normal((n, n)) + (1j * r.standard_normal((n, n))
+                                         if np.dtype(dtype).kind == "c" else 0)
+        a = a.astype(dtype)
+        h = np.tril(a, -1) + np.tril(a, -1).conj().T + np.diag(a.diagonal().real)
+        want = np.abs(h.astype(np.complex128)).sum(axis=1).max()
+        a[np.triu_indices(n, 1)] = np.nan
+        for g in grids:
+            for src in ((0, 0), (g.nprow - 1, g.npcol - 1)):
+                A = DistMatrix.from_global(g, a, block=block, src=src)
+                assert hermitian_norm_inf(A) == pytest.approx(want, rel=1e-6), (n, block, src)
+
+
+@pytest.mark.mpi
 def test_solve_cholesky_condition_uses_the_triangle_it_reads(grids):
     """With check_symmetric=False the strict upper triangle may hold anything: the condition
     estimate used ||A||_inf of the whole storage (1e20 there: 'rcond=1e-23', a false warning;

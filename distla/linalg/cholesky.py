@@ -255,27 +255,36 @@ _ROUNDING_ASYMMETRY = 100.0
 def hermitian_norm_inf(A: DistMatrix) -> float:
     """Collective: ``||H||_inf`` (= ``||H||_1``) of the Hermitian matrix H whose lower triangle
     is A's (LAPACK's xLANHE('I', 'L'): only the lower triangle and the diagonal's real part
-    are read; the strict upper triangle may hold anything, NaN included). Column slabs of the
-    local matrix; two n-vector sums over the grid."""
+    are read; the strict upper triangle may hold anything, NaN included). One pass per local
+    block column: its rows wholly below the block are summed as they are, only the rows
+    beside the block's own global columns are masked; two n-vector sums over the grid.
+    (Slabs of a few columns, masked whole, took 6.4 s at n = 65536 on one GPU.)"""
     from mpi4py import MPI
     xp = A.xp
     rows_h, cols_h = A.row_indices(), A.col_indices()
     rsum, csum = np.zeros(A.n), np.zeros(A.n)
     a = A.local
     if a.size:
-        rows = xp.asarray(rows_h)[:, None]
-        w = max(1, A.backend.ABS_SLAB // max(1, a.shape[0]))
         r_loc = xp.zeros(a.shape[0], np.float64)
         c_loc = xp.zeros(a.shape[1], np.float64)
-        for c0 in range(0, a.shape[1], w):
-            cols = xp.asarray(cols_h[c0:c0 + w])[None, :]
-            blk = a[:, c0:c0 + w]
-            mag = xp.abs(blk.real if blk.dtype.kind == "c" else blk)
-            if blk.dtype.kind == "c":      # off the diagonal |a|; on it |Re a|
-                mag = xp.where(rows == cols, mag, xp.abs(blk))
-            low = xp.where(rows >= cols, mag, 0).astype(np.float64)
-            r_loc += low.sum(axis=1)
-            c_loc[c0:c0 + w] = xp.where(rows > cols, low, 0).sum(axis=0)
+        for j0 in range(0, a.shape[1], A.nb):       # local block columns: global g0..g1-1
+            j1 = min(a.shape[1], j0 + A.nb)
+            g0, g1 = int(cols_h[j0]), int(cols_h[j1 - 1]) + 1
+            d, s = (int(np.searchsorted(rows_h, g)) for g in (g0, g1))
+            if s < a.shape[0]:                       # rows below every column of the block
+                below = xp.abs(a[s:, j0:j1])
+                r_loc[s:] += below.sum(axis=1, dtype=np.float64)
+                c_loc[j0:j1] += below.sum(axis=0, dtype=np.float64)
+            if d < s:                                # rows beside the block's columns
+                blk = a[d:s, j0:j1]
+                r = xp.asarray(rows_h[d:s])[:, None]
+                c = xp.asarray(cols_h[j0:j1])[None, :]
+                mag = xp.abs(blk)
+                if blk.dtype.kind == "c":            # on the diagonal |Re a|
+                    mag = xp.where(r == c, xp.abs(blk.real), mag)
+                low = xp.where(r >= c, mag, 0)
+                r_loc[d:s] += low.sum(axis=1, dtype=np.float64)
+                c_loc[j0:j1] += xp.where(r > c, low, 0).sum(axis=0, dtype=np.float64)
         rsum[rows_h] = np.asarray(A.backend.to_host(r_loc))
         csum[cols_h] = np.asarray(A.backend.to_host(c_loc))
     both = np.concatenate([rsum, csum])
