@@ -64,11 +64,13 @@ def default_nb(n: int, device: str, grid=None) -> int:
     reaches 4096 (2 ranks, n = 8192: Cholesky 48.6 against 40.9 GFLOP/s, LU 48.4 against
     45.3; at n = 2048 nb 128 wins); on GPU 512, or 1024 once the local dimension reaches 24576
     (Cholesky n=32768 on one H200: 40.9 TFLOP/s at nb 1024; nb 512 wins below 16384, nb 256
-    loses everywhere). Shrunk so every process row and column gets at least one block of an
-    ``n x n`` matrix. Not collective."""
+    loses everywhere), and 2048 from 65536 below 110000 (n = 65536 on one H200: Cholesky 46.1
+    against 44.9 TFLOP/s, LU 44.1 against 42.4; beyond, LU's O(n nb) workspace at 2048 would
+    not leave room for n = 120000 on one H200). Shrunk so every process row and column gets
+    at least one block of an ``n x n`` matrix. Not collective."""
     local = n / max(1, max(grid.nprow, grid.npcol)) if grid is not None else n
     if device == "gpu":
-        nb = 1024 if local >= 24576 else 512
+        nb = 2048 if 65536 <= local < 110000 else 1024 if local >= 24576 else 512
     else:
         nb = 256 if local >= 4096 else 128
     if grid is not None:

@@ -209,6 +209,8 @@ def test_default_nb():
     assert common.default_nb(4096, "cpu", Grid) == 128  # local 2048
     assert common.default_nb(1000, "gpu") == 512
     assert common.default_nb(32768, "gpu") == 1024      # large local matrices: nb 1024
+    assert common.default_nb(65536, "gpu") == 2048      # larger: 2048
+    assert common.default_nb(120000, "gpu") == 1024     # (room for LU's workspace)
     assert common.default_nb(16384, "gpu") == 512
     assert common.default_nb(5, "cpu") == 5
 
