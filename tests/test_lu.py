@@ -740,3 +740,28 @@ def test_one_rank_local_library_and_loop_agree(shape, monkeypatch):
         assert e.value.index == 17
     assert np.array_equal(out["local"][1], out["loop"][1])
     assert np.allclose(out["local"][0], out["loop"][0], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.mpi
+def test_genp_warns_when_multipliers_and_growth_together_lose_the_digits(grids):
+    """A standard-normal A of n = 300: GENP's largest multiplier (6e4) and element growth
+    (3e4) are each below 1 / sqrt(eps), but the solution's scaled residual is 300 times
+    ScaLAPACK's threshold; the solve now warns (the product is the backward error bound's
+    factor). A diagonally dominant A (multipliers and growth near 1) still solves quietly."""
+    import warnings
+
+    from distla import DistMatrix, LinAlgWarning
+    from distla.linalg import solve
+    n = 300
+    a = np.random.default_rng(1).standard_normal((n, n))
+    dd = a + 2 * n * np.eye(n)
+    b = np.ones((n, 1))
+    for g in grids:
+        with pytest.warns(LinAlgWarning, match=r"max \|L\| max \|U\| / max \|A\|"):
+            solve(DistMatrix.from_global(g, a, block=16),
+                  DistMatrix.from_global(g, b, block=16), method="genp")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            x = solve(DistMatrix.from_global(g, dd, block=16),
+                      DistMatrix.from_global(g, b, block=16), method="genp")
+        np.testing.assert_allclose(dd @ x.to_global(None), b, atol=1e-12)

@@ -106,6 +106,7 @@ class LUFactor:
         self._perm = None
         self._rcond = None
         self._growth = None         # growth_factor(), once read
+        self.max_multiplier = None  # max |l_ij| (GENP with its pivot checks; 1 for GEPP)
 
     def rcond(self, anorm: float | None = None) -> float:
         """Collective: reciprocal 1-norm condition estimate of A (pdgecon; cached), the same
@@ -251,7 +252,7 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
         if check_finite:   # finite input: non-finite factors mean overflow (checked before
             check_finite_result(F, "lu_factor")     # the pivots, which overflow would blame)
         if genp_checks:
-            _check_pivots(F, min(F.m, F.n), float(pivot_threshold))
+            out.max_multiplier = _check_pivots(F, min(F.m, F.n), float(pivot_threshold))
             _check_growth(out, float(pivot_threshold))
     return out
 
@@ -288,14 +289,25 @@ def warn_if_large_growth(F, what: str) -> None:
     """Collective: warn with :class:`distla.LinAlgWarning` (every rank) when the element
     growth of F's elimination exceeds ``1 / sqrt(eps)``: the backward error bound
     ``n growth eps`` then leaves less than half of the digits (GEPP's rare worst cases,
-    such as Wilkinson's matrix with growth 2^(n-1); LAPACK's xGESVX reports it as RPVGRW)."""
+    such as Wilkinson's matrix with growth 2^(n-1); LAPACK's xGESVX reports it as RPVGRW).
+    Without pivoting the bound is ``n eps max|L| max|U| / max|A|``: the largest multiplier
+    (when ``lu_factor`` measured it) multiplies the growth, as each may stay below its own
+    limit while their product does not (a standard-normal A of n = 300: multipliers 6e4,
+    growth 3e4, scaled residual 300 times ScaLAPACK's threshold)."""
     if not F.max_abs_a > 0:
         return
     g = F.growth_factor()
+    mult = F.max_multiplier if F.pivoting == "none" and F.max_multiplier is not None else 1.0
     limit = 1.0 / np.sqrt(np.finfo(F.lu.dtype).eps)
     if np.isnan(g):
         warnings.warn(f"{what}: the LU factors hold NaN: {_NONFINITE_CAUSE}; the result is "
                       f"not a solution", LinAlgWarning, stacklevel=3)
+    elif mult > 1.0 and not g * mult <= limit:
+        warnings.warn(f"{what}: large element growth in the LU factorization without "
+                      f"pivoting (max |L| max |U| / max |A| = {mult:.3g} x {g:.3g} > "
+                      f"{limit:.2g}): the result may not be accurate; pivoting "
+                      f"(method='gepp' or 'calu') or method='rbt' may do better",
+                      LinAlgWarning, stacklevel=3)
     elif not g <= limit:
         warnings.warn(f"{what}: large element growth in the LU factorization (max |U| / "
                       f"max |A| = {g:.3g} > {limit:.2g}): the result may not be accurate; "
@@ -303,9 +315,10 @@ def warn_if_large_growth(F, what: str) -> None:
                       stacklevel=3)
 
 
-def _check_pivots(F, kmax: int, threshold: float) -> None:
+def _check_pivots(F, kmax: int, threshold: float) -> float:
     """Collective: raise SingularMatrixError on every rank if a GENP pivot is tiny relative
-    to its column (a multiplier above ``1 / threshold``; docs/lu.md)."""
+    to its column (a multiplier above ``1 / threshold``; docs/lu.md); else return the largest
+    multiplier ``max |l_ij|`` (the same on every rank)."""
     growth = largest_multiplier(F, kmax)
     bad = np.flatnonzero(~(growth <= 1.0 / threshold))
     err = None
@@ -326,6 +339,7 @@ def _check_pivots(F, kmax: int, threshold: float) -> None:
             f"pivoting='partial' or 'tournament', or method 'gepp', 'calu' or 'rbt'; "
             f"pivot_threshold=0 accepts these factors)")
     agree(F.grid.comm, err)
+    return float(growth.max()) if growth.size else 0.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -489,8 +503,7 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
     if check_rcond:       # (the growth: one read of U, kept for the growth warning)
         growth = F.growth_factor() if F.max_abs_a > 0 else None
         warn_if_ill_conditioned(F.rcond(), A.dtype, "solve_lu", growth=growth)
-    if pivoting_name(pivoting) != "none":     # GENP's growth was checked by lu_factor
-        warn_if_large_growth(F, "solve_lu")
+    warn_if_large_growth(F, "solve_lu")     # (GENP: with its largest multiplier)
     warn_if_subnormal_scale(F.max_abs_a, A.dtype, "solve_lu")
     if check_finite:        # finite A and B: a non-finite X means the solves overflowed
         check_finite_result(X, "solve_lu")
