@@ -667,6 +667,10 @@ def test_overwrite_b_is_honoured_with_the_condition_estimate(grids):
             X = solve(A, B, method=method)             # overwrite_b=False: B is kept
             np.testing.assert_array_equal(B.to_global(None), b)
             assert not np.shares_memory(X.local, B.local)
+        # rbt takes the flag too (it refused it; RBT refines against the original B)
+        B = DistMatrix.from_global(g, b, block=3)
+        X = solve(DistMatrix.from_global(g, a, block=3), B, method="rbt", overwrite_b=True)
+        np.testing.assert_allclose(X.to_global(None), ref, rtol=1e-10)
 
 
 @pytest.mark.mpi

@@ -973,12 +973,14 @@ def test_factor_capped_by_max_rank_warns():
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("scale", [2.0 ** 520, 2.0 ** -520])
+@pytest.mark.parametrize("scale", [2.0 ** 520, 2.0 ** -520, 2.0 ** -600, 2.0 ** -1000])
 def test_build_refuses_magnitudes_beyond_the_float_range(scale):
     """Entries whose squares overflow (||A||_F = inf: every tile was truncated to rank 0) or
     whose truncation threshold underflows (the tails of the singular values lost) give the
     same clear ValueError on every rank, for the dense and the tile-by-tile builds; the same
-    matrix scaled back into range builds fine."""
+    matrix scaled back into range builds fine. Below ~2^-540 the squares underflow to exactly
+    0, which read as a zero matrix: every tile cut to rank 0, a log-determinant off by 9,
+    silently."""
     from distla import tlr
     x, k = _problem(150, seed=2)
     ks = k.replace(sigma=k.sigma * math.sqrt(scale), nugget=k.nugget * scale)
@@ -989,6 +991,17 @@ def test_build_refuses_magnitudes_beyond_the_float_range(scale):
         with pytest.raises(ValueError, match="scale the matrix by a power of 2"):
             tlr.compress(A, tol=1e-8)
         assert tlr.from_kernel(g, x, k, 30, tol=1e-8).norm_fro > 0
+
+
+@pytest.mark.mpi
+def test_half_precision_is_refused_by_type():
+    """float16 passed the 'float kind' check and was then refused as a magnitude out of range
+    ('scale the matrix'): it is a TypeError naming the supported types."""
+    from distla import tlr
+    x, k = _problem(60, seed=3)
+    g = next(_grids())
+    with pytest.raises(TypeError, match="float32/float64 matrices, not float16"):
+        tlr.from_kernel(g, x, k, 20, tol=1e-6, dtype=np.float16)
 
 
 @pytest.mark.mpi

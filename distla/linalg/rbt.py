@@ -300,7 +300,7 @@ def _genp_refine(A: DistMatrix, B: DistMatrix, fdt, compute, depth: int, seed: i
 # driver
 # ---------------------------------------------------------------------------------------
 def _validate(A, B, depth, max_iter, refine, fallback, return_info, check_rcond=True,
-              overwrite_a=False):
+              overwrite_a=False, overwrite_b=False):
     if not isinstance(A, DistMatrix) or not isinstance(B, DistMatrix):
         raise TypeError("rbt_solve: A and B must be DistMatrix")
     if A.m != A.n:
@@ -316,7 +316,7 @@ def _validate(A, B, depth, max_iter, refine, fallback, return_info, check_rcond=
     _check_depth(depth, A.n)
     opts = check_refinement_options(max_iter, fallback, "rbt_solve")
     check_flags("rbt_solve", refine=refine, return_info=return_info, check_rcond=check_rcond,
-                overwrite_a=overwrite_a)
+                overwrite_a=overwrite_a, overwrite_b=overwrite_b)
     return opts
 
 
@@ -328,7 +328,7 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
               seed: int | None = DEFAULT_SEED, max_iter: int = 30, fallback: bool = True,
               precision: str = "double", return_info: bool = False,
               check_finite: bool = True, factor_dtype: str | None = None,
-              check_rcond: bool = True, overwrite_a: bool = False):
+              check_rcond: bool = True, overwrite_a: bool = False, overwrite_b: bool = False):
     """Collective: solve ``A X = B`` by RBT + GENP + iterative refinement.
 
     A: n x n DistMatrix (float32/float64; square blocks as the LU needs); B: n x nrhs on the
@@ -344,32 +344,32 @@ def rbt_solve(A: DistMatrix, B: DistMatrix, depth: int = 2, refine: bool = True,
     Failure (GENP tiny or zero pivot, refinement not converged): ``fallback=True`` solves
     with partial pivoting and warns (:class:`RBTFallbackWarning`); ``fallback=False`` raises
     SingularMatrixError (tiny or zero pivot) or ConvergenceError, on every rank. A converged
-    refinement is accepted only when the componentwise backward error is at working precision
-    (``max(10, sqrt(n)) eps``) and the condition estimate of ``U^T A V`` (from its GENP
-    factors; for float32 factors, A's own, their solves verified by refinement against A:
-    :func:`distla.linalg.condition.refined_rcond`) is at least eps: a numerically singular
-    matrix takes the failure path (the partial-pivoting fallback then warns with
+    refinement is accepted only when the componentwise backward error is at working
+    precision (``max(10, sqrt(n)) eps``) and the condition estimate of ``U^T A V`` (from its
+    GENP factors; for float32 factors, A's own, their solves verified by refinement against
+    A: :func:`distla.linalg.condition.refined_rcond`) is at least eps: a numerically
+    singular matrix takes the failure path (the partial-pivoting fallback then warns with
     :class:`distla.LinAlgWarning` like :func:`solve_lu`). ``info.rcond`` holds the estimate
     used (in double precision: the GENP factors' estimate over their element growth, as
     :func:`solve_lu` judges GENP). ``check_rcond=False`` skips the estimate (and that
-    protection): float32 factors then serve GMRES-IR beyond the range where refinement
-    can certify A's condition (float32 RBT stagnates from ``cond(A) ~ 1e7`` and retries with
-    float64 GENP; docs/mixed.md). ``overwrite_a`` is accepted for
-    :func:`distla.linalg.solve`'s sake: A is never overwritten (RBT works on ``U^T A V``, a
-    new matrix). ``check_finite``: NaN/Inf in A or B raise ValueError before any work, and a
-    non-finite X from finite A and B (the solves overflowed) raises DistlaError. ``seed``:
-    the butterflies' seed, fixed by default (``DEFAULT_SEED``) so that a solve gives the same
-    answer (up to rounding) on every run and grid shape; ``None`` draws a fresh one (rank 0
-    draws it).
+    protection): float32 factors then serve GMRES-IR beyond the range where refinement can
+    certify A's condition (float32 RBT stagnates from ``cond(A) ~ 1e7`` and retries with
+    float64 GENP; docs/mixed.md). ``overwrite_a`` and ``overwrite_b`` are accepted for
+    :func:`distla.linalg.solve`'s sake: A and B are never overwritten (RBT works on ``U^T A
+    V``, a new matrix, and refines against the original B). ``check_finite``: NaN/Inf in A
+    or B raise ValueError before any work, and a non-finite X from finite A and B (the
+    solves overflowed) raises DistlaError. ``seed``: the butterflies' seed, fixed by default
+    (``DEFAULT_SEED``) so that a solve gives the same answer (up to rounding) on every run
+    and grid shape; ``None`` draws a fresh one (rank 0 draws it).
     """
     grid = A.grid if isinstance(A, DistMatrix) else None
     with collective(grid.comm if grid is not None else None, signature(
             "rbt_solve", A, B, depth=depth, refine=refine, seed=seed, max_iter=max_iter,
             fallback=fallback, precision=precision, return_info=return_info,
             check_finite=check_finite, factor_dtype=factor_dtype, check_rcond=check_rcond,
-            overwrite_a=overwrite_a)):
+            overwrite_a=overwrite_a, overwrite_b=overwrite_b)):
         max_iter, fallback = _validate(A, B, depth, max_iter, refine, fallback, return_info,
-                                       check_rcond, overwrite_a)
+                                       check_rcond, overwrite_a, overwrite_b)
         compute = check_mixed(A, precision, factor_dtype, "rbt_solve", default="fp32")
         if seed is not None:
             _resolve_seed(seed, None)

@@ -76,16 +76,19 @@ def _delta(T, tol, F):
     return max(t, _EPS_FLOOR * eps) * F / max(1, T.nt)
 
 
-def _check_scale(T, tol, F, what: str) -> None:
+def _check_scale(T, tol, F, what: str, nonzero: bool = False) -> None:
     """ValueError (``F``, ``||A||_F`` or a lower bound, is the same on every rank: every rank
     raises alike) when the matrix's magnitude puts the compression's squared norms outside
     the float range: ``||A||_F`` overflowing (entries near the square root of the largest
     float: every off-diagonal tile then truncated to rank 0) or the truncation threshold's
     square underflowing (entries near the square root of the smallest: tails of singular
-    values lost). A zero matrix is fine."""
+    values lost). A zero matrix is fine; ``nonzero`` (agreed over the grid): the entries that
+    gave ``F`` are not all zero, so ``F == 0`` means their squares underflowed (entries
+    below ~1e-162 in float64: every off-diagonal tile was cut to rank 0, silently)."""
     fi = np.finfo(T.dtype)
     floor = math.sqrt(float(fi.tiny) / float(fi.eps))
-    if F == 0 or (math.isfinite(F) and _delta(T, tol, F) >= floor):
+    if (F == 0 and not nonzero) or (math.isfinite(F) and F > 0 and
+                                    _delta(T, tol, F) >= floor):
         return
     how = "overflow" if not math.isfinite(F) else "underflow"
     size = "beyond the float range" if how == "overflow" else f"= {F:.3g}"
@@ -198,7 +201,7 @@ def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=None
         if A.mb != A.nb:
             raise ValueError(f"TLR tiles are the matrix blocks and must be square, got "
                              f"block {A.block}")
-        if A.dtype.kind != "f":
+        if A.dtype not in (np.float32, np.float64):
             raise TypeError(f"TLR supports real float32/float64 matrices, not {A.dtype}")
     _fits_at_all(A.grid, A.n, A.nb, A.dtype, A.device)
     T = TLRMatrix(A.grid, A.n, A.nb, device=A.device, src=A.src, dtype=A.dtype, allocate=False)
@@ -223,7 +226,10 @@ def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=None
                 break
     F = math.sqrt(max(_allreduce_sum(A.grid.comm, ss), 0.0))
     agree(A.grid.comm, err)     # a non-finite A: the same ValueError on every rank, else
-    _check_scale(T, tol, F, "compress")     # finite entries whose squares leave the range
+    nonzero = F == 0 and A.grid.allreduce(int(any(bool(xp.any(tile(i, j) != 0)) for i, j in
+                                                  [(k, k) for k in T.diag_keys] + T.keys)),
+                                          "max") > 0     # (only then: squares underflowed?)
+    _check_scale(T, tol, F, "compress", nonzero)   # finite entries whose squares leave the range
     delta = _delta(T, tol, F)
     for s, k in enumerate(T.diag_keys):
         m = T.tile_size(k)
@@ -279,18 +285,18 @@ def from_function(grid, n, tile, fn, tol=1e-8, max_rank=None, method="auto", *,
         seed = _args.check_seed(seed)
         workspace = _args.check_workspace(workspace)
         n, tile = _args.check_count("n", n, 0), _args.check_count("tile", tile, 1)
-        if np.dtype(dtype).kind != "f":
-            raise TypeError(f"TLR supports real float32/float64 matrices, not {dtype}")
+        if np.dtype(dtype) not in (np.float32, np.float64):
+            raise TypeError(f"TLR supports real float32/float64 matrices, not {np.dtype(dtype)}")
         get_backend(device, grid.comm)
     _fits_at_all(grid, n, tile, dtype, device)
     T = TLRMatrix(grid, n, tile, device=device, src=src, dtype=dtype, allocate=False)
     b = _Builder(T, fn, _method(method, T), max_rank, seed, workspace)
     lower = b.diagonal()                 # dense diagonal tiles, ||diagonal tiles||_F <= ||A||_F
-    _check_scale(T, tol, lower, "tlr.from_function")
+    _check_scale(T, tol, lower, "tlr.from_function", b.nonzero)
     delta1 = _delta(T, tol, lower)
     b.off_diagonal(delta1)               # every off-diagonal tile compressed to delta1
     F = math.sqrt(max(_allreduce_sum(grid.comm, b.ss), 0.0))
-    _check_scale(T, tol, F, "tlr.from_function")
+    _check_scale(T, tol, F, "tlr.from_function", b.nonzero)
     return _finish(T, b.parts, tol, max_rank, F, t0, b.method, b.capped, delta1, b.peak)
 
 
@@ -348,6 +354,7 @@ class _Builder:
         self.rng = _args.rank_rng(T.xp, seed, T.grid.rank)
         self.work = _memory.workspace(T.device, T.grid.comm, workspace)
         self.parts, self.capped, self.ss, self.peak = [], 0, 0.0, 0
+        self.any_nonzero = self.nonzero = False   # a diagonal entry != 0 (diagonal())
         self.r0 = 16                         # first sample width of the range finder
         self.tiles = getattr(fn, "tiles", None) or _generic_tiles(fn, T.xp)
         _allocate_diagonal(T, self.work, "build (dense diagonal tiles + workspace)")
@@ -374,6 +381,7 @@ class _Builder:
             for sl in self.batches(len(T.diag_keys), 2.0):
                 self.guard(self._diagonal_batch, sl)
         agree(T.grid.comm, self.err)
+        self.nonzero = T.grid.allreduce(int(self.any_nonzero), "max") > 0
         return math.sqrt(max(_allreduce_sum(T.grid.comm, self.ss), 0.0))
 
     def _diagonal_batch(self, sl):
@@ -385,6 +393,8 @@ class _Builder:
         v = float(xp.vdot(D.ravel(), D.ravel()))
         if not math.isfinite(v):
             _raise_nonfinite(T, keys, D)
+        if v == 0 and not self.any_nonzero:      # (squares underflowed to 0?)
+            self.any_nonzero = bool(xp.any(D != 0))
         self.ss += v
         last = [a for a, (k, _) in enumerate(keys) if T.tile_size(k) < T.nb]
         for a in last:                       # identity in the padded part (det 1)
