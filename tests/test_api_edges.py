@@ -834,7 +834,7 @@ def test_condition_estimate_near_the_float_range_ends(grids):
     """A well-conditioned matrix scaled by 1e-308 reported rcond = 0 (and an 'ill-conditioned'
     warning) on grids where the estimator's solves ran unscaled: A^-1 x overflowed. The
     estimator's vectors are scaled by a power of two near ||A||_1 now."""
-    from distla.linalg import lu_factor
+    from distla.linalg import lu_factor, solve
     from distla.linalg import rcond as rcond_of
     r = np.random.default_rng(1)
     a0 = r.standard_normal((33, 33))
@@ -847,6 +847,18 @@ def test_condition_estimate_near_the_float_range_ends(grids):
                 warnings.simplefilter("ignore")        # (the subnormal-scale warning)
                 got = rcond_of(A, lu_factor(A))
             assert true / 3 <= got <= 3 * true, (c, got, true)
+        # float32 with ||A||_1 beyond 3.4e38 (entries ~1e37): the estimator's vectors (and
+        # LAPACK's anorm on one rank) overflowed float32: rcond 0 and a false warning
+        big = (a0 / np.abs(a0).sum(axis=0).max() * 3.9e38).astype(np.float32)
+        A = DistMatrix.from_global(g, big, block=8, src=(0, g.npcol - 1))
+        B = DistMatrix.from_global(g, big.sum(axis=1, keepdims=True) / 4, block=8,
+                                   src=(0, g.npcol - 1))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")             # no overflow, no LinAlgWarning
+            got = rcond_of(A, lu_factor(A))
+            X = solve(A, B, method="gepp")
+        assert true / 3 <= got <= 3 * true, (got, true)
+        np.testing.assert_allclose(X.to_global(None), 0.25, rtol=1e-3)
 
 
 @pytest.mark.mpi

@@ -131,14 +131,18 @@ def norm1_estimate(n: int, dtype, apply, apply_h, first=None, t: int = _T) -> fl
     return max(est, float(est_alt))
 
 
-def estimator_scale(anorm: float) -> float:
+def estimator_scale(anorm: float, dtype=np.float64) -> float:
     """The power of two the estimator's vectors are multiplied by for a matrix of 1-norm
     ``anorm``: about ``anorm / 4`` (1.0 for a zero or non-finite one), so that ``A^-1 x``
-    is of the order of the condition number. Unscaled, a matrix near the underflow threshold
-    (entries ~1e-308) overflowed its solves and reported rcond = 0; the scaling is exact."""
+    is of the order of the condition number, within the square root of ``dtype``'s range
+    (vectors of a float32 matrix with ``||A||_1`` near 3e38 overflowed: rcond 0 on a
+    well-conditioned matrix). Unscaled, a matrix near the underflow threshold (entries
+    ~1e-308) overflowed its solves and reported rcond = 0; the scaling is exact."""
     if not (np.isfinite(anorm) and anorm > 0):
         return 1.0
-    return float(np.ldexp(1.0, int(np.frexp(anorm)[1]) - 2))
+    fi = np.finfo(np.dtype(dtype))
+    e = min(max(int(np.frexp(anorm)[1]) - 2, fi.minexp // 2), fi.maxexp // 2)
+    return float(np.ldexp(1.0, e))
 
 
 def inverse_norm1_estimate(template: DistMatrix, apply_inv, apply_inv_h, first=None,
@@ -180,12 +184,17 @@ def lapack_rcond(factor: DistMatrix, anorm: float, kind: str, lower: bool = True
             return np.inf
         if anorm == 0 or not np.isfinite(anorm):
             return 0.0
+        # rcond(A) = rcond(A / s) with ||A / s|| = anorm / s: an anorm beyond the factor's
+        # precision (float32, ||A||_1 > 3.4e38) is passed as anorm / s, the result divided by
+        # s (it was inf there, and the estimate 0)
+        big = float(np.finfo(a.dtype).max) / 4
+        s = float(np.ldexp(1.0, int(np.frexp(anorm)[1]))) if anorm >= big else 1.0
         if kind == "lu":
-            out, info = lapack.get_lapack_funcs("gecon", (a,))(a, anorm, norm="1")
+            out, info = lapack.get_lapack_funcs("gecon", (a,))(a, anorm / s, norm="1")
         else:
-            out, info = lapack.get_lapack_funcs("pocon", (a,))(a, anorm,
+            out, info = lapack.get_lapack_funcs("pocon", (a,))(a, anorm / s,
                                                                 uplo="L" if lower else "U")
-        out = float(out)
+        out = float(out) / s
         return out if info == 0 and np.isfinite(out) and out > 0 else 0.0
     return rc
 
@@ -214,7 +223,7 @@ def solve_and_rcond(B: DistMatrix, template: DistMatrix, solve, anorm: float, ap
     if k > FUSE_MAX_RHS or n == 0 or not template.backend.fuse_few_rhs:
         X = solve(B if overwrite_b else B.copy())   # solve() may work in its argument's
         return X, rcond_estimate(anorm, template, apply_inv, apply_inv_h, inverses)
-    sc = estimator_scale(anorm)
+    sc = estimator_scale(anorm, template.dtype)
     aug = np.hstack([np.asarray(B.to_global(None)).reshape(n, k),
                      first_block(n, B.dtype, template.backend.rcond_vectors) * sc])
     Xa = np.asarray(solve(_block(template, aug)).to_global(None))
@@ -246,7 +255,7 @@ def rcond_estimate(anorm: float, template: DistMatrix, apply_inv, apply_inv_h,
     :func:`estimator_scale` (``anorm``), when already solved."""
     if local is not None and _on_one_cpu(template):
         return local()
-    sc = estimator_scale(anorm)
+    sc = estimator_scale(anorm, template.dtype)
     return reciprocal_condition(
         template.n, anorm, lambda: inverse_norm1_estimate(template, apply_inv, apply_inv_h,
                                                           first=first, inverses=inverses,
