@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from .comm import make_grid_comms
-from .errors import DistlaError, agree, install_excepthook
+from .errors import DistlaError, agree, install_excepthook, signature
 
 __all__ = ["ProcessGrid", "check_launch", "squarest_shape"]
 
@@ -193,7 +193,11 @@ class ProcessGrid:
                     f"whose nprow * npcol == {size} (e.g. {squarest_shape(size)})")
         except Exception as e:  # noqa: BLE001
             err = e
-        agree(comm, err)
+        # ranks asking for different shapes or orders (each valid) would share a grid whose
+        # ranks disagree on who holds what: refused together
+        agree(comm, err, signature("ProcessGrid", nprow=nprow, npcol=npcol,
+                                   order={"column": "col"}.get(order, order)
+                                   if isinstance(order, str) else order))
         _check_environment(comm)
         self.comm = comm
         self.order = "row" if order == "row" else "col"

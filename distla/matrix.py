@@ -136,6 +136,30 @@ def _float_kind(dtype) -> np.dtype:
     return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
+def _check_conversion(a: np.ndarray, dt: np.dtype, explicit: bool) -> None:
+    """ValueError (local: the root's array) when converting ``a`` to ``dt`` would change
+    values silently: finite entries beyond ``dt``'s range (float64 1e300 as float32 is inf),
+    or, unless ``dt`` was asked for (``explicit``), integers at or beyond 2^53 (2^24 for
+    float32), from where ``dt`` does not hold every integer -- as
+    :func:`distla.io.read_matrix` refuses the same data in a file."""
+    if not a.size or dt.kind not in "fc":
+        return
+    if a.dtype.kind in "iu" and a.dtype.itemsize >= 4 and not explicit:
+        exact = 2 ** (np.finfo(dt).nmant + 1)
+        big = max(abs(int(a.max())), abs(int(a.min())))
+        if big >= exact:
+            raise ValueError(f"from_global: {a.dtype} integers of magnitude {big}, at "
+                             f"or beyond {exact} ({dt} holds every integer exactly only "
+                             f"below that), would be rounded; pass dtype={dt} to accept that")
+    top = float(np.finfo(dt).max)
+    if a.dtype.kind in "fc" and float(np.finfo(a.dtype).max) > top:
+        with np.errstate(invalid="ignore"):
+            big = float(np.max(np.abs(a), initial=0.0, where=np.isfinite(a)))
+        if big > top:
+            raise ValueError(f"from_global: entries of magnitude {big:.3g} are beyond {dt}'s "
+                             f"range ({np.finfo(dt).max:.3g}): they would become inf")
+
+
 def _dtype_name(dtype) -> str:
     """``dtype``'s name for a call signature (never raises: the call checks it)."""
     try:
@@ -331,7 +355,11 @@ class DistMatrix:
             mloc, nloc = A.local_shape
             w = _slab_width(mloc, nloc, device)
             for c in range(0, max(nloc, 1), w):   # fn runs at least once, even on no columns
-                vals = A.backend.asarray(fn(I, J[:, c:c + w]))
+                vals = fn(I, J[:, c:c + w])
+                if isinstance(vals, np.ma.MaskedArray):
+                    raise TypeError("from_function: fn returned a masked array (the data "
+                                    "under its mask would be used); return a plain array")
+                vals = A.backend.asarray(vals)
                 if vals.dtype.kind == "c" and A.dtype.kind != "c":
                     raise TypeError(f"fn returned complex values for a {A.dtype} matrix")
                 want = (mloc, min(w, nloc - c))
@@ -366,8 +394,9 @@ class DistMatrix:
             if distribution not in ("normal", "uniform"):
                 raise ValueError("distribution must be 'normal' or 'uniform'")
             if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral) \
-                    or seed < 0:
-                raise TypeError(f"DistMatrix.random: seed must be a non-negative int (the same "
+                    or not 0 <= seed < 2 ** 64:     # (the hash takes 64 bits: 2^64 + 5 was 5)
+                raise TypeError(f"DistMatrix.random: seed must be a non-negative int below "
+                                f"2^64 (the same "
                                 f"on every rank), not {seed!r}")
         seed = int(seed)                      # (a NumPy integer overflowed in the hash)
         from .random import hashed_normal, hashed_uniform
@@ -395,7 +424,10 @@ class DistMatrix:
             try:
                 if a is None:
                     raise ValueError(f"from_global needs the array on root rank {root}")
-                if hasattr(a, "get") and not isinstance(a, np.ndarray):
+                if isinstance(a, np.ma.MaskedArray):   # (np.asarray would use the data
+                    raise TypeError("from_global: masked arrays are not supported (the "  # under
+                                    "masked entries would be used); pass a.filled(value)")  # it)
+                if type(a).__module__.split(".")[0] == "cupy":
                     a = a.get()
                 a = np.asarray(a)
                 if a.ndim == 1:
@@ -403,13 +435,16 @@ class DistMatrix:
                 if a.ndim != 2:
                     raise ValueError(f"from_global needs a 2-D array, got {a.ndim}-D")
                 if shape is not None and tuple(_pair(shape, "shape")) != a.shape:
-                    raise ValueError(f"shape {tuple(shape)} does not match the array's "
-                                     f"{a.shape}")
+                    raise ValueError(f"shape {tuple(_pair(shape, 'shape'))} does not match the "
+                                     f"array's {a.shape}")
                 if not a.dtype.isnative:        # big-endian data (from a file): native
                     a = a.astype(a.dtype.newbyteorder("="))
                 dt = _check_dtype(_float_kind(a.dtype) if dtype is None else dtype, device)
                 if dt.kind != "c" and a.dtype.kind == "c":
                     raise TypeError(f"complex array for a {dt} matrix")
+                if a.dtype.kind in "OSUV":      # (converted here: a failure on the root
+                    a = np.asarray(a, dtype=dt)  # alone left the others in the scatter)
+                _check_conversion(a, dt, explicit=dtype is not None)
                 meta = (a.shape, dt.str)
             except Exception as e:  # noqa: BLE001
                 err = e

@@ -369,3 +369,36 @@ def test_norms_of_empty(grids):
         E = DistMatrix.zeros(g, (0, 4), 2)
         for ord_ in ("fro", 1, np.inf, "max"):
             assert E.norm(ord_) == 0.0
+
+
+@pytest.mark.mpi
+def test_from_global_refuses_what_it_would_change_silently(comm, grids):
+    """A masked array's masked entries were used (np.asarray drops the mask); an object array
+    that does not convert failed on the root alone, inside the scatter (the others hung);
+    int64 beyond 2^53 was rounded and float64 1e300 became inf in float32, as read_matrix
+    refuses for the same data in a file. Each is now one error on every rank."""
+    from distla import ProcessGrid
+    g = grids[0]
+    a = np.arange(16.0).reshape(4, 4)
+    cases = [
+        (np.ma.masked_array(a, mask=a > 10), {}, TypeError, "masked arrays"),
+        (np.array([[1.0, "x"], [2.0, 3.0]], dtype=object), {"dtype": np.float64},
+         ValueError, "could not convert"),
+        (np.array([[2 ** 53 + 1, 0], [0, 1]], dtype=np.int64), {}, ValueError,
+         "would be rounded"),
+        (np.full((2, 2), 1e300), {"dtype": np.float32}, ValueError, "beyond float32's range"),
+    ]
+    for arr, kw, exc, msg in cases:
+        with pytest.raises(exc, match=msg):
+            DistMatrix.from_global(g, arr if comm.rank == 0 else None, block=2, **kw)
+    x = DistMatrix.from_global(g, np.array([[2 ** 53 + 1]], dtype=np.int64)
+                               if comm.rank == 0 else None, block=1, dtype=np.float64)
+    assert x.to_global(None)[0, 0] == 2.0 ** 53                  # asked for: rounded
+    with pytest.raises(TypeError, match="masked array"):
+        DistMatrix.from_function(g, (4, 4), 2, lambda i, j: np.ma.masked_array(i + j + 0.0))
+    with pytest.raises(TypeError, match="below 2\\^64"):
+        DistMatrix.random(g, (4, 4), 2, seed=2 ** 64 + 5)
+    if comm.size > 1:        # each rank a valid grid, but not the same one
+        with pytest.raises(ValueError, match="different arguments"):
+            ProcessGrid(comm.size, 1, comm) if comm.rank == 0 else ProcessGrid(1, comm.size,
+                                                                                 comm)

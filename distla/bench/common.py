@@ -66,8 +66,8 @@ def seed_int(text: str) -> int:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative int, not {v}")
+    if not 0 <= v < 2 ** 64:
+        raise argparse.ArgumentTypeError(f"must be a non-negative int below 2^64, not {v}")
     return v
 
 
