@@ -1015,8 +1015,12 @@ def write_npy(path, A, *, vector: bool = False) -> None:
     into a Fortran-ordered .npy (``np.load`` reads it as usual); rank 0 writes the header.
     The file appears under ``path`` only once every rank succeeded (:func:`atomic_output`).
     ``vector=True`` writes an n x 1 matrix as a 1-D array."""
+    from .matrix import DistMatrix
+    if not isinstance(A, DistMatrix):     # (every rank passing it raises alike)
+        raise TypeError(f"write_npy: A must be a DistMatrix, not {type(A).__name__} (for "
+                        f"an array on one rank use numpy.save)")
     comm = A.grid.comm
-    path = os.fspath(path)
+    path = os.fsdecode(os.fspath(path))
     with collective(comm, signature("write_npy", A, path=path, vector=vector)):
         _check_file_name(path, "write_npy")
     shape = (A.m,) if vector and A.n == 1 else A.shape

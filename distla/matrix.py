@@ -25,6 +25,8 @@ _DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64),
 
 def _check_dtype(dtype, device: str | None = None) -> np.dtype:
     dt = np.dtype(dtype)
+    if not dt.isnative and dt.kind in "fc":   # '>f8': the same numbers, stored natively
+        dt = dt.newbyteorder("=")
     if dt not in _DTYPES:
         raise TypeError(f"dtype must be float32, float64, complex64 or complex128, not {dt}")
     if device == "gpu" and dt.kind == "c":
@@ -439,6 +441,10 @@ class DistMatrix:
                                      f"array's {a.shape}")
                 if not a.dtype.isnative:        # big-endian data (from a file): native
                     a = a.astype(a.dtype.newbyteorder("="))
+                if dtype is None and a.dtype.kind in "fc" and a.dtype.char in "gG":
+                    raise TypeError(f"from_global: {a.dtype} arrays are not supported; pass "
+                                    f"dtype={'complex128' if a.dtype.kind == 'c' else 'float64'}"
+                                    f" to round them")
                 dt = _check_dtype(_float_kind(a.dtype) if dtype is None else dtype, device)
                 if dt.kind != "c" and a.dtype.kind == "c":
                     raise TypeError(f"complex array for a {dt} matrix")

@@ -400,7 +400,7 @@ def test_narrowing_read_that_overflows_raises(comm, mpi_tmp_path, name):
     comm.Barrier()
     grid = ProcessGrid(comm=comm)
     small = np.complex64 if a.dtype.kind == "c" else np.float32
-    with pytest.raises(ValueError, match="infinite as"):
+    with pytest.raises(ValueError, match="infinite as|beyond float32's range"):
         io.read_matrix(path, grid, (2, 2), dtype=small, src=(grid.nprow - 1, 0))
     A = io.read_matrix(path, grid, (2, 2))
     np.testing.assert_array_equal(A.to_global(None), a)

@@ -391,6 +391,13 @@ def test_from_global_refuses_what_it_would_change_silently(comm, grids):
     for arr, kw, exc, msg in cases:
         with pytest.raises(exc, match=msg):
             DistMatrix.from_global(g, arr if comm.rank == 0 else None, block=2, **kw)
+    with pytest.raises(TypeError, match="pass dtype=float64 to round them"):
+        DistMatrix.from_global(g, np.ones((2, 2), np.longdouble) if comm.rank == 0 else None,
+                               block=1)
+    big_endian = DistMatrix.from_global(g, a.astype(">f8") if comm.rank == 0 else None,
+                                        block=2, dtype=">f8")       # stored natively
+    assert big_endian.dtype == np.float64
+    np.testing.assert_array_equal(big_endian.to_global(None), a)
     x = DistMatrix.from_global(g, np.array([[2 ** 53 + 1]], dtype=np.int64)
                                if comm.rank == 0 else None, block=1, dtype=np.float64)
     assert x.to_global(None)[0, 0] == 2.0 ** 53                  # asked for: rounded

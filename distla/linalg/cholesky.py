@@ -140,9 +140,25 @@ def cho_rcond(c_and_lower, anorm: float) -> float:
     """Collective: reciprocal 1-norm condition estimate of A from its Cholesky factor and
     ``anorm = ||A||_1`` (pdpocon): a few :func:`cho_solve` calls on n x t blocks (t =
     ``Backend.rcond_vectors``)."""
-    C, lower = c_and_lower if isinstance(c_and_lower, tuple) else (c_and_lower, True)
+    C, lower = _factor_and_lower(c_and_lower, "cho_rcond")
     f = (lambda X: cho_solve(c_and_lower, X, overwrite_b=True, check_finite=False))
     return rcond_estimate(anorm, C, f, f, local=lapack_rcond(C, anorm, "cholesky", lower))
+
+
+def _factor_and_lower(c_and_lower, what: str):
+    """``(factor, lower)`` from cho_factor's pair or a factor alone; TypeError otherwise
+    (local: every rank passing the same kind of argument raises alike)."""
+    if isinstance(c_and_lower, tuple):
+        if len(c_and_lower) != 2:
+            raise TypeError(f"{what}: c_and_lower must be (factor, lower) as cho_factor "
+                            f"returns it, or the factor alone; got a tuple of "
+                            f"{len(c_and_lower)}")
+        C, lower = c_and_lower
+    else:
+        C, lower = c_and_lower, True
+    if not isinstance(C, DistMatrix):
+        raise TypeError(f"{what}: the factor must be a DistMatrix, not {type(C).__name__}")
+    return C, lower
 
 
 def cho_solve(c_and_lower, B: DistMatrix, overwrite_b: bool = False,
@@ -154,12 +170,7 @@ def cho_solve(c_and_lower, B: DistMatrix, overwrite_b: bool = False,
     returned in B's layout (in B's storage when ``overwrite_b`` allows). Two triangular solves
     (:func:`distla.pblas.triangular_solve`).
     """
-    if isinstance(c_and_lower, tuple):
-        C, lower = c_and_lower
-    else:
-        C, lower = c_and_lower, True
-    if not isinstance(C, DistMatrix):
-        raise TypeError(f"cho_solve: the factor must be a DistMatrix, not {type(C).__name__}")
+    C, lower = _factor_and_lower(c_and_lower, "cho_solve")
     with collective(C.grid.comm, signature("cho_solve", C, B, lower=lower,
                                            overwrite_b=overwrite_b, check_finite=check_finite)):
         if not isinstance(lower, (bool, np.bool_)):
@@ -339,9 +350,7 @@ def cho_solve_rcond(c_and_lower, B: DistMatrix, anorm: float, check_finite: bool
     than the two cost apart: up to 13 right-hand sides, the estimator's first block is solved
     in the same triangular sweeps as B (:func:`distla.linalg.condition.solve_and_rcond`).
     ``overwrite_b`` as in :func:`cho_solve`."""
-    C = c_and_lower[0] if isinstance(c_and_lower, tuple) else c_and_lower
-    if not isinstance(C, DistMatrix):
-        raise TypeError(f"cho_solve: the factor must be a DistMatrix, not {type(C).__name__}")
+    C, _ = _factor_and_lower(c_and_lower, "cho_solve")
     with collective(C.grid.comm, signature("cho_solve_rcond", C, B,
                                            check_finite=check_finite,
                                            overwrite_b=overwrite_b)):
