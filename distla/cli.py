@@ -3,8 +3,8 @@
 Subcommands (every one is run by all ranks of the MPI job, e.g. ``mpiexec -n 4 distla solve``):
 
 * ``solve``    -- solve A X = B from a .npy/.mtx/HDF5 file, print residuals, write X.
-* ``generate`` -- write a test matrix (spd, general, covariance) to .npy without forming it on
-  one rank.
+* ``generate`` -- write a test matrix (spd, general, covariance) to .npy, HDF5 or .mtx without
+  forming it on one rank.
 * ``bench``    -- the benchmarks (``distla bench NAME --help``; same as ``python -m
   distla.bench``).
 * ``info``     -- ranks, grid, devices, MPI library, NCCL, BLAS, versions.
@@ -123,8 +123,12 @@ def build_parser() -> ArgumentParser:
     s.add_argument("--grid", "-g", metavar="PxQ",
                    help="process grid (default: the squarest with P*Q = ranks)")
     s.add_argument("--nb", type=int, metavar="NB",
-                   help="block size (default 128 on cpu, 512 on gpu, at most n/max(P,Q))")
-    s.add_argument("--device", "-d", choices=("cpu", "gpu"), default="cpu")
+                   help="block size (default by the local size n/max(P,Q): on cpu 128, 256 "
+                   "from 4096; on "
+                   "gpu 512, 1024 from 24576, 2048 from 65536 below 110000; at most one "
+                   "block per process row and column)")
+    s.add_argument("--device", "-d", choices=("cpu", "gpu"), default="cpu",
+                   help="where the matrix lives and is factored (default cpu)")
     s.add_argument("--dtype", choices=("float64", "float32"),
                    help="compute precision (default: the file's; a complex matrix stays "
                         "complex, in that precision)")
@@ -152,7 +156,7 @@ def build_parser() -> ArgumentParser:
     s.add_argument("--json", metavar="FILE", help="append a JSON line with the results")
     _add_output_flags(s)
 
-    g = sub.add_parser("generate", help="write a test matrix to .npy",
+    g = sub.add_parser("generate", help="write a test matrix (.npy, .h5:/dataset, .mtx)",
                        description="Write an n x n test matrix. For .npy every rank computes "
                                    "and writes its own blocks into the file, so it is never "
                                    "formed on one rank (any number of ranks may run it). "

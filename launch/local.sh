@@ -14,7 +14,7 @@
 # Defaults: --gpu when nvidia-smi lists GPUs (ranks = GPUs, or the entries of
 # CUDA_VISIBLE_DEVICES), else --cpu (ranks = cores; CUDA_VISIBLE_DEVICES alone does not
 # select --gpu). Each rank picks its GPU from its node-local rank inside distla
-# (distla/device.py), so CUDA_VISIBLE_DEVICES is left alone.
+# (distla/device/), so CUDA_VISIBLE_DEVICES is left alone.
 # With --cpu the BLAS threads per rank are cores / ranks (OPENBLAS_NUM_THREADS,
 # OMP_NUM_THREADS, MKL_NUM_THREADS), unless you set them.
 #

@@ -637,7 +637,10 @@ def add_problem_arguments(parser: argparse.ArgumentParser, *, n=(1024,), nb=None
     parser.add_argument("--n", nargs="+", default=[str(v) for v in n], metavar="N",
                         help=f"matrix sizes (default: {' '.join(map(str, n))})")
     parser.add_argument("--nb", type=int, default=nb, metavar="NB",
-                        help="block size (default: 128 on cpu, 512 on gpu, at most n/max(P,Q))")
+                        help="block size (default by the local size n/max(P,Q): on cpu 128, 256 "
+                        "from 4096; on "
+                        "gpu 512, 1024 from 24576, 2048 from 65536 below 110000; at most one "
+                        "block per process row and column)")
     parser.add_argument("--grid", default=None, metavar="PxQ",
                         help="process grid (default: the squarest P x Q with P*Q = ranks)")
     parser.add_argument("--device", choices=("cpu", "gpu"), default=None,

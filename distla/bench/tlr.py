@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beta", type=float, default=0.1, help="kernel length scale")
     parser.add_argument("--nugget", type=float, default=1e-2, help="diagonal nugget")
     parser.add_argument("--seed", type=common.seed_int, default=0)
-    parser.add_argument("--profile", action="store_true",
+    parser.add_argument("--profile", "--trace", dest="profile", action="store_true",
                         help="add seconds per phase (distla.trace) of one extra, separately "
                              "run TLR factorization")
     parser.add_argument("--qr", choices=("auto", "lapack", "kernel"), default="auto",

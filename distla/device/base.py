@@ -49,6 +49,9 @@ class Backend:
     name = "?"
     is_gpu = False
     xp = np
+    #: whether the local storage is host memory that LAPACK reads in place (one rank's
+    #: condition estimate is then LAPACK's own: distla.linalg.condition.lapack_rcond)
+    host_lapack = True
     #: whether a triangular solve with a few right-hand sides costs about what one column
     #: does (memory bound: the factor is read once), so that extra columns ride along
     #: (distla.linalg.condition.solve_and_rcond)

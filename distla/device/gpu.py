@@ -21,6 +21,7 @@ _CUBLAS_POINTER_MODE_HOST, _CUBLAS_POINTER_MODE_DEVICE = 0, 1
 class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     name = "gpu"
     is_gpu = True
+    host_lapack = False
 
     def __init__(self):
         super().__init__()

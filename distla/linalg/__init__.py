@@ -1,5 +1,11 @@
 """Dense solvers on DistMatrix: one module per solver family."""
-from ..errors import LinAlgWarning
+from ..errors import (  # the solvers' exceptions, here as scipy.linalg has LinAlgError
+    ConvergenceError,
+    LinAlgWarning,
+    NonFiniteResultError,
+    NotPositiveDefiniteError,
+    SingularMatrixError,
+)
 from .cholesky import (
     cho_factor,
     cho_rcond,
@@ -18,4 +24,6 @@ __all__ = ["cholesky", "cho_factor", "cho_solve", "cho_rcond", "cho_solve_rcond"
            "solve_cholesky", "logdet", "lu_factor", "lu_solve", "lu_solve_rcond", "solve_lu",
            "LUFactor",
            "rbt_solve", "rbt_transform", "RBTInfo", "RBTFallbackWarning",
-           "solve", "rcond", "LinAlgWarning", "METHODS", "SolveInfo"]
+           "solve", "rcond", "LinAlgWarning", "METHODS", "SolveInfo",
+           "ConvergenceError", "NonFiniteResultError", "NotPositiveDefiniteError",
+           "SingularMatrixError"]

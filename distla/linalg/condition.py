@@ -200,7 +200,7 @@ def lapack_rcond(factor: DistMatrix, anorm: float, kind: str, lower: bool = True
 
 
 def _on_one_cpu(template: DistMatrix) -> bool:
-    return template.grid.size == 1 and not template.backend.is_gpu
+    return template.grid.size == 1 and template.backend.host_lapack
 
 
 def solve_and_rcond(B: DistMatrix, template: DistMatrix, solve, anorm: float, apply_inv,
