@@ -217,6 +217,8 @@ def describe(x) -> str:
         return "(" + ", ".join(describe(v) for v in x) + ")"
     if isinstance(x, np.ndarray):
         return f"ndarray(shape={x.shape}, dtype={x.dtype})"
+    if isinstance(x, np.generic) and x.dtype.kind in "biufc":
+        x = x.item()      # (np.int64(3) and 3 are one value: repr told them apart)
     if x is None or isinstance(x, (bool, int, float, complex, str, np.generic)):
         return repr(x)
     return type(x).__name__

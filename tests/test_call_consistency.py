@@ -124,3 +124,21 @@ def test_norm_none_is_frobenius(grids):
         A = DistMatrix.from_global(g, a, block=(2, 3))
         assert A.norm(None) == A.norm("fro")
         assert np.isclose(A.norm(None), np.linalg.norm(a), rtol=1e-14)
+
+
+@pytest.mark.mpi
+def test_numpy_and_python_scalars_of_one_value_agree(comm):
+    """The call signature compared repr text: block=np.int64(3) on one rank and 3 on another
+    (the same layout) were refused as different arguments; values of different kinds (3 and
+    3.0, or a different value) still are."""
+    from distla import DistMatrix, ProcessGrid
+    g = ProcessGrid(comm=comm)
+    a = np.arange(36.0).reshape(6, 6)
+    blk = np.int64(3) if comm.rank == 0 else 3
+    A = DistMatrix.from_global(g, a if comm.rank == 0 else None, block=blk,
+                               root=np.int64(0) if comm.rank == 1 else 0)
+    np.testing.assert_array_equal(A.to_global(None), a)
+    if comm.size > 1:
+        with pytest.raises(ValueError, match="different arguments"):
+            DistMatrix.from_global(g, a if comm.rank == 0 else None,
+                                   block=2 if comm.rank == 0 else 3)
