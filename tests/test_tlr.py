@@ -1022,3 +1022,26 @@ def test_float32_tol_below_its_floor_warns():
         warnings.simplefilter("error")
         tlr.from_kernel(g, x, k, 30, tol=1e-5, dtype=np.float32)
         tlr.from_kernel(g, x, k, 30, tol=1e-8)
+
+
+@pytest.mark.mpi
+def test_a_max_rank_that_meets_tol_is_not_reported_as_capping():
+    """from_function compresses first at a share of a lower bound of ||A||_F (stricter than
+    the final one) and counted the tiles capped there: max_rank = the rank an uncapped build
+    needs warned 'capped N tiles' although the error met tol. Caps are judged at the final
+    threshold now; a max_rank below what tol needs still warns."""
+    import warnings
+
+    from distla import LinAlgWarning, tlr
+    x = cov.points(300, seed=1)
+    k = cov.SquaredExponential(beta=0.5, nugget=1e-2)
+    for g in _grids():
+        free = tlr.from_kernel(g, x, k, 50, tol=1e-6)
+        r = int(free.ranks.max)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            T = tlr.from_kernel(g, x, k, 50, tol=1e-6, max_rank=r)
+        assert T.info["capped"] == 0
+        with pytest.warns(LinAlgWarning, match="capped the ranks"):
+            T = tlr.from_kernel(g, x, k, 50, tol=1e-6, max_rank=max(1, r // 3))
+        assert T.info["capped"] > 0

@@ -117,6 +117,9 @@ def _finish(T, parts, tol, max_rank, F, t0, method, capped, delta1, peak):
             else math.sqrt(max(T.delta ** 2 - delta1 ** 2, 0.0)))
     ks = [host(batched.truncation_ranks(xp.sqrt(xp.sum(V * V, axis=1)), left, max_rank)[0])
           for _, _, V, _ in parts]
+    if max_rank is not None:     # tiles kept at max_rank keep it: cutting them further would
+        ks = [np.where(np.asarray(k0) >= max_rank, np.asarray(k0), k)   # add to the error
+              for (_, _, _, k0), k in zip(parts, ks)]                   # their cap left
     kmax = max((int(k.max()) for k in ks if k.size), default=0)
     with trace("trim"):        # each part down to its final ranks first (compressed at delta1,
         for a, kh in enumerate(ks):          # they are wider): one factor at a time
@@ -297,7 +300,8 @@ def from_function(grid, n, tile, fn, tol=1e-8, max_rank=None, method="auto", *,
     b.off_diagonal(delta1)               # every off-diagonal tile compressed to delta1
     F = math.sqrt(max(_allreduce_sum(grid.comm, b.ss), 0.0))
     _check_scale(T, tol, F, "tlr.from_function", b.nonzero)
-    return _finish(T, b.parts, tol, max_rank, F, t0, b.method, b.capped, delta1, b.peak)
+    capped = b.capped + sum(e > _delta(T, tol, F) for e in b.cap_errors)
+    return _finish(T, b.parts, tol, max_rank, F, t0, b.method, capped, delta1, b.peak)
 
 
 def from_kernel(grid, pts, kernel, tile, tol=1e-8, max_rank=None, method="auto", *,
@@ -355,6 +359,7 @@ class _Builder:
         self.work = _memory.workspace(T.device, T.grid.comm, workspace)
         self.parts, self.capped, self.ss, self.peak = [], 0, 0.0, 0
         self.any_nonzero = self.nonzero = False   # a diagonal entry != 0 (diagonal())
+        self.cap_errors = []    # the errors of dense tiles kept at max_rank (_cap_errors)
         self.r0 = 16                         # first sample width of the range finder
         self.tiles = getattr(fn, "tiles", None) or _generic_tiles(fn, T.xp)
         _allocate_diagonal(T, self.work, "build (dense diagonal tiles + workspace)")
@@ -441,9 +446,24 @@ class _Builder:
             with trace("compress"):
                 U, V, k, c = batched.compress_tiles(A, delta1, self.max_rank, self.method,
                                                     self.rng, r0=self.r0)
+            if c:   # capped at delta1 (a lower bound's share): judged at the final delta
+                self.cap_errors.extend(_cap_errors(xp, A, U, V, k, self.max_rank))
+                c = 0
             del A
             self.r0 = min(T.nb, max(16, -(-(int(np.percentile(k, 90)) + 8) // 8) * 8))
         return U, V, k, c
+
+
+def _cap_errors(xp, A, U, V, k, max_rank) -> list:
+    """``||A_t - U_t V_t^T||_F`` of the tiles kept at ``max_rank`` (host floats): the error
+    their cap left, for :func:`_finish` to compare with the final per-tile threshold (the
+    first pass compresses at a stricter one, so a cap there need not break tol)."""
+    idx = np.flatnonzero(np.asarray(k) >= int(max_rank))
+    if not idx.size:
+        return []
+    d = xp.asarray(idx)
+    R = A[d] - xp.matmul(U[d], V[d].swapaxes(-1, -2))
+    return [float(v) for v in host(xp.sqrt(xp.sum(R * R, axis=(1, 2))))]
 
 
 def _nonfinite(T, keys, stack, what="the entry function gave"):
