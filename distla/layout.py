@@ -139,7 +139,16 @@ class Descriptor:
     @classmethod
     def from_scalapack(cls, desc) -> "Descriptor":
         """Read a 9-integer ScaLAPACK DESC (dense, DTYPE_ = 1)."""
-        d = [int(x) for x in desc]
+        import numbers
+        vals = list(desc)
+        bad = [x for x in vals if isinstance(x, (bool, np.bool_))
+               or not isinstance(x, numbers.Integral)]
+        if bad:     # (int(5.7) made a 5-row matrix)
+            raise TypeError(f"a ScaLAPACK descriptor holds integers, not {bad[0]!r}: {vals}")
+        d = [int(x) for x in vals]
         if len(d) != 9 or d[0] != 1:
             raise ValueError(f"not a dense ScaLAPACK descriptor (need 9 ints, DTYPE_=1): {d}")
+        if d[4] < 1 or d[5] < 1:
+            raise ValueError(f"descriptor block sizes MB_ = {d[4]}, NB_ = {d[5]} must be "
+                             f"positive")
         return cls(m=d[2], n=d[3], mb=d[4], nb=d[5], rsrc=d[6], csrc=d[7], lld=d[8], ctxt=d[1])

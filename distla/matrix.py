@@ -295,6 +295,9 @@ class DistMatrix:
         SLATE's ``A.sub`` and ScaLAPACK's IA/JA offsets at block boundaries), sharing this
         matrix's storage: its ``local`` is a view whose leading dimension is the parent's.
         Not collective."""
+        for v in (i0, i1, j0, j1):     # (True would silently be 1)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+                raise TypeError(f"sub: block indices must be ints, not {v!r}")
         if not (0 <= i0 <= i1 <= self.mt and 0 <= j0 <= j1 <= self.nt):
             raise IndexError(f"sub({i0}, {i1}, {j0}, {j1}) is outside the {self.mt} x "
                              f"{self.nt} blocks of this matrix")
@@ -503,7 +506,9 @@ class DistMatrix:
     def from_descriptor(cls, grid, local, desc):
         """Collective: wrap a local array described by a ScaLAPACK DESC (9 ints) or
         :class:`~distla.layout.Descriptor`. ``local`` may have ``lld >= mloc`` rows (ScaLAPACK's
-        local leading dimension): the matrix then uses its first ``mloc`` rows in place."""
+        local leading dimension): the matrix then uses its first ``mloc`` rows in place when
+        ``local`` is column-major (as ScaLAPACK's); another layout is copied, as
+        :meth:`from_local` does, and writes to the matrix do not reach ``local``."""
         d, err = None, None
         try:
             d = desc if isinstance(desc, layout.Descriptor) else \
@@ -634,6 +639,9 @@ class DistMatrix:
         """Collective: the (conjugate) transpose, an ``n x m`` matrix with blocks
         ``(nb, mb)`` and source ``(rsrc, csrc)`` on the same grid."""
         from .redistribute import remap
+        with collective(self.grid.comm, signature("DistMatrix.transpose", self,
+                                                  conjugate=bool(conjugate))):
+            pass        # (ranks asking for different transposes exchanged mismatched pieces)
         out = DistMatrix(self.grid, (self.n, self.m), (self.nb, self.mb), dtype=self.dtype,
                          device=self.device, src=self.src)
         remap(self, out, transpose=True, conjugate=conjugate)

@@ -409,3 +409,24 @@ def test_from_global_refuses_what_it_would_change_silently(comm, grids):
         with pytest.raises(ValueError, match="different arguments"):
             ProcessGrid(comm.size, 1, comm) if comm.rank == 0 else ProcessGrid(1, comm.size,
                                                                                  comm)
+
+
+@pytest.mark.mpi
+def test_transpose_agreement_and_descriptor_and_sub_arguments(comm, grids):
+    """transpose() did not check that the ranks asked for the same one: a conjugate on one
+    rank and a plain transpose on another returned neither, silently; a DESC with MB = 0
+    divided by zero and one with 5.7 rows made a 5-row matrix; sub(True, ...) took True as 1."""
+    g = grids[0]
+    C = DistMatrix.from_global(g, (np.arange(35.0) + 1j).reshape(5, 7) if comm.rank == 0
+                               else None, block=(2, 3))
+    if comm.size > 1:
+        with pytest.raises(ValueError, match="different arguments"):
+            C.transpose(conjugate=comm.rank == 0)
+    np.testing.assert_array_equal(C.H.to_global(None), C.to_global(None).conj().T)
+    local = np.zeros((5, 7), order="F")
+    for desc, exc, msg in (([1, 0, 5, 7, 0, 3, 0, 0, 5], ValueError, "must be positive"),
+                           ([1, 0, 5.7, 7, 2, 3, 0, 0, 5], TypeError, "holds integers")):
+        with pytest.raises(exc, match=msg):
+            DistMatrix.from_descriptor(g, local, desc)
+    with pytest.raises(TypeError, match="sub: block indices must be ints"):
+        C.sub(True, 2, 0, 2)
