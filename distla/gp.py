@@ -163,8 +163,9 @@ class _Likelihood:
                         factor=factor if keep else None, alpha=alpha if keep else None,
                         why=why)
         self.history.append(ev)
-        if self.report is not None:
-            self.report(ev)
+        if self.report is not None:   # a user callback: raising on one rank, it left the
+            with collective(self.grid.comm):    # others in the next evaluation
+                self.report(ev)
         return ev
 
     def _why_not_finite(self, ok, ld, quad, rcond=None) -> str:

@@ -559,7 +559,9 @@ class DistMatrix:
         return self._like(local=self.local.T.astype(dt, order="C").T, dtype=dt)._marked_as(self)
 
     def to(self, device: str) -> "DistMatrix":
-        """This matrix on ``device`` ('cpu' or 'gpu'); ``self`` if already there."""
+        """Collective: this matrix on ``device`` ('cpu' or 'gpu'); ``self`` if already there."""
+        with collective(self.grid.comm, signature("DistMatrix.to", device=device)):
+            pass      # (one rank returning early left the others waiting in the agreement)
         if device == self.device:
             return self
         with collective(self.grid.comm):

@@ -90,6 +90,17 @@ def check_flags(what: str, **flags) -> None:
             raise TypeError(f"{what}: {name} must be True or False, not {v!r}")
 
 
+def check_writable(A, what: str) -> None:
+    """ValueError unless this rank's local array of ``A`` may be written (``overwrite_a``):
+    the kernels write through raw pointers, past NumPy's read-only flag (a read-only
+    memory map would fault). Local; call it inside the input agreement, so that one rank's
+    read-only array is every rank's error."""
+    flags = getattr(A.local, "flags", None)
+    if flags is not None and not getattr(flags, "writeable", True):
+        raise ValueError(f"{what}: overwrite_a=True, but A's local array is read-only; "
+                         f"pass overwrite_a=False (A is then copied) or a writable array")
+
+
 def check_finite(*named, what: str = "solve") -> None:
     """Collective: raise ``ValueError`` on every rank if any of the matrices holds NaN or Inf.
 

@@ -132,3 +132,43 @@ def test_hdf5_read_agrees_on_any_exception(grids, mpi_tmp_path, monkeypatch):
     monkeypatch.setattr(h5io, "_select", select)
     with pytest.raises(MemoryError, match="no memory for the hyperslab"):
         io.read_matrix(path + ":/A", grid, (8, 8))
+
+
+@pytest.mark.mpi
+def test_one_ranks_read_only_array_or_differing_call_is_every_ranks_error(grids):
+    """overwrite_a=True with a read-only local array on one rank raised there only, after
+    the factorization (the kernels had written through the read-only flag) or in the middle
+    of it (the others hung); DistMatrix.to with a device differing per rank returned early on
+    one rank and hung the others; a TLR factor's rcond with anorm on one rank only ran two
+    different estimates and hung; a GP report callback raising on one rank hung fit."""
+    from distla import covariance as cov
+    from distla import gp, tlr
+    grid = grids[0]
+    comm = grid.comm
+    a = np.random.default_rng(0).standard_normal((24, 24))
+    a = a @ a.T + 24 * np.eye(24)
+    for factor in (cholesky, lu_factor):
+        A = DistMatrix.from_global(grid, a, block=4)
+        if comm.rank == comm.size - 1:
+            A.local.setflags(write=False)
+        with pytest.raises(ValueError, match="local array is read-only"):
+            factor(A, overwrite_a=True)
+        assert np.array_equal(A.to_global(None), a)      # untouched
+    if comm.size > 1:
+        A = DistMatrix.from_global(grid, a, block=4)
+        with pytest.raises(ValueError, match="different arguments"):
+            A.to("gpu" if comm.rank == 1 else "cpu")
+        pts = cov.points(60, seed=1)
+        L = tlr.cholesky(tlr.from_kernel(grid, pts, cov.SquaredExponential(nugget=1e-2), 20,
+                                         tol=1e-8))
+        with pytest.raises(ValueError, match="different arguments"):
+            L.rcond(anorm=2.0 if comm.rank == 1 else None)
+        lik = gp.DenseLikelihood(grid, pts, np.sin(pts[:, 0]),
+                                 cov.SquaredExponential(nugget=1e-2), 16)
+
+        def report(ev):
+            if comm.rank == 1:
+                raise RuntimeError("report failed here")
+        lik.report = report
+        with pytest.raises(RuntimeError, match="report failed here"):
+            gp.fit(lik)

@@ -42,7 +42,13 @@ from ..errors import NotPositiveDefiniteError, collective
 from ..matrix import DistMatrix, check_compatible
 from ..pblas import diagonal_max_abs, shares_storage, triangular_solve
 from ..validate import check_finite as check_finite_
-from ..validate import check_finite_result, check_flags, check_symmetric, signature
+from ..validate import (
+    check_finite_result,
+    check_flags,
+    check_symmetric,
+    check_writable,
+    signature,
+)
 from ._potrf_loop import PotrfLoop
 from .condition import (
     lapack_rcond,
@@ -426,6 +432,8 @@ def _check_factor_input(A, lookahead, gemm="native", **options):
         _validate_factor_input(A, lookahead)
         check_gemm_mode(gemm, A)
         check_flags("cholesky", **options)
+        if options.get("overwrite_a"):
+            check_writable(A, "cholesky")
 
 
 def _check_values(A, finite: bool, symmetric: bool, what: str, gap: bool = False):

@@ -48,7 +48,13 @@ from ..errors import LinAlgWarning, SingularMatrixError, agree, collective
 from ..matrix import DistMatrix, check_compatible
 from ..pblas import normalize_trans, shares_storage, triangular_solve
 from ..trace import trace
-from ..validate import _first_nonfinite, check_finite_result, check_flags, signature
+from ..validate import (
+    _first_nonfinite,
+    check_finite_result,
+    check_flags,
+    check_writable,
+    signature,
+)
 from ..validate import check_finite as check_finite_
 from ._lu_loop import LULoop
 from ._pivoting import ipiv_to_perm, largest_multiplier, permute_rows
@@ -226,6 +232,8 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
                 or lookahead < 0:
             raise ValueError(f"lookahead must be a non-negative int, not {lookahead!r}")
         check_flags("lu_factor", overwrite_a=overwrite_a, check_finite=check_finite)
+        if overwrite_a:
+            check_writable(A, "lu_factor")
         check_gemm_mode(gemm, A)
         if pivot_threshold is not None and pivoting != "none":
             raise ValueError(f"pivot_threshold applies to LU without pivoting (pivoting="

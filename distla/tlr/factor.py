@@ -48,6 +48,9 @@ class TLRCholesky(TLRMatrix):
         (block Higham-Tisseur, three solves with n x 2-3 blocks, docs/condition.md);
         ``anorm`` is ``||A||_1`` when known (exact from a dense A), else estimated the same
         way from products with ``L L^T``."""
+        with collective(self.grid.comm, signature("TLRCholesky.rcond", anorm=anorm,
+                                                  cached="rcond" in self.info)):
+            pass        # (anorm on one rank only: the ranks ran different estimates, hung)
         if anorm is None and "rcond" in self.info:
             return self.info["rcond"]
         host = self.backend.to_host
