@@ -402,7 +402,7 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
     fdt = np.dtype(info.dtype)
     order = "F" if info.fortran_order else "C"
     slab_bytes = READ_SLAB_BYTES if slab_bytes is None else slab_bytes
-    collective = _collective_reads()
+    coll_reads = _collective_reads()
     mloc, nloc = A.local_shape
     # the slow axis (global extent, block, grid dimension, my coordinate, source), my length
     # across it, and the most any rank holds across it (the same slab count on every rank)
@@ -418,6 +418,11 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
             return MatrixFileError(f"{info.path}: cannot read ({e.Get_error_string()})")
         return e
 
+    with collective(comm):   # (MPI's open failing for one rank said "[rank 0] Other I/O
+        if not os.access(info.path, os.R_OK):          # error" on a rank that had the file)
+            why = "permission denied" if os.path.exists(info.path) else "no such file"
+            raise MatrixFileError(f"{info.path}: cannot read it on this rank ({why}); every "
+                                  f"rank must see the same file (a shared file system)")
     err, fh, ftype = None, None, None
     try:
         fh = MPI.File.Open(comm, info.path, MPI.MODE_RDONLY, _hints())
@@ -429,7 +434,7 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
     except MatrixFileError as e:
         err = e
     if comm.allreduce(err is None, op=MPI.LAND):
-        read = fh.Read_at_all if collective else fh.Read_at
+        read = fh.Read_at_all if coll_reads else fh.Read_at
         slabs = range(0, ext, width)
         joins = 0                # collective reads this rank took part in
         try:
@@ -458,7 +463,7 @@ def _read_npy_mpiio(info: MatrixInfo, A, slab_bytes: int | None = None) -> None:
         except Exception as e:  # noqa: BLE001 - the staging itself (agreed on below)
             err = err or failed(e)
         # a rank that failed joins the collective reads it missed, with nothing to read
-        for _ in range(len(slabs) - joins if collective else 0):
+        for _ in range(len(slabs) - joins if coll_reads else 0):
             read(0, [np.empty(0, fdt), etype])
         if err is None:      # a file that shrank during the read left parts unread (MPI-IO
             try:             # need not report short reads through a file view)

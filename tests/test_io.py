@@ -1102,3 +1102,24 @@ def test_integers_float64_cannot_hold_are_refused(comm, mpi_tmp_path):
     assert io.read_matrix(f, g, 1, dtype=np.float64).to_global(None)[1, 2] == 2.0**53
     np.testing.assert_array_equal(io.read_matrix(ok, g, 1).to_global(None),
                                   np.arange(6.0).reshape(2, 3) * 2**40)
+
+
+@pytest.mark.mpi
+def test_a_file_missing_on_one_rank_says_so(grids, mpi_tmp_path, monkeypatch):
+    """Ranks that do not share a file system (here: each in its own directory, the same
+    relative name): MPI's open failed with "[rank 0] ... Other I/O error", naming a rank that
+    had the file. It is now the rank that cannot read it, and why."""
+    import os
+    g = grids[0]
+    comm = g.comm
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    d = os.path.join(str(mpi_tmp_path), f"rank{comm.rank}")
+    os.makedirs(d, exist_ok=True)
+    if comm.rank == 0:
+        np.save(os.path.join(d, "m.npy"), np.eye(6))
+    comm.Barrier()
+    monkeypatch.chdir(d)
+    with pytest.raises(io.MatrixFileError, match=r"\[rank 1\] m.npy: cannot read it on this "
+                                                 r"rank \(no such file\)"):
+        io.read_matrix("m.npy", g, block=2)
