@@ -28,7 +28,7 @@ import warnings
 
 from . import layout
 from .bench.common import default_threshold, flops, json_line, judge, seed_int
-from .defaults import default_nb, make_grid
+from .defaults import NB_HELP, default_nb, make_grid
 from .errors import NotPositiveDefiniteError, on_root
 from .filebase import append_json_lines, check_jsonl
 from .grid import SettingError
@@ -123,10 +123,7 @@ def build_parser() -> ArgumentParser:
     s.add_argument("--grid", "-g", metavar="PxQ",
                    help="process grid (default: the squarest with P*Q = ranks)")
     s.add_argument("--nb", type=int, metavar="NB",
-                   help="block size (default by the local size n/max(P,Q): on cpu 128, 256 "
-                   "from 4096; on "
-                   "gpu 512, 1024 from 24576, 2048 from 65536 below 110000; at most one "
-                   "block per process row and column)")
+                   help=NB_HELP)
     s.add_argument("--device", "-d", choices=("cpu", "gpu"), default="cpu",
                    help="where the matrix lives and is factored (default cpu)")
     s.add_argument("--dtype", choices=("float64", "float32"),

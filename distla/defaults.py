@@ -58,6 +58,12 @@ def default_device() -> str:
     return "gpu" if gpu_available() else "cpu"
 
 
+#: the command lines' ``--nb`` help: :func:`default_nb`'s table in words
+NB_HELP = ("block size (default by the local size n/max(P,Q): on cpu 128, 256 from 4096; on "
+           "gpu 512, 1024 from 24576, 2048 from 65536 below 110000; at most one block per "
+           "process row and column)")
+
+
 def default_nb(n: int, device: str, grid=None) -> int:
     """The default block size (the one table of it; README "Command line"), from one-H200 and
     2-core CPU measurements: on CPU 128, or 256 once the local dimension ``n / max(P, Q)``

@@ -6,9 +6,9 @@ with each setting, alternating. JSON lines to argv[1].
 Run: ``$M -n 1 python3 benchmarks/gpu/syrk_split_probe.py $OUT/syrk-split.jsonl``."""
 import json
 import sys
-import time
 
 import cupy as cp
+from probe_timing import best
 
 from distla.bench import main_argv
 from distla.device import get_backend
@@ -26,18 +26,6 @@ def emit(rec):
     print(json.dumps(rec), flush=True)
 
 
-def timed(fn, reps=5):
-    fn()
-    cp.cuda.Device().synchronize()
-    best = 1e9
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        cp.cuda.Device().synchronize()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 k = 1024
 for n in (2048, 4096, 8192, 16384):
     a = cp.asfortranarray(cp.random.rand(k, n) - 0.5)       # the loop's LT: k x n, 'T'
@@ -48,7 +36,7 @@ for n in (2048, 4096, 8192, 16384):
             continue
         GpuBackend.SYRK_SPLIT = split
         c = c0.copy(order="F")
-        t = timed(lambda: be.syrk("L", "T", -1.0, a, 1.0, c))
+        t = best(lambda: be.syrk("L", "T", -1.0, a, 1.0, c))
         c = c0.copy(order="F")
         be.syrk("L", "T", -1.0, a, 1.0, c)
         low = cp.tril(c)
@@ -59,7 +47,7 @@ for n in (2048, 4096, 8192, 16384):
     GpuBackend.SYRK_SPLIT = 0
     b = cp.asfortranarray(cp.random.rand(k, n))
     c = c0.copy(order="F")
-    t = timed(lambda: be.gemm("T", "N", -1.0, a, b, 1.0, c))
+    t = best(lambda: be.gemm("T", "N", -1.0, a, b, 1.0, c))
     emit(dict(bench="syrk_split", impl="gemm (reference)", n=n, k=k, seconds=t,
               tflops=2.0 * n * n * k / t / 1e12))
     cp.get_default_memory_pool().free_all_blocks()

@@ -32,7 +32,7 @@ import numpy as np
 
 # the grid, device and block-size defaults and the test problems live in the library; the
 # benchmarks re-export them under their historical names
-from ..defaults import default_device, default_nb, make_grid, parse_grid
+from ..defaults import NB_HELP, default_device, default_nb, make_grid, parse_grid
 from ..problems import (
     PROBLEM_KINDS,
     covariance_matrix,
@@ -637,10 +637,7 @@ def add_problem_arguments(parser: argparse.ArgumentParser, *, n=(1024,), nb=None
     parser.add_argument("--n", nargs="+", default=[str(v) for v in n], metavar="N",
                         help=f"matrix sizes (default: {' '.join(map(str, n))})")
     parser.add_argument("--nb", type=int, default=nb, metavar="NB",
-                        help="block size (default by the local size n/max(P,Q): on cpu 128, 256 "
-                        "from 4096; on "
-                        "gpu 512, 1024 from 24576, 2048 from 65536 below 110000; at most one "
-                        "block per process row and column)")
+                        help=NB_HELP)
     parser.add_argument("--grid", default=None, metavar="PxQ",
                         help="process grid (default: the squarest P x Q with P*Q = ranks)")
     parser.add_argument("--device", choices=("cpu", "gpu"), default=None,

@@ -190,24 +190,24 @@ def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str,
     info = SolveInfo(method=method, precision="mixed", factor_dtype=str(low_dtype(A.dtype)),
                      compute=factor_dtype, requested=factor_dtype)
     t0 = time.perf_counter()
+
+    def done(X):            # (the info's times: each the slowest rank's, every rank alike)
+        info.times["total"] = time.perf_counter() - t0
+        info.times = slowest_times(A.grid, info.times)
+        return X, info
+
     info.anorm = A.norm("inf")
     if A.n == 0:                        # nothing to factor or refine (as scipy: an empty X)
-        info.times["total"] = time.perf_counter() - t0
-        info.times = slowest_times(A.grid, info.times)
-        return B.copy(), info
+        return done(B.copy())
     F, why = _factor_low(A, factor, factor_dtype, info)
     if F is not None and B.n == 0:      # A factored (and so checked); nothing to refine
-        info.times["total"] = time.perf_counter() - t0
-        info.times = slowest_times(A.grid, info.times)
-        return B.copy(), info
+        return done(B.copy())
     if F is not None:
         solves = _LowSolves(A, F, apply, apply_h, promote, localize, info)
         ref = _refine(A, B, solves, max_iter, check_rcond, f"{factor_dtype} {method}", info)
         if ref.converged:
             info.rcond = None if ref.rcond is None else float(ref.rcond)
-            info.times["total"] = time.perf_counter() - t0
-            info.times = slowest_times(A.grid, info.times)
-            return ref.x, info
+            return done(ref.x)
         why = ref.reason
         del ref, solves
     del F
@@ -222,9 +222,7 @@ def mixed_solve(A: DistMatrix, B: DistMatrix, *, method: str, factor_dtype: str,
     info.rcond = full_info.rcond
     info.fallback, info.precision = True, "double"
     info.factor_dtype = info.compute = str(A.dtype)
-    info.times["total"] = time.perf_counter() - t0
-    info.times = slowest_times(A.grid, info.times)
-    return X, info
+    return done(X)
 
 
 def _fits_everywhere(A: DistMatrix, nbytes: int, wanted: bool = True) -> bool:

@@ -256,6 +256,10 @@ def _describe(x) -> str:
 
 
 def _fail(out: Refinement, label: str, rho: float, max_iter: int, clock=None) -> Refinement:
+    if max_iter == 0 and math.isfinite(rho):     # refinement off (refine=False / max_iter=0)
+        out.reason = (f"{label}: the unrefined solution misses the refinement criterion "
+                      f"(scaled residual {rho:.3g} > 1) and refinement is off")
+        return out
     timed = clock is not None and clock.budget is not None
     why = ("produced non-finite values" if not math.isfinite(rho) else
            "did not converge" if out.iterations >= max_iter else
@@ -267,10 +271,6 @@ def _fail(out: Refinement, label: str, rho: float, max_iter: int, clock=None) ->
            f" s > {clock.budget:.3g} s)"
            if timed and clock.projected is not None and clock.projected > clock.budget
            else "stagnated")
-    if max_iter == 0 and math.isfinite(rho):     # refinement off (refine=False / max_iter=0)
-        out.reason = (f"{label}: the unrefined solution misses the refinement criterion "
-                      f"(scaled residual {rho:.3g} > 1) and refinement is off")
-        return out
     out.reason = (f"{label}: refinement {why} after {out.iterations} iteration(s) (scaled "
                   f"residual {rho:.3g} > 1)")
     return out
