@@ -68,7 +68,11 @@ class LinAlgWarning(_scipy_linalg.LinAlgWarning):
 
 
 def _rebuild(exc: BaseException, rank: int, size: int) -> BaseException:
-    """The exception to raise on every rank for ``exc`` raised on ``rank``."""
+    """The exception to raise on every rank for ``exc`` raised on ``rank``. A
+    ``SystemExit`` or ``KeyboardInterrupt`` (not an ``Exception``) travels as it is, so that
+    every rank exits with the same code or is interrupted alike."""
+    if not isinstance(exc, Exception):
+        return exc
     if size > 1 and not str(exc).startswith("[rank"):
         try:
             if isinstance(exc, (NotPositiveDefiniteError, SingularMatrixError)):
@@ -147,11 +151,15 @@ def collective(comm, signature: str | None = None):
 
     ``with collective(grid.comm): check_inputs()`` raises the same exception everywhere if
     ``check_inputs`` raised on any rank. Every rank must enter the block. ``signature``: see
-    :func:`agree` (checked in the same message).
+    :func:`agree` (checked in the same message). A ``SystemExit`` or ``KeyboardInterrupt``
+    inside the block (a user callback's ``sys.exit()``) is agreed on too: the others would
+    wait for this rank forever.
     """
     try:
         yield
-    except Exception as e:  # noqa: BLE001 - re-raised collectively below
+    except GeneratorExit:  # pragma: no cover - the context manager itself closed
+        raise
+    except BaseException as e:  # noqa: BLE001 - re-raised collectively below
         agree(comm, e, signature)
         raise  # pragma: no cover (agree always raises here)
     agree(comm, None, signature)
@@ -165,7 +173,7 @@ def on_root(comm, fn):
     if comm.Get_rank() == 0:
         try:
             out = (True, fn())
-        except Exception as e:  # noqa: BLE001 - re-raised on every rank below
+        except BaseException as e:  # noqa: BLE001 - re-raised on every rank below
             out = (False, e)
     ok, val = comm.bcast(out, root=0)
     if not ok:
@@ -212,7 +220,7 @@ def describe(x) -> str:
     if hasattr(x, "grid") and hasattr(x, "block") and hasattr(x, "src"):
         g = x.grid
         return (f"DistMatrix(shape={x.shape}, block={x.block}, src={x.src}, dtype={x.dtype}, "
-                f"device={x.device}, grid={g.nprow}x{g.npcol})")
+                f"device={x.device}, grid={g.nprow}x{g.npcol}{_local_mismatch(x)})")
     if isinstance(x, (tuple, list)):
         return "(" + ", ".join(describe(v) for v in x) + ")"
     if isinstance(x, np.ndarray):
@@ -222,6 +230,21 @@ def describe(x) -> str:
     if x is None or isinstance(x, (bool, int, float, complex, str, np.generic)):
         return repr(x)
     return type(x).__name__
+
+
+def _local_mismatch(A) -> str:
+    """'' when ``A.local`` has the shape and dtype A's layout gives this rank, else a note
+    saying what it holds: a local array replaced by a wrongly shaped one (``.local`` is a
+    public attribute) then fails every rank's call instead of hanging the others."""
+    try:
+        want = tuple(A.local_shape)
+        shape, dtype = tuple(A.local.shape), A.local.dtype
+    except Exception as e:  # noqa: BLE001 - no array at all: say so
+        return f", local array unusable ({type(e).__name__})"
+    if shape == want and dtype == A.dtype and len(shape) == 2:
+        return ""
+    return (f", local array {shape} {dtype} where this rank owns {want} "
+            f"{A.dtype}")
 
 
 class _Signature:

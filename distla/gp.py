@@ -42,7 +42,7 @@ import numpy as np
 
 from . import covariance as cov
 from . import tlr
-from .errors import NotPositiveDefiniteError, collective, signature
+from .errors import NotPositiveDefiniteError, agree, collective, signature
 from .matrix import DistMatrix
 
 __all__ = ["DenseLikelihood", "Evaluation", "Fit", "TLRLikelihood", "fit", "predict",
@@ -324,6 +324,8 @@ def fit(lik: _Likelihood, bounds=(0.02, 0.5), xatol: float = 1e-5) -> Fit:
         if not np.any(lik.y):
             raise ValueError("y is zero: sigma^2 = y^T C^-1 y / n = 0 for every beta, so the "
                              "likelihood has no maximum (give the observations)")
+    # the same search on every rank (different bounds failed later, naming the covariance)
+    agree(lik.grid.comm, None, signature("gp.fit", bounds=(lo, hi), xatol=xatol))
     start = len(lik.history)
     t0 = time.perf_counter()
 

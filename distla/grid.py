@@ -132,12 +132,20 @@ def check_environment_values(env=None) -> None:
                                f"seconds")
 
 
+def settings() -> tuple:
+    """The ``DISTLA_*`` environment variables now, as sorted ``(name, value)`` pairs. Calls
+    that read them after the grid was built (file I/O) put them in their collective
+    signature, so a rank whose environment changed since fails with the others instead of
+    taking another path. Local."""
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("DISTLA_")))
+
+
 def _check_environment(comm) -> None:
     """Collective: ValueError on every rank when the ranks see different ``DISTLA_*``
     environment variables (set per rank by an MPMD launch or a wrapper script): each rank would
     choose its own I/O path, hints or exchange and wait in a collective the others never
     enter (a hang, not an error). One allgather of the variables."""
-    mine = sorted((k, v) for k, v in os.environ.items() if k.startswith("DISTLA_"))
+    mine = list(settings())
     every = comm.allgather(mine)
     for r, theirs in enumerate(every):
         if theirs != every[0]:

@@ -44,6 +44,7 @@ from .filebase import (  # noqa: F401 - re-exported: distla.io is their public h
     atomic_output,
     check_regular_input,
 )
+from .grid import check_environment_values, settings
 
 __all__ = ["MatrixFileError", "MatrixInfo", "inspect", "read_matrix", "write_npy",
            "write_matrix", "write_npy_generated", "atomic_output", "FORMATS"]
@@ -186,7 +187,8 @@ def read_matrix(path, grid, block=(64, 64), *, device="cpu", dtype=None, src=(0,
     # every rank the same file and layout (ranks naming different files read rank 0's)
     with collective(comm, signature("read_matrix", path=os.fspath(path), block=block,
                                     device=device, dtype=dtype, src=src,
-                                    chunk_rows=chunk_rows)):
+                                    chunk_rows=chunk_rows, settings=settings())):
+        check_environment_values()      # (set since the grid was built: validated now)
         if chunk_rows is not None and (isinstance(chunk_rows, bool) or
                                        not isinstance(chunk_rows, (int, np.integer)) or
                                        chunk_rows < 1):
@@ -1026,7 +1028,9 @@ def write_npy(path, A, *, vector: bool = False) -> None:
                         f"an array on one rank use numpy.save)")
     comm = A.grid.comm
     path = os.fsdecode(os.fspath(path))
-    with collective(comm, signature("write_npy", A, path=path, vector=vector)):
+    with collective(comm, signature("write_npy", A, path=path, vector=vector,
+                                    settings=settings())):
+        check_environment_values()
         _check_file_name(path, "write_npy")
     shape = (A.m,) if vector and A.n == 1 else A.shape
     on_root(comm, lambda: _check_writable(path))
@@ -1068,8 +1072,9 @@ def write_matrix(path, A, *, vector: bool = False, root: int = 0) -> None:
     ``vector=True`` writes an n x 1 matrix as a 1-D array (npy, h5)."""
     comm = A.grid.comm
     path = os.fspath(path)
-    with collective(comm, signature("write_matrix", A, path=path, vector=vector, root=root)):
-        pass            # (ranks naming different files wrote rank 0's)
+    with collective(comm, signature("write_matrix", A, path=path, vector=vector, root=root,
+                                    settings=settings())):
+        check_environment_values()  # (ranks naming different files wrote rank 0's)
     low = path.lower()
     if h5io.is_h5(path):
         h5io.write(path, A, vector=vector)

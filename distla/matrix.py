@@ -375,7 +375,7 @@ class DistMatrix:
                                      f"returned shape {tuple(vals.shape)}")
                 A.local[:, c:c + w] = xp.broadcast_to(vals, (mloc, min(w, nloc - c)))
                 del vals
-        except Exception as e:  # noqa: BLE001 - agreed on below
+        except BaseException as e:  # noqa: BLE001 - agreed on below (fn may sys.exit())
             err = e
         agree(grid.comm, err)
         return A

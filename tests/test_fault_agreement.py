@@ -172,3 +172,98 @@ def test_one_ranks_read_only_array_or_differing_call_is_every_ranks_error(grids)
         lik.report = report
         with pytest.raises(RuntimeError, match="report failed here"):
             gp.fit(lik)
+
+
+@pytest.mark.mpi
+def test_exit_or_interrupt_in_a_callback_on_one_rank_reaches_every_rank(grids):
+    """sys.exit() (or an interrupt) inside a user's fn on one rank went past the agreement,
+    which caught Exception only: that rank left and the others waited for it forever. Now
+    every rank raises it, SystemExit with the same code."""
+    from distla import tlr
+    grid = grids[0]
+    comm = grid.comm
+    last = comm.size - 1
+
+    def exits(i, j):
+        if comm.rank == last:
+            raise SystemExit(3)
+        return (i + j).astype(float)
+    with pytest.raises(SystemExit) as e:
+        DistMatrix.from_function(grid, (20, 20), (4, 4), exits)
+    assert e.value.code == 3
+
+    def interrupted(i, j):
+        if comm.rank == last:
+            raise KeyboardInterrupt
+        return np.exp(-np.abs(i - j) / 5.0)
+    with pytest.raises(KeyboardInterrupt):
+        tlr.from_function(grid, 40, 10, interrupted, tol=1e-8)
+    # and the grid still works afterwards on every rank
+    assert DistMatrix.eye(grid, 8, (4, 4)).norm("fro") == pytest.approx(8 ** 0.5)
+
+
+@pytest.mark.mpi
+def test_settings_changed_on_one_rank_after_the_grid_fail_every_rank(grids, mpi_tmp_path,
+                                                                       monkeypatch):
+    """DISTLA_IO changed on one rank after the grid was built took that rank down another
+    read path (a hang); a value no switch takes, set then, was ignored. The I/O calls now
+    carry the settings in their signature and check their values."""
+    from distla import io
+    grid = grids[0]
+    comm = grid.comm
+    A = DistMatrix.random(grid, (12, 9), (4, 4), seed=2)
+    path = str(mpi_tmp_path / "settings.npy")
+    io.write_npy(path, A)
+    if comm.size > 1:
+        if comm.rank == comm.size - 1:
+            monkeypatch.setenv("DISTLA_IO", "memmap")
+        with pytest.raises(ValueError, match="different arguments.*DISTLA_IO"):
+            io.read_matrix(path, grid, block=4)
+        with pytest.raises(ValueError, match="different arguments.*DISTLA_IO"):
+            io.write_npy(path, A)
+    monkeypatch.setenv("DISTLA_IO", "bogus")
+    with pytest.raises(ValueError, match="DISTLA_IO='bogus'"):
+        io.read_matrix(path, grid, block=4)
+    monkeypatch.delenv("DISTLA_IO")
+    assert np.array_equal(io.read_matrix(path, grid, block=4).to_global(None),
+                          A.to_global(None))
+
+
+@pytest.mark.mpi
+def test_a_local_array_replaced_on_one_rank_fails_every_rank(grids):
+    """A.local replaced by a wrongly shaped array on one rank (.local is public) hung solve,
+    matmul, lu_factor and redistribute (that rank failed inside, the others waited): the
+    signatures now say when a rank's local array does not match its layout."""
+    from distla.pblas import matmul
+    from distla.linalg import solve
+    grid = grids[0]
+    comm = grid.comm
+    if comm.size == 1:
+        pytest.skip("needs ranks whose local arrays differ")
+    a = np.random.default_rng(3).standard_normal((24, 24)) + 24 * np.eye(24)
+    for call in (lambda A: solve(A, DistMatrix.from_global(grid, a[:, :2], block=4)),
+                 lambda A: matmul(A, A), lambda A: lu_factor(A),
+                 lambda A: A.redistribute(block=(5, 5))):
+        A = DistMatrix.from_global(grid, a, block=4)
+        if comm.rank == comm.size - 1:
+            A.local = A.local[:-1]
+        with pytest.raises(ValueError, match="local array .* where this rank owns"):
+            call(A)
+
+
+@pytest.mark.mpi
+def test_gp_fit_with_different_bounds_on_one_rank_names_fit(grids):
+    """Different bounds on one rank were noticed only inside the first likelihood, naming
+    the covariance call; the search's own arguments are compared first now."""
+    from distla import covariance as cov
+    from distla import gp
+    grid = grids[0]
+    comm = grid.comm
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    pts = cov.points(40, seed=1)
+    lik = gp.DenseLikelihood(grid, pts, np.sin(pts[:, 0]), cov.SquaredExponential(nugget=1e-2),
+                             16)
+    with pytest.raises(ValueError, match=r"different arguments.*gp\.fit"):
+        gp.fit(lik, bounds=(0.02, 0.4 if comm.rank == 1 else 0.5))
+    assert len(lik.history) == 0

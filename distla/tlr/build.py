@@ -252,7 +252,7 @@ def compress(A, tol=1e-8, max_rank=None, method="svd", *, seed=0, workspace=None
             U, V, k, c = batched.compress_tiles(stack, delta, max_rank, method, rng)
             parts.append((slots, U, V, k))
             capped += c
-    except Exception as e:  # noqa: BLE001
+    except BaseException as e:  # noqa: BLE001 - a user fn may sys.exit()
         err = _memory.explained(e, "compress", T.n)
     agree(A.grid.comm, err)
     peak = min(step, len(T.keys)) * _PER_TILE_DENSE * nb * nb * T.dtype.itemsize
@@ -368,7 +368,7 @@ class _Builder:
         if self.err is None:
             try:
                 fn(*args)
-            except Exception as e:  # noqa: BLE001 - agreed on below
+            except BaseException as e:  # noqa: BLE001 - agreed on below
                 self.err = _memory.explained(e, "build", self.T.n)
 
     def batches(self, count, per_tile):
