@@ -234,8 +234,8 @@ def test_a_local_array_replaced_on_one_rank_fails_every_rank(grids):
     """A.local replaced by a wrongly shaped array on one rank (.local is public) hung solve,
     matmul, lu_factor and redistribute (that rank failed inside, the others waited): the
     signatures now say when a rank's local array does not match its layout."""
-    from distla.pblas import matmul
     from distla.linalg import solve
+    from distla.pblas import matmul
     grid = grids[0]
     comm = grid.comm
     if comm.size == 1:

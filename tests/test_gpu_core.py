@@ -609,3 +609,39 @@ def test_recursive_panel_lu_on_gpu_grids(comm, monkeypatch):
         np.testing.assert_array_equal(F1.piv, F0.piv)
         np.testing.assert_allclose(F1.lu.to_global(None), F0.lu.to_global(None), rtol=0,
                                    atol=1e-11 * n)
+
+
+@pytest.mark.mpi
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_native_inverse_panels_on_gpu_grids(comm, dtype, monkeypatch):
+    """The working-precision loops with the diagonal block's inverse and a GEMM in place of
+    the triangular solve (GpuBackend.NATIVE_INVERSE): LU's pivots equal the trsm loop's and
+    both factorizations' residuals stay at working accuracy, on every grid shape."""
+    from distla.device.gpu import GpuBackend
+    from distla.linalg import _local, cholesky, lu_factor
+    monkeypatch.setitem(_local.LOCAL_UP_TO, ("gpu", "getrf"), 0)
+    monkeypatch.setitem(_local.LOCAL_UP_TO, ("gpu", "potrf"), 0)
+    n, nb = 150, 32
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((n, n)).astype(dtype)
+    spd = (a.astype(np.float64) @ a.T + n * np.eye(n)).astype(dtype)
+    eps = np.finfo(dtype).eps
+    for grid in _grids(comm):
+        A = DistMatrix.from_global(grid, a, block=nb, device="gpu", src=(0, grid.npcol - 1))
+        S = DistMatrix.from_global(grid, spd, block=nb, device="gpu")
+        monkeypatch.setattr(GpuBackend, "NATIVE_INVERSE", frozenset())
+        F0 = lu_factor(A)
+        monkeypatch.setattr(GpuBackend, "NATIVE_INVERSE", frozenset({"lu", "cholesky"}))
+        F1 = lu_factor(A)
+        L = cholesky(S).to_global(None)
+        np.testing.assert_array_equal(F1.piv, F0.piv)
+        lu = F1.lu.to_global(None)
+        low, up = np.tril(lu, -1) + np.eye(n), np.triu(lu)
+        perm = np.arange(n)
+        for i, p in enumerate(F1.piv):
+            perm[[i, p]] = perm[[p, i]]
+        r = np.abs(a[perm] - low @ up).max() / (np.abs(a).max() * n * eps)
+        assert r < 30, r
+        r = np.abs(spd - np.tril(L) @ np.tril(L).conj().T).max() / (np.abs(spd).max() * n * eps)
+        assert r < 30, r

@@ -69,8 +69,9 @@ def run(args) -> list[dict]:
     if getattr(args, "update_group", None) is not None:
         _potrf_loop.UPDATE_GROUP.update({k: int(args.update_group) for k in saved})
     try:
-        with common.step_loop(getattr(args, "force_loop", False)):
-            return _run(args)
+        force = getattr(args, "force_loop", False)
+        with common.step_loop(force):
+            return common.tag_forced(_run(args), force)
     finally:
         _potrf_loop.UPDATE_GROUP.update(saved)
 

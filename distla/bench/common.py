@@ -225,6 +225,16 @@ def timed_fresh(make, fn, device="cpu", comm=None, reps: int = 1, warmup: int = 
     return best, result
 
 
+def tag_forced(rows: list[dict], force: bool) -> list[dict]:
+    """``rows`` with ``force_loop: true`` on distla's rows when ``force`` (so the records of a
+    forced loop and of the default path stay apart). Not collective."""
+    if force:
+        for r in rows:
+            if r.get("impl") == "distla":
+                r["force_loop"] = True
+    return rows
+
+
 @contextlib.contextmanager
 def step_loop(force: bool):
     """Context: with ``force``, a 1 x 1 grid runs distla's step loop instead of handing the

@@ -84,8 +84,9 @@ def run(args) -> list[dict]:
     if getattr(args, "panel_leaf", None) is not None:
         _lu_loop.PANEL_LEAF.update({k: int(args.panel_leaf) for k in saved})
     try:
-        with common.step_loop(getattr(args, "force_loop", False)):
-            return _run(args)
+        force = getattr(args, "force_loop", False)
+        with common.step_loop(force):
+            return common.tag_forced(_run(args), force)
     finally:
         _lu_loop.PANEL_LEAF.update(saved)
 

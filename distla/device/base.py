@@ -390,11 +390,12 @@ class Backend:
         float32 matrix at ``factor_dtype``. CPU ranks: 'native' (float32 BLAS) for all."""
         return "native"
 
-    def inverse_panel(self, compute: str) -> bool:
-        """Whether the loops apply a diagonal block's inverse instead of a triangular solve
-        with it, in update mode ``compute``: ``L11^-1`` (a trsm on the identity) and one GEMM
-        for the Cholesky panel ``L21 = A21 L11^-T`` and for LU's ``U12 = L11^-1 A12``.
-        CPU ranks: never (LAPACK's trsm runs at GEMM speed there)."""
+    def inverse_panel(self, compute: str, driver: str) -> bool:
+        """Whether the loop ``driver`` ('cholesky' or 'lu') applies a diagonal block's inverse
+        instead of a triangular solve with it, in update mode ``compute``: ``L11^-1`` (a trsm
+        on the identity) and one GEMM for the Cholesky panel ``L21 = A21 L11^-T`` and for
+        LU's ``U12 = L11^-1 A12``. CPU ranks: never (LAPACK's trsm runs at GEMM speed
+        there)."""
         return False
 
     def computes_in_fp32(self, compute: str) -> bool:

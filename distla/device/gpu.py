@@ -332,11 +332,19 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
     def computes_in_fp32(self, compute: str) -> bool:
         return compute == "native"
 
-    def inverse_panel(self, compute: str) -> bool:
+    #: drivers whose working-precision ("native") loop also applies the inverse (see
+    #: inverse_panel): one H200, n = 65536 in place, nb 2048, alternating, twice: LU 4.273 /
+    #: 4.268 s -> 4.178 / 4.197 s, Cholesky 2.057 / 2.064 -> 2.029 / 2.036 s; n = 32768
+    #: (loop forced) LU 0.678 -> 0.655 s, Cholesky 0.285 -> 0.271 s, residuals alike
+    #: (benchmarks/results/2026-11-28-h200-native-inverse.jsonl). The potrf loop keeps the
+    #: trsm for complex matrices (its GEMM would need the conjugate).
+    NATIVE_INVERSE = frozenset({"lu", "cholesky"})
+
+    def inverse_panel(self, compute: str, driver: str) -> bool:
         # tensor-core modes: a float32 panel trsm runs on SIMT units at ~13 TFLOP/s, the
         # inverse (0.48 ms at nb 1024) and a TF32 GEMM take 0.8 ms against its 2.6 ms for a
         # 31744-row panel on an H200 (record 2026-11-26-h200-panel-probe.jsonl)
-        return compute != "native"
+        return compute != "native" or driver in self.NATIVE_INVERSE
 
     def lowp_buffers(self, compute: str, m: int, k: int, n: int):
         xp = self.xp

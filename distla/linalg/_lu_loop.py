@@ -81,7 +81,7 @@ class LULoop:
         self.inflight = None   # the panel whose broadcast the deferred update polls
         self._ws = {}          # workspace: allocated at first (largest) use, then reused
         # low-precision modes on tensor cores: U12 = L11^-1 A12 as an inverse and a GEMM
-        self.inverse_panel = self.be.inverse_panel(compute)
+        self.inverse_panel = self.be.inverse_panel(compute, "lu")
         self.panel_tf32 = compute in ("tf32", "fp16", "bf16")
         # layout lookups, memoized (the same few offsets recur every step)
         memo = functools.lru_cache(maxsize=None)

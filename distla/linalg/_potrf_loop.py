@@ -189,7 +189,8 @@ class PotrfLoop:
         self.send_buf = be.empty(cmax2 * nb, dt)
         self.diag_buf = be.empty(nb * nb, dt) if self.P > 1 else None
         # low-precision modes on tensor cores: the panel's trsm as an inverse and a GEMM
-        self.inverse_panel = be.inverse_panel(self.compute)
+        self.inverse_panel = be.inverse_panel(self.compute, "cholesky") and \
+            np.dtype(dt).kind != "c"     # (the GEMM below is Lkk^-1 A21^T: no conjugate)
         self.panel_tf32 = self.compute in ("tf32", "fp16", "bf16")
         if self.inverse_panel:
             self.inv_buf = be.empty(nb * nb, dt)
