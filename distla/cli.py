@@ -470,13 +470,12 @@ def cmd_solve(args, comm) -> int:
     xtrue = None
     anorm = None          # ||A||_inf once known: one pass over A serves every check
     if binfo is not None and binfo.dtype.kind == "c" and dtype.kind != "c":
-        if (args.method not in LU_PIVOTING and args.method != "cholesky") or \
-                args.device != "cpu":
+        if args.method == "tlr" or args.device != "cpu":
             raise CommandError(
                 f"--rhs: {_shown(binfo)} is complex but the matrix is real; --method "
                 f"{args.method} on {args.device} ranks solves real systems only (solve "
-                f"the real and imaginary parts separately, or use an LU method or "
-                f"cholesky on CPU)")
+                f"the real and imaginary parts separately, or use another method on CPU "
+                f"ranks)")
         say("rhs is complex: the real matrix is promoted to complex")
         dtype = np.dtype(np.complex64 if dtype == np.float32 else np.complex128)
         A = A.astype(dtype)
@@ -531,7 +530,10 @@ def cmd_solve(args, comm) -> int:
               "grid": f"{grid.nprow}x{grid.npcol}", "ranks": size, "nb": nb,
               "device": args.device, "dtype": str(dtype), "seconds": t_solve,
               "gflops": nflops / t_solve / 1e9 if t_solve > 0 else 0.0}
-    if getattr(info, "requested", None) is not None:      # a mixed-precision solve
+    # a mixed-precision solve (SolveInfo says what was requested; RBTInfo does not)
+    if getattr(info, "requested", None) is not None or \
+            (str(kw.get("precision", "double")).lower() == "mixed" and
+             hasattr(info, "fallback")):
         result.update(precision=info.precision, fallback=info.fallback,
                       iterations=info.iterations)
         if info.fallback:

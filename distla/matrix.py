@@ -530,7 +530,8 @@ class DistMatrix:
     #: what the values are, set by the factorizations: ``cholesky_lower`` (True: cholesky's
     #: lower factor L, False: its upper factor U) and ``lu_factor`` (lu_factor's LU matrix),
     #: so that cho_solve, rcond and logdet refuse a factor used as another. Copies that keep
-    #: the values (copy, astype, redistribute, to) keep them; a transpose turns L into U.
+    #: the values (copy, astype, redistribute, to) keep them; a transpose turns L into U
+    #: (a complex factor's plain transpose is marked ``"transpose"``: no factor of A).
     FACTOR_MARKS = ("cholesky_lower", "lu_factor")
 
     def _marked_as(self, other: "DistMatrix") -> "DistMatrix":
@@ -648,8 +649,13 @@ class DistMatrix:
                          device=self.device, src=self.src)
         remap(self, out, transpose=True, conjugate=conjugate)
         low = self.__dict__.get("cholesky_lower")
-        if low is not None and conjugate == (self.dtype.kind == "c"):   # L^T (L^H): U
-            out.cholesky_lower = not low
+        if isinstance(low, bool):
+            # L^H (L^T of a real L) is the other factor; a complex L's plain transpose is no
+            # factor of A at all (A = L L^H): marked so that cho_solve and rcond refuse it
+            out.cholesky_lower = (not low) if conjugate or self.dtype.kind != "c" \
+                else "transpose"
+        elif low == "transpose" and self.dtype.kind == "c" and not conjugate:
+            out.cholesky_lower = "transpose"   # (L^T)^T = L: but which, is lost: refuse
         return out
 
     @property

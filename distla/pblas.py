@@ -287,8 +287,8 @@ def normalize_trans(trans) -> str:
 def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=False,
                      unit_diagonal: bool = False, side: str = "left", alpha=1.0,
                      overwrite_b: bool = False) -> DistMatrix:
-    """Collective: solve ``op(A) X = alpha B`` (side 'left') or ``X op(A) = alpha B`` (side
-    'right') for X, with A triangular (``lower`` or upper; only that triangle is read).
+    """Collective: solve ``op(A) X = alpha B`` (side 'left' or 'L') or ``X op(A) = alpha B``
+    (side 'right' or 'R') for X, with A triangular (``lower`` or upper; only that triangle is read).
     ``trans`` as ``scipy.linalg.solve_triangular``: ``False``/``0``/``'N'`` (``op(A) = A``),
     ``True``/``1``/``'T'`` (``A^T``), ``2``/``'C'`` (``A^H``; ``A^T`` for real A). A must be
     square with square blocks. Returns X in B's layout (B itself when ``overwrite_b``, side
@@ -297,9 +297,15 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=
     leading (or trailing) zero rows of B may be skipped: a NaN or Inf of A that multiplies
     only their exact zeros need not reach X (solvers check A first: ``check_finite``).
     """
+    given = side
+    side = {"l": "left", "r": "right"}.get(side.lower(), side.lower()) \
+        if isinstance(side, str) else side          # ScaLAPACK's 'L'/'R' too
     with collective(_comm_of("triangular_solve", A, B), signature(
             "triangular_solve", A, B, lower=lower, trans=trans, unit_diagonal=unit_diagonal,
             side=side, alpha=alpha, overwrite_b=overwrite_b)):
+        if side not in ("left", "right"):
+            raise ValueError(f"triangular_solve: side must be 'left' or 'right' ('L' or "
+                             f"'R'), not {given!r}")
         t = normalize_trans(trans)
         check_flags("triangular_solve", lower=lower, unit_diagonal=unit_diagonal,
                     overwrite_b=overwrite_b)
@@ -308,8 +314,6 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=
             raise ValueError(f"triangular_solve: A must be square, got {A.shape}")
         if A.mb != A.nb:
             raise ValueError(f"triangular_solve: A needs square blocks, got {A.block}")
-        if side not in ("left", "right"):
-            raise ValueError(f"triangular_solve: side must be 'left' or 'right', not {side!r}")
         alpha = _scalar_for(A, alpha, "alpha", "triangular_solve")
         need = B.m if side == "left" else B.n
         if need != A.n:

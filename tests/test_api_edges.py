@@ -565,6 +565,36 @@ def test_factor_marks_survive_copies(grids):
 
 
 @pytest.mark.mpi
+def test_complex_factor_transposes_are_told_apart(grids):
+    """A complex Cholesky factor's plain transpose L.T (no factor of A = L L^H) was taken by
+    cho_solve((L.T, False), B) and rcond as the upper factor: relative error 0.73, silently.
+    It is refused now; L.H works, and a real factor's L.H is its upper factor as L.T is."""
+    from distla.linalg import cho_solve, cholesky, rcond
+    rng = np.random.default_rng(5)
+    g0 = rng.standard_normal((13, 13)) + 1j * rng.standard_normal((13, 13))
+    a = g0 @ g0.conj().T + 13 * np.eye(13)
+    b = rng.standard_normal((13, 2)) + 1j * rng.standard_normal((13, 2))
+    want = np.linalg.solve(a, b)
+    for g in grids:
+        A = DistMatrix.from_global(g, a, block=4)
+        B = DistMatrix.from_global(g, b, block=4)
+        L = cholesky(A)
+        for bad in (L.T, L.T.T):
+            with pytest.raises(ValueError, match="plain transpose of a complex Cholesky"):
+                cho_solve((bad, False), B)
+            with pytest.raises(ValueError, match="plain transpose of a complex Cholesky"):
+                rcond(A, (bad, False))
+        np.testing.assert_allclose(cho_solve((L.H, False), B).to_global(None), want,
+                                   rtol=1e-12)
+        with pytest.raises(ValueError, match="upper factor"):
+            cho_solve(L.H, B)
+        np.testing.assert_allclose(cho_solve(L.H.H, B).to_global(None), want, rtol=1e-12)
+        R = cholesky(DistMatrix.from_global(g, a.real + 13 * np.eye(13), block=4))
+        with pytest.raises(ValueError, match="upper factor"):
+            cho_solve(R.H, DistMatrix.from_global(g, b.real.copy(), block=4))
+
+
+@pytest.mark.mpi
 def test_solve_options_logdet_of_lu_and_rcond_grids(grids):
     """solve(method='gepp', lower=False) raised Python's 'lu_factor() got an unexpected
     keyword argument' (an internal name); logdet(F.lu) of an LU factor returned 2 sum log

@@ -366,10 +366,11 @@ def test_non_finite_solution_from_finite_input_exit_1(tmp_path):
 
 def test_mixed_solve_reports_what_it_did(files, tmp_path):
     """-O precision=mixed: the command says which precision produced X (and whether it fell
-    back), with the certificate's condition estimate, and records them in --json."""
+    back), with the certificate's condition estimate, and records them in --json (rbt's
+    were missing: its info has no 'requested' field)."""
     import json
     rec = tmp_path / "r.json"
-    for method in ("cholesky", "gepp"):
+    for method in ("cholesky", "gepp", "rbt"):
         p = run(["solve", "--matrix", files / "A.npy", "--method", method, "--nb", 16,
                  "-O", "precision=mixed", "--json", rec], n=2)
         assert p.returncode == 0, p.stdout + p.stderr

@@ -267,3 +267,23 @@ def test_gp_fit_with_different_bounds_on_one_rank_names_fit(grids):
     with pytest.raises(ValueError, match=r"different arguments.*gp\.fit"):
         gp.fit(lik, bounds=(0.02, 0.4 if comm.rank == 1 else 0.5))
     assert len(lik.history) == 0
+
+
+@pytest.mark.mpi
+def test_lu_solve_with_b_on_different_grids_fails_every_rank(grids):
+    """lu_solve agreed on B's communicator: ranks passing B on different grids (one on a
+    Dup of the factors' communicator) waited in allgathers on different communicators. It
+    agrees on the factors' grid now, as cho_solve does."""
+    from distla import ProcessGrid
+    from distla.linalg import lu_solve, lu_solve_rcond
+    grid = grids[0]
+    comm = grid.comm
+    if comm.size == 1:
+        pytest.skip("needs ranks passing different grids")
+    other = ProcessGrid(grid.nprow, grid.npcol, comm=comm.Dup())
+    a = np.random.default_rng(6).standard_normal((20, 20)) + 20 * np.eye(20)
+    F = lu_factor(DistMatrix.from_global(grid, a, block=4))
+    Bs = [DistMatrix.from_global(g, np.ones((20, 1)), block=4) for g in (grid, other)]
+    for call in (lu_solve, lu_solve_rcond):
+        with pytest.raises(ValueError, match="different grids"):
+            call(F, Bs[0] if comm.rank == 0 else Bs[1])

@@ -395,12 +395,14 @@ def test_triangular_solve_dtypes(grids, dtype):
                       reference_solve(a, b, lower, trans, False, "left", 1.0), dtype)
 
 
-@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("side", ["left", "right", "L", "r"])
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 def test_triangular_solve_every_trans_spelling(grids, side, dtype):
     """``trans`` as scipy.linalg.solve_triangular: 0 / False / 'N', 1 / True / 'T' (plain
     transpose, also for complex A), 2 / 'C' (conjugate transpose; 'T' for real A) and
-    lowercase letters, few and many right-hand sides, both sides, complex alpha."""
+    lowercase letters, few and many right-hand sides, both sides (also ScaLAPACK's 'L' /
+    'R', any case), complex alpha."""
+    side_given, side = side, {"L": "left", "r": "right"}.get(side, side)
     n = 13
     alpha = 1.5 - 0.5j if np.dtype(dtype).kind == "c" else 1.5
     for lower in (True, False):
@@ -416,8 +418,8 @@ def test_triangular_solve_every_trans_spelling(grids, side, dtype):
                 for g in grids:
                     A = DistMatrix.from_global(g, a, block=3, src=corner(g))
                     B = DistMatrix.from_global(g, b, block=(3, 4))
-                    X = triangular_solve(A, B, lower=lower, trans=spelling, side=side,
-                                         alpha=alpha)
+                    X = triangular_solve(A, B, lower=lower, trans=spelling,
+                                         side=side_given, alpha=alpha)
                     close(X.to_global(None), want, dtype)
                     np.testing.assert_array_equal(B.to_global(None), b)    # B kept
 

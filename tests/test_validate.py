@@ -319,7 +319,11 @@ def test_cli_complex_rhs_with_real_matrix_is_not_truncated(tmp_path):
     assert p.returncode == 0, p.stderr
     x = np.load(tmp_path / "x.npy")
     np.testing.assert_allclose(a @ x, b, atol=1e-10)
-    p = _cli(["--matrix", tmp_path / "a.npy", "--rhs", tmp_path / "b.npy", "--method", "rbt"])
+    p = _cli(["--matrix", tmp_path / "a.npy", "--rhs", tmp_path / "b.npy", "--method", "rbt",
+              "--nb", 8, "--out", tmp_path / "x.npy"])
+    assert p.returncode == 0, p.stderr
+    np.testing.assert_allclose(a @ np.load(tmp_path / "x.npy"), b, atol=1e-10)
+    p = _cli(["--matrix", tmp_path / "a.npy", "--rhs", tmp_path / "b.npy", "--method", "tlr"])
     assert p.returncode == 2 and "is complex but the matrix is real" in p.stderr
 
 

@@ -135,6 +135,10 @@ def check_triangle(C, lower: bool, what: str) -> None:
         raise ValueError(f"{what}: this is lu_factor's LU matrix, not a Cholesky factor; use "
                          f"lu_solve / rcond(A, F) with the LUFactor")
     made = getattr(C, "cholesky_lower", None)
+    if made == "transpose":
+        raise ValueError(f"{what}: this is the plain transpose of a complex Cholesky factor, "
+                         f"which is not a factor of A (A = L L^H): use the conjugate "
+                         f"transpose L.H (or cho_factor's pair as it is)")
     if made is not None and bool(made) != bool(lower):
         name = "L" if made else "U"
         raise ValueError(f"{what}: this is the {'lower' if made else 'upper'} factor of "

@@ -375,6 +375,15 @@ def _permute(B, dest, src):
                  segs=[slice(0, B.local.shape[1])], backend=B.backend)
 
 
+def _solve_comm(F, B):
+    """The communicator a solve with factors ``F`` agrees on: the factors' grid's (ranks
+    passing B on different grids then fail together there), else B's."""
+    lu = getattr(F, "lu", None)
+    if isinstance(lu, DistMatrix):
+        return lu.grid.comm
+    return B.grid.comm if isinstance(B, DistMatrix) else None
+
+
 def lu_solve(F: LUFactor, B: DistMatrix, trans=False, overwrite_b: bool = False,
              check_finite: bool = True) -> DistMatrix:
     """Solve ``A X = B``, ``A^T X = B`` or ``A^H X = B`` from ``F = lu_factor(A)``.
@@ -386,7 +395,7 @@ def lu_solve(F: LUFactor, B: DistMatrix, trans=False, overwrite_b: bool = False,
     otherwise a new matrix, B unchanged). Row interchanges are applied to B by one pairwise
     exchange along process columns, then the unit-lower and upper triangular solves
     (:func:`distla.pblas.triangular_solve`)."""
-    with collective(B.grid.comm if isinstance(B, DistMatrix) else None,
+    with collective(_solve_comm(F, B),
                     signature("lu_solve", getattr(F, "lu", F), B, trans=trans,
                               overwrite_b=overwrite_b, check_finite=check_finite)):
         t = normalize_trans(trans)
@@ -428,7 +437,7 @@ def lu_solve_rcond(F: LUFactor, B: DistMatrix, check_finite: bool = True,
     triangular sweeps as B, so the estimate adds two solves instead of three
     (:func:`distla.linalg.condition.solve_and_rcond`). The estimate is cached in F.
     ``overwrite_b`` as in :func:`lu_solve`."""
-    with collective(B.grid.comm if isinstance(B, DistMatrix) else None,
+    with collective(_solve_comm(F, B),
                     signature("lu_solve_rcond", getattr(F, "lu", F), B,
                               check_finite=check_finite, overwrite_b=overwrite_b)):
         _check_rhs(F, B)
