@@ -79,7 +79,7 @@ def test_panel_by_inverse_and_gemm(comm, grids, monkeypatch, dtype, la):
     tensor-core update modes -- on CPU ranks: the same factor to working precision, on
     every grid, blocks that do not divide n, a corner source."""
     from distla.device.cpu import CpuBackend
-    monkeypatch.setattr(CpuBackend, "inverse_panel", lambda self, compute: True)
+    monkeypatch.setattr(CpuBackend, "inverse_panel", lambda self, compute, driver: True)
     n, nb = 37, 5
     a = spd(n, 1e3, seed=3).astype(dtype)
     for g in grids:

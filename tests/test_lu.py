@@ -624,7 +624,7 @@ def test_u12_by_inverse_and_gemm(monkeypatch, la):
               for piv in ("partial", "tournament", "none")}
         refs = {piv: lu_factor(A, pivoting=piv, lookahead=la) for piv, A in As.items()}
         with monkeypatch.context() as mp:
-            mp.setattr(CpuBackend, "inverse_panel", lambda self, compute: True)
+            mp.setattr(CpuBackend, "inverse_panel", lambda self, compute, driver: True)
             for piv, ref in refs.items():
                 A = As[piv]
                 F = lu_factor(A, pivoting=piv, lookahead=la)
@@ -648,7 +648,7 @@ def test_gemm_option_validated_and_cpu_float32_unchanged():
         with pytest.raises(TypeError, match="float32"):
             lu_factor(A.astype(np.float64), gemm="tf32x3")
         F2 = lu_factor(A, pivoting="partial")
-        for mode in ("tf32x3", "tf32", "fp16", "bf16"):
+        for mode in ("tf32x3", "fp16x3", "tf32", "fp16", "bf16"):
             F1 = lu_factor(A, pivoting="partial", gemm=mode)
             assert np.array_equal(F1.piv, F2.piv)
             assert np.array_equal(F1.lu.to_global(root=None), F2.lu.to_global(root=None))
@@ -683,8 +683,9 @@ def test_gpu_tf32x3_update_is_float32_accurate():
     for g, src in _grids(srcs=False):
         for mat, piv in ((a, "partial"), (d, "none")):
             A = _dist(g, mat, nb, src).to("gpu")
-            F = lu_factor(A, pivoting=piv, gemm="tf32x3")
-            _check_factor(A, F, fres_max=8.0)
+            for mode in ("tf32x3", "fp16x3"):      # (fp16x3: two fp16 GEMMs of halves)
+                F = lu_factor(A, pivoting=piv, gemm=mode)
+                _check_factor(A, F, fres_max=8.0)
 
 
 @pytest.mark.mpi

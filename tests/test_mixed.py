@@ -664,7 +664,7 @@ def test_cpu_low_precision_gemm_is_float32():
     b = np.asfortranarray(rng.standard_normal((20, 25)), dtype=np.float32)
     ref = np.zeros((30, 25), np.float32, order="F")
     be.gemm("N", "N", 1.0, a, b, 0.0, ref)
-    for mode in ("tf32x3", "tf32", "fp16", "bf16"):
+    for mode in ("tf32x3", "fp16x3", "tf32", "fp16", "bf16"):
         a2, b2, scale = be.lowp_operands(a, b, mode)
         c = np.zeros((30, 25), np.float32, order="F")
         be.gemm_lowp("N", "N", 1.0, a2, b2, 0.0, c, mode, scale)
@@ -684,7 +684,7 @@ def test_cholesky_low_precision_modes_on_cpu_are_float32(grids, monkeypatch):
         A = _dist(grid, a, src=corner(grid))
         ref = cholesky(A).to_global(None)
         for mode, cols, most in (("tf32x3", 4096, 8), ("fp16", 4096, 8), ("fp16", 1, 3),
-                                 ("tf32", 1, 64)):
+                                 ("tf32", 1, 64), ("fp16x3", 1, 3)):
             monkeypatch.setattr(_potrf_loop, "LOWP_RUN_COLS", cols)
             monkeypatch.setattr(_potrf_loop, "LOWP_MAX_RUNS", most)
             L = cholesky(A, gemm=mode).to_global(None)
@@ -748,7 +748,7 @@ def test_conditioned_matrix_is_the_same_on_every_grid(grids):
 # GPU: tensor-core updates (skipped without CuPy and a device)
 # ---------------------------------------------------------------------------------------
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode,bits", [("tf32x3", 21), ("tf32", 10), ("fp16", 10),
+@pytest.mark.parametrize("mode,bits", [("tf32x3", 21), ("fp16x3", 21), ("tf32", 10), ("fp16", 10),
                                        ("bf16", 7)])
 def test_gpu_low_precision_gemm_accuracy(mode, bits):
     """The product of scaled casts, accumulated in float32, is within the format's rounding
@@ -782,6 +782,12 @@ def test_gpu_low_precision_gemm_accuracy(mode, bits):
     a2, b2, scale = be.lowp_operands(z, bg, mode)
     be.gemm_lowp("N", "N", -1.0, a2, b2, 1.0, c, mode, scale)
     assert cp.all(c == 1)
+    # empty operands (a loop's last steps): k = 0 scales c by beta, an empty c is left alone
+    e, f = cp.zeros((300, 0), cp.float32, order="F"), cp.zeros((0, 90), cp.float32, order="F")
+    a2, b2, scale = be.lowp_operands(e, f, mode)
+    be.gemm_lowp("N", "N", -1.0, a2, b2, 0.5, c, mode, scale)
+    assert cp.all(c == 0.5)
+    be.gemm_lowp("N", "N", -1.0, a2[:0], b2, 0.5, c[:0], mode, None)
 
 
 @pytest.mark.mpi

@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rank order of the process grid")
     parser.add_argument("--gemm", choices=GEMM_MODES, default="native",
                         help="trailing-update GEMMs: native, or for float32 on GPU tensor "
-                             "cores: tf32x3 (split operands, ~float32 accuracy), tf32, fp16 "
+                             "cores: tf32x3 or fp16x3 (split operands, ~float32 "
+                             "accuracy), tf32, fp16 "
                              "or bf16 (docs/mixed.md)")
     parser.add_argument("--inplace", action="store_true",
                         help="factor freshly generated matrices in place (no copy of A; the "

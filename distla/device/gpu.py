@@ -322,12 +322,22 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
 
     # ---- low-precision tensor-core GEMM (docs/mixed.md) -----------------------------------
     LOWP = ("fp32", "tf32", "fp16", "bf16")
-    # tf32: as fast as fp16 here and float32's range (no scaling); one H200, n=32768, cond 1e2:
-    # Cholesky 1.29x vs 1.17x float64, LU 1.44x vs 1.45x (docs/mixed.md)
-    DEFAULT_LOWP = "tf32"
+    # fp32 (float32-accurate factors, two fp16 GEMMs of scaled halves): no fallback up to
+    # cond 1e6, where tf32 and fp16 (about 2^-11) fall back from cond ~1e4 (LU) and cost
+    # 1.3x the float64 solve; one H200, n = 65536, with the certificate: LU 2.34x / 2.18x,
+    # Cholesky 2.55x / 2.21x the float64 solve at cond 1e2 / 1e6 (fp16: LU 2.89x at 1e2,
+    # fallback from 1e4; docs/mixed.md, record 2026-11-28-h200-mixed-fp16x3.jsonl)
+    DEFAULT_LOWP = "fp32"
+
+    #: the update mode of float32-accurate factors (factor_dtype 'fp32'): 'fp16x3' (two
+    #: fp16 GEMMs of scaled high and low halves) took LU's factorization at n = 65536 from
+    #: 2.64 s (tf32x3, one TF32 GEMM of split operands) to 1.69 s, Cholesky's from 1.22 to
+    #: 0.71 s, with the same corrections and backward errors (record
+    #: 2026-11-28-h200-mixed-fp16x3.jsonl)
+    FP32_MODE = "fp16x3"
 
     def lowp_mode(self, factor_dtype: str) -> str:
-        return {"fp32": "tf32x3"}.get(factor_dtype, factor_dtype)
+        return {"fp32": self.FP32_MODE}.get(factor_dtype, factor_dtype)
 
     def computes_in_fp32(self, compute: str) -> bool:
         return compute == "native"
@@ -350,12 +360,17 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
         xp = self.xp
         if compute == "tf32x3":
             return (xp.empty(3 * m * k, np.float32), xp.empty(3 * k * n, np.float32))
+        if compute == "fp16x3":
+            return (xp.empty(3 * m * k, np.float16), xp.empty(3 * k * n, np.float16),
+                    xp.empty(1, np.float32))
         if compute in ("fp16", "bf16"):
             dt = np.float16 if compute == "fp16" else np.uint16
             return (xp.empty(m * k, dt), xp.empty(k * n, dt), xp.empty(1, np.float32))
         return None
 
     def lowp_operands(self, a, b, compute: str, out=None):
+        if compute == "fp16x3":
+            return self._split_fp16x3(a, b, out)
         if compute not in ("fp16", "bf16"):
             return super().lowp_operands(a, b, compute, out)
         xp = self.xp
@@ -374,14 +389,26 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
         neither C- nor F-contiguous is copied first."""
         xp = self.xp
         dt = np.float16 if compute == "fp16" else np.uint16
+        a, order, flat, (amax, i) = self._float32_amax(a)
+        out = xp.empty(a.shape, dt, order=order) if buf is None else \
+            buf[:a.size].reshape(a.shape, order=order)
+        if a.size == 0:
+            return out, (amax, i)
+        _kernels()["cast16" if compute == "fp16" else "castbf16"](
+            flat, amax, i, out.reshape(-1, order=order))
+        return out, (amax, i)
+
+    def _float32_amax(self, a):
+        """``(a, order, flat, (x, i))``: ``a`` as a C- or F-contiguous float32 array (copied
+        only when it is neither or of another dtype), its memory order, its flat view, and an
+        entry of largest magnitude as ``x[i - 1]`` on the device (``i = 0``: none)."""
+        xp = self.xp
         if a.dtype != np.float32 or not (a.flags.c_contiguous or a.flags.f_contiguous):
             a = xp.ascontiguousarray(a, dtype=np.float32)
         order = "C" if a.flags.c_contiguous else "F"
         flat = a.reshape(-1, order=order)
-        out = xp.empty(a.shape, dt, order=order) if buf is None else \
-            buf[:a.size].reshape(a.shape, order=order)
         if a.size == 0:
-            return out, (flat, xp.zeros(1, np.int32))
+            return a, order, flat, (flat, xp.zeros(1, np.int32))
         if a.size < 2 ** 31:      # i?amax's int32 index
             amax, i = flat, xp.empty(1, np.int32)
             h, cb = self._blas(), self._cublas
@@ -393,11 +420,52 @@ class GpuBackend(Backend):  # pragma: no cover - needs a GPU
                 cb.setPointerMode(h, old)
         else:
             amax, i = xp.abs(flat).max().reshape(1), xp.ones(1, np.int32)
-        _kernels()["cast16" if compute == "fp16" else "castbf16"](
-            flat, amax, i, out.reshape(-1, order=order))
-        return out, (amax, i)
+        return a, order, flat, (amax, i)
+
+    #: fp16x3: the low halves are stored times 2^LO_SHIFT (|x - hi| <= 2^-11 |x| for x / s
+    #: in fp16's normal range), so that they keep fp16's 11 bits
+    LO_SHIFT = 11
+
+    def _split_fp16x3(self, a, b, out=None):
+        """fp16x3 operands of ``a @ b`` (float32 ``m x k``, ``k x n``): column-major fp16
+        ``A3 = [ah, ah, al]`` (m x 3k) and ``B3 = [bh; bl; bh]`` (3k x n) with ``xh`` =
+        ``x / s_x`` rounded to fp16 (``s_x`` the power of two above max|x|, so nothing
+        overflows) and ``xl = (x / s_x - xh) 2^LO_SHIFT`` rounded to fp16, and the device
+        scalar ``s_a s_b``: ``a b = s (ah bh + 2^-LO_SHIFT (ah bl + al bh))`` up to ~2^-21
+        max|a| max|b| k (two fp16 tensor-core GEMMs in :meth:`gemm_lowp`)."""
+        m, k = a.shape
+        n = b.shape[1]
+        if out is None:
+            out = self.lowp_buffers("fp16x3", m, k, n)
+        A3 = out[0][:3 * m * k].reshape((m, 3 * k), order="F")
+        B3 = out[1][:3 * k * n].reshape((3 * k, n), order="F")
+        split = _kernels()["split16"]
+        a, _, _, (amax, ia) = self._float32_amax(a)
+        b, _, _, (bmax, ib) = self._float32_amax(b)
+        if a.size:   # elementwise kernels walk arrays in C order: transposes of col-major views
+            split(a.T, amax, ia, np.float32(2.0 ** self.LO_SHIFT),
+                  A3[:, :k].T, A3[:, k:2 * k].T, A3[:, 2 * k:].T)
+        if b.size:
+            split(b.T, bmax, ib, np.float32(2.0 ** self.LO_SHIFT),
+                  B3[:k].T, B3[2 * k:].T, B3[k:2 * k].T)
+        scale = out[2][0]
+        _kernels()["scale2"](amax, ia, bmax, ib, scale)
+        return A3, B3, scale
 
     def gemm_lowp(self, transa, transb, alpha, a, b, beta, c, compute, scale=None):
+        if compute == "fp16x3":
+            if c.size == 0:      # (empty operands are not split: no scale)
+                return
+            if a.shape[1] == 0:
+                c *= beta
+                return
+            if (transa, transb) != ("N", "N"):
+                raise ValueError("gemm_lowp: fp16x3 operands are for op 'N', 'N'")
+            k = a.shape[1] // 3
+            self.gemm_lowp("N", "N", alpha, a[:, :k], b[:k], beta, c, "fp16", scale)
+            low = self.xp.multiply(scale, np.float32(2.0 ** -self.LO_SHIFT), dtype=np.float32)
+            self.gemm_lowp("N", "N", alpha, a[:, k:], b[k:], 1.0, c, "fp16", low)
+            return
         if compute not in ("fp16", "bf16"):
             return super().gemm_lowp(transa, transb, alpha, a, b, beta, c, compute, scale)
         if c.size == 0:
@@ -773,6 +841,12 @@ def _kernels():  # pragma: no cover - needs a GPU
                      "s = pow2_above(" + _AT + ") * "
                      "pow2_above(jb[0] > 0 ? b[jb[0] - 1] : 0.0f)",
                      "distla_cast_scale", preamble=_POW2),
+        # fp16x3: v = x / s (s = pow2_above(max|x|)); hi = fp16(v), lo = fp16((v - hi) sh)
+        "split16": ek("float32 x, raw float32 a, raw int32 ia, float32 sh",
+                      "float16 hi, float16 hi2, float16 lo",
+                      "const float v = x / pow2_above(" + _AT + "); const float16 h = "
+                      "(float16)v; hi = h; hi2 = h; lo = (float16)((v - (float)h) * sh);",
+                      "distla_split_fp16", preamble=_POW2),
         "tf32": ek("float32 x", "float32 hi, float32 hi2, float32 lo",
                    "const float h = __uint_as_float((__float_as_uint(x) + 0x1000u) & "
                    "0xffffe000u); hi = h; hi2 = h; lo = x - h;", "distla_split_tf32"),

@@ -212,8 +212,8 @@ def solve_cholesky(A: DistMatrix, B: DistMatrix, overwrite_a: bool = False,
 
     ``precision='mixed'`` (float64 or complex128 A): Cholesky of a float32 (complex64) copy
     with updates in
-    ``factor_dtype`` ('fp32'; GPU ranks also 'tf32', 'fp16', 'bf16'; default 'fp32' on CPU
-    ranks, 'tf32' on GPU ranks), refined to float64,
+    ``factor_dtype`` ('fp32'; GPU ranks also 'tf32', 'fp16', 'bf16'; default 'fp32',
+    float32-accurate factors, on every device), refined to float64,
     with the float64 solve as fallback (dsposv-style; :mod:`distla.linalg.mixed`;
     ``max_iter``, ``fallback``: given without it, ValueError). ``return_info=True`` returns
     ``(X, SolveInfo)``."""

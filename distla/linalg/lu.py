@@ -194,7 +194,8 @@ def lu_factor(A: DistMatrix, pivoting: str = "partial", overwrite_a: bool = Fals
     panel). Phases are timed by an active :class:`distla.trace.Tracer`. ``gemm``: 'native'
     (trailing updates in A's precision) or, for float32 A, a tensor-core mode
     (:data:`GEMM_MODES`, docs/mixed.md): 'tf32x3' (each update one TF32 GEMM of split
-    operands, about float32's accuracy at several times float32's rate), 'tf32', 'fp16' or
+    operands, about float32's accuracy at several times float32's rate), 'fp16x3' (the same
+    accuracy from two fp16 GEMMs of scaled high and low halves), 'tf32', 'fp16' or
     'bf16' (operands rounded to that format, per-block scaled, float32 accumulation; panels
     stay float32). Devices without tensor cores (CPU ranks) compute all of them in float32.
 
@@ -468,9 +469,9 @@ def solve_lu(A: DistMatrix, B: DistMatrix, pivoting: str = "partial", trans=Fals
 
     ``precision='mixed'`` (float64/complex128 A, ``trans=False``): LU of a float32 copy with
     updates in ``factor_dtype`` ('fp32'; GPU ranks also 'tf32', 'fp16', 'bf16'; default 'fp32'
-    on CPU ranks, 'tf32' on GPU ranks), refined to A's precision, with the float64 solve as fallback
-    (:mod:`distla.linalg.mixed`; ``max_iter``, ``fallback``: given without it, ValueError).
-    ``return_info=True`` returns ``(X, SolveInfo)``."""
+    (float32-accurate factors) on every device), refined to A's precision, with the float64
+    solve as fallback (:mod:`distla.linalg.mixed`; ``max_iter``, ``fallback``: given without
+    it, ValueError). ``return_info=True`` returns ``(X, SolveInfo)``."""
     with collective(A.grid.comm if isinstance(A, DistMatrix) else None,
                     signature("solve_lu", A, B, pivoting=pivoting, trans=trans,
                               precision=precision, factor_dtype=factor_dtype,

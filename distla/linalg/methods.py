@@ -51,7 +51,7 @@ def pivoting_name(pivoting) -> str:
 
 # trailing-update modes of the factorizations (``gemm=``; docs/mixed.md) and the low precisions
 # of ``precision='mixed'`` solves (``factor_dtype=``)
-GEMM_MODES = ("native", "tf32x3", "tf32", "fp16", "bf16")
+GEMM_MODES = ("native", "tf32x3", "fp16x3", "tf32", "fp16", "bf16")
 FACTOR_DTYPES = ("fp32", "tf32", "fp16", "bf16")
 
 
