@@ -93,3 +93,34 @@ def test_cpu_reference_threads_are_at_most_the_cores(comm, monkeypatch):
     assert common.reference_threads(comm) == 1
     monkeypatch.setattr(os, "cpu_count", lambda: None)
     assert common.reference_threads(comm) == 1
+
+
+@pytest.mark.mpi
+def test_cpu_reference_takes_the_faster_of_its_threads_and_one(comm, monkeypatch):
+    """On a busy node threaded BLAS was up to 1000x slower than one thread and benchmarks
+    recorded speedups of 57-85x: a default reference is also timed with one thread and the
+    faster counts (with its thread count); a --ref-threads the user gave is kept alone."""
+    import os
+
+    from distla.bench import common
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    on_node = common.ranks_on_node(comm)
+    counts = common.reference_thread_counts(comm)
+    assert counts == ((on_node, 1) if on_node > 1 else (1,))
+    assert common.reference_thread_counts(comm, 3) == (3,)
+    slow = {2: 5.0, 1: 0.5}            # seconds a measurement takes under k threads
+    seen = []
+
+    def blas(k):
+        import contextlib
+
+        @contextlib.contextmanager
+        def cm():
+            seen.append(k)
+            yield k
+        return cm()
+    monkeypatch.setattr(common, "blas_threads", blas)
+    assert common.best_over_threads((2, 1), lambda: slow[seen[-1]]) == (0.5, 1)
+    assert common.best_over_threads((1,), lambda: slow[seen[-1]]) == (0.5, 1)
+    slow[2] = 0.1
+    assert common.best_over_threads((2, 1), lambda: slow[seen[-1]]) == (0.1, 2)

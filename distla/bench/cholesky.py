@@ -146,7 +146,7 @@ def _run(args) -> list[dict]:
             if device == "gpu":
                 import cupy
                 cupy.get_default_memory_pool().free_all_blocks()
-            threads = args.ref_threads or common.reference_threads(comm)   # collective
+            threads = common.reference_thread_counts(comm, args.ref_threads)   # collective
             ref = common.reference_rank0(
                 lambda: _reference(n, args.seed, dtype, device, args.reps, threads), comm)
             if ref is not None:
@@ -199,13 +199,14 @@ def _reference(n, seed, dtype, device, reps, threads):
                                                    reps, warmup=1), None
     import scipy.linalg
     A = _global_spd(n, seed, np, dtype)
-    with common.blas_threads(threads) as got:
+    def measure():
         w = min(n, 256)                          # warm-up: the BLAS threads, as distla's
         scipy.linalg.cholesky(A[:w, :w], lower=True, check_finite=False)
-        best = common.best_local(
+        return common.best_local(
             lambda W: scipy.linalg.cholesky(W, lower=True, overwrite_a=True,
                                             check_finite=False),
             "cpu", reps, setup=lambda: np.array(A, order="F"))
+    best, got = common.best_over_threads(threads, measure)
     return "scipy", best, got
 
 

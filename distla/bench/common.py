@@ -50,7 +50,8 @@ __all__ = ["parse_grid", "make_grid", "parse_sizes", "default_device", "sync", "
            "reference_rank0", "flops", "tflops", "record", "spd_matrix",
            "general_matrix", "covariance_matrix", "make_problem", "PROBLEM_KINDS",
            "add_problem_arguments", "format_table", "default_nb", "ranks_on_node",
-           "reference_threads", "blas_threads", "global_normal", "problem_entries",
+           "reference_threads", "reference_thread_counts", "best_over_threads",
+           "blas_threads", "global_normal", "problem_entries",
            "default_threshold", "judge", "check_options"]
 
 
@@ -390,6 +391,33 @@ def reference_threads(comm=None) -> int:
     return max(1, min(ranks_on_node(comm), os.cpu_count() or 1))
 
 
+def reference_thread_counts(comm=None, given: int | None = None) -> tuple:
+    """Collective over ``comm``: the BLAS thread counts a one-process CPU reference is timed
+    with, the fastest counting: ``(given,)`` when the user chose one (``--ref-threads``),
+    else :func:`reference_threads` and, when that is more than one, 1 as well. On a busy
+    node threaded BLAS can be orders of magnitude slower than one thread (its threads spin
+    against the other work: a 2-thread Cholesky of n = 256 took 0.4-0.67 s against 0.0004 s
+    with one), which recorded speedups of 57-85x for distla; the one-thread timing bounds
+    that."""
+    if given:
+        return (int(given),)
+    k = reference_threads(comm)
+    return (k, 1) if k > 1 else (k,)
+
+
+def best_over_threads(counts, measure):
+    """Not collective (a rank-0 reference): ``(seconds, threads)``, the least of ``measure()``
+    (seconds) run under each BLAS thread count of ``counts`` (:func:`blas_threads`; threads
+    None when they could not be controlled)."""
+    best = None
+    for k in counts:
+        with blas_threads(k) as got:
+            t = measure()
+        if best is None or t < best[0]:
+            best = (t, got)
+    return best
+
+
 @contextlib.contextmanager
 def blas_threads(k: int | None):
     """Context: NumPy's and SciPy's BLAS use ``k`` threads inside the block (threadpoolctl
@@ -441,11 +469,11 @@ def fits(nbytes: float, device: str) -> bool:
 # ---------------------------------------------------------------------------------------
 def flops(op: str, n: int, nrhs: int = 0, m: int | None = None, k: int | None = None,
           dtype=None) -> float:
-    """Conventional flop counts: 'gemm' 2mnk (m = k = n by default), 'cholesky' n^3/3, 'lu'
-    2n^3/3, 'solve' 2 n^2 nrhs (two triangular solves), 'cholesky_solve' / 'lu_solve'
-    factorization + solve; in real flops, four per operation for a complex ``dtype`` (a
-    complex multiply-add is four real multiplies and four adds: LAPACK's and ScaLAPACK's
-    convention). Not collective."""
+    """Conventional flop counts: 'gemm' 2mnk (m = k = n by default), 'cholesky' n^3/3 + n^2/2,
+    'lu' 2n^3/3 - n^2/2 (LAPACK's counts for potrf and getrf), 'solve' 2 n^2 nrhs (two
+    triangular solves), 'cholesky_solve' / 'lu_solve' factorization + solve; in real flops,
+    four per operation for a complex ``dtype`` (a complex multiply-add is four real multiplies
+    and four adds: LAPACK's and ScaLAPACK's convention). Not collective."""
     if dtype is not None and np.dtype(dtype).kind == "c":
         return 4.0 * flops(op, n, nrhs, m, k)
     n = float(n)
@@ -541,13 +569,16 @@ def append_jsonl(path, rows) -> None:
 def record(bench: str, impl: str, *, n: int, seconds: float, nflops: float | None = None,
            **extra) -> dict:
     """One result row: ``{"bench", "impl", "n", ..., "seconds", "tflops"}`` plus ``extra``
-    (e.g. nb, grid, ranks, device, dtype, resid). ``impl`` is 'distla' or the reference's name
-    ('numpy', 'cupy', 'scipy', ...). Not collective."""
+    (e.g. nb, grid, ranks, device, dtype, resid); ``tflops`` is None without ``nflops`` (an
+    operation with no flop count), so every row has the field. ``impl`` is 'distla' or the
+    reference's name ('numpy', 'cupy', 'scipy', ...). Not collective."""
     rec = {"bench": bench, "impl": impl, "n": int(n)}
     rec.update(extra)
     rec["seconds"] = float(seconds)
     if nflops is not None:
         rec["tflops"] = tflops(nflops, seconds)
+    else:
+        rec.setdefault("tflops", None)
     return rec
 
 

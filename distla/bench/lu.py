@@ -177,7 +177,7 @@ def _run(args) -> list[dict]:
         del A
         if getattr(args, "reference", True):
             # collective: not in the lambda
-            threads = args.ref_threads or common.reference_threads(comm)
+            threads = common.reference_thread_counts(comm, args.ref_threads)
             ref = common.reference_rank0(
                 lambda: _reference(n, args.seed, dtype, device, args.reps, threads), comm)
             if ref is not None:
@@ -212,12 +212,13 @@ def _reference(n, seed, dtype, device, reps, threads):
         return "cupy(cusolver)", best, None
     import scipy.linalg
     A = common.global_normal(n, n, seed, np, dtype)
-    with common.blas_threads(threads) as got:
+    def measure():
         w = min(n, 256)                          # warm-up: the BLAS threads, as distla's
         scipy.linalg.lu_factor(A[:w, :w], check_finite=False)
-        best = common.best_local(
+        return common.best_local(
             lambda W: scipy.linalg.lu_factor(W, overwrite_a=True, check_finite=False), "cpu",
             reps, setup=lambda: np.array(A, order="F"))
+    best, got = common.best_over_threads(threads, measure)
     return "scipy", best, got
 
 
