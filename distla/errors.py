@@ -86,8 +86,9 @@ def _rebuild(exc: BaseException, rank: int, size: int) -> BaseException:
 
 def agree(comm, exc: BaseException | None = None, signature: str | None = None) -> None:
     """Collective: every rank passes its local exception (or None); if any rank failed, the
-    same exception (the one of the lowest failing rank, prefixed with that rank) is raised on
-    every rank. Costs one small allgather on ``comm`` (an mpi4py communicator).
+    same exception (the one of the lowest failing rank, prefixed with that rank; unprefixed
+    when every rank raised the same type and message) is raised on every rank. Costs one
+    small allgather on ``comm`` (an mpi4py communicator).
 
     ``signature`` (a short text describing how this rank called the function, see
     :func:`distla.validate.signature`) travels in the same allgather: when no rank failed but
@@ -104,6 +105,11 @@ def agree(comm, exc: BaseException | None = None, signature: str | None = None) 
     except Exception:  # pragma: no cover
         payload = DistlaError(repr(exc))
     gathered = comm.allgather((payload, None if signature is None else str(signature)))
+    failed = [e for e, _ in gathered if e is not None]
+    if len(failed) == len(gathered) and exc is not None and \
+            all(type(e) is type(failed[0]) and str(e) == str(failed[0]) for e in failed):
+        raise _mark_agreed(exc)   # every rank failed alike: no rank to name (ranks saw
+        #                          "[rank 0] ..." on rank 1 for the same bad argument)
     for r, (e, _) in enumerate(gathered):
         if e is not None:
             new = _mark_agreed(_rebuild(e, r, comm.Get_size()))

@@ -94,6 +94,9 @@ def test_empty_systems_solve_with_every_method(grids, k):
                 assert X.shape == (0, k), (method, kw)
         with pytest.raises(ValueError, match="square"):
             linalg.solve(DistMatrix.zeros(g, (0, 3), (NB, NB)), B)
+        # rcond of the 0 x 0 matrix is LAPACK's xGECON/xPOCON value, 1 (it was inf)
+        assert linalg.rcond(A) == linalg.rcond(A, linalg.cholesky(A)) == \
+            linalg.lu_factor(A).rcond() == 1.0
 
 
 @pytest.mark.mpi

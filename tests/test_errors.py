@@ -70,6 +70,18 @@ def test_agree_raises_same_exception_everywhere(comm, which, exc_type):
     comm.Barrier()
 
 
+def test_agree_on_the_same_failure_everywhere_names_no_rank(comm):
+    """Every rank raising the same error (a bad argument all passed) gets it unprefixed: rank
+    1 read '[rank 0] block sizes must be positive' as if about rank 0."""
+    with pytest.raises(ValueError) as ei:
+        agree(comm, ValueError("block sizes must be positive"))
+    assert str(ei.value) == "block sizes must be positive"
+    if comm.size > 1:
+        exc = ValueError(f"differs on {comm.rank}")
+        with pytest.raises(ValueError, match=r"^\[rank 0\] differs on 0$"):
+            agree(comm, exc)
+
+
 def test_agree_without_failure_is_silent(comm):
     agree(comm, None)
     agree(None, None)

@@ -234,11 +234,12 @@ def solve_and_rcond(B: DistMatrix, template: DistMatrix, solve, anorm: float, ap
 
 def reciprocal_condition(n: int, anorm: float, inverse_norm, scale: float = 1.0) -> float:
     """``scale / (anorm * inverse_norm())`` for an n x n matrix (``inverse_norm``: the estimate
-    of ``||A^-1||_1`` times ``scale``): inf when n == 0, 0.0 when A is numerically singular
+    of ``||A^-1||_1`` times ``scale``): 1.0 when n == 0 (LAPACK's xGECON/xPOCON: RCOND
+    stays in [0, 1]), 0.0 when A is numerically singular
     (``anorm`` zero or not finite, or that estimate zero or not finite). ``inverse_norm``
     (called only when needed) is collective."""
     if n == 0:
-        return np.inf
+        return 1.0
     if anorm == 0 or not np.isfinite(anorm):
         return 0.0
     est = inverse_norm()
@@ -295,7 +296,7 @@ def refined_rcond(A: DistMatrix, anorm: float, solve, solve_h) -> float:
     """
     from ..vector import residual
     if A.n == 0:
-        return np.inf
+        return 1.0      # (as LAPACK's xGECON for n = 0)
     if anorm == 0 or not np.isfinite(anorm):
         return 0.0
     pairs = []

@@ -171,7 +171,7 @@ def rcond(A, factor=None) -> float:
             factor = tlr_cholesky(A)
         return factor.rcond(anorm) if anorm is not None else factor.rcond()
     if A.n == 0:
-        return float("inf")
+        return 1.0      # (LAPACK's xGECON / xPOCON for n = 0)
     anorm = norm(A, 1)
     if anorm == 0:
         return 0.0
