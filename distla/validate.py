@@ -161,18 +161,19 @@ def _probe_blocks(A):
             _probe_rows(A.device, A.n, real, A.nb, A.csrc, g.npcol, g.mycol))
 
 
-def _row_abs_sums(M, s: float = 1.0):
-    """``sum_j |s m_ij|`` for each of this rank's local rows (local; a device vector), in
+def _row_abs_sums(M, e: int = 0):
+    """``sum_j |2^e m_ij|`` for each of this rank's local rows (local; a device vector), in
     column slabs of at most ``_SLAB`` entries so that no temporary is the local matrix's size
     (used where :meth:`distla.device.base.Backend.gemv_abs` has no kernel: complex A, or a
     scaled A)."""
     a, xp = M.local, M.xp
     out = xp.zeros(a.shape[0], dtype=np.finfo(a.dtype).dtype)
     step = max(1, _SLAB // max(1, a.shape[0]))
-    for j0 in range(0, a.shape[1], step):
-        t = xp.abs(a[:, j0:j0 + step])
-        if s != 1:
-            t *= s
+    for j0 in range(0, a.shape[1], step):   # 2^e in two halves, each within the range
+        t = xp.abs(a[:, j0:j0 + step])      # (2^136 for float32 subnormals is not)
+        if e:
+            t *= 2.0 ** (e // 2)
+            t *= 2.0 ** (e - e // 2)
         out += t.sum(axis=1)
     return out
 
@@ -199,6 +200,12 @@ def check_symmetric(A, rtol: float | None = None, what: str = "cholesky",
         if 0 < amax < np.inf:   # finite entries whose sums overflow: probe 2^-k A instead
             k = int(np.ceil(np.log2(amax)))
             M, scale, anorm = _symmetry_probe(A, k)
+    elif 0 < scale < np.finfo(A.dtype).tiny / eps:
+        # entries near the subnormal range: the probe's products lost their relative
+        # precision, and an exactly symmetric float32 A scaled by 1e-43 read as "asymmetry
+        # 2.3e-03"; probe 2^-k A (k < 0: scaled up, exactly) instead
+        k = int(np.ceil(np.log2(A.norm("max"))))
+        M, scale, anorm = _symmetry_probe(A, k)
     with np.errstate(over="ignore", invalid="ignore"):     # NaN/Inf in A: judged below
         gap = float(np.max(np.abs(M - M.conj().T)))
         anorm = float(np.ldexp(anorm, k))                  # (inf when ||A||_inf overflows)
@@ -225,7 +232,6 @@ def _symmetry_probe(A, k: int):
     from mpi4py import MPI
     be, grid = A.backend, A.grid
     Vr, Vc = _probe_blocks(A)
-    s = 2.0 ** -k
     if k:
         Vr, Vc = Vr * 2.0 ** -(k - k // 2), Vc * 2.0 ** -(k // 2)
     buf = np.zeros(17, dtype=np.complex128)
@@ -235,7 +241,7 @@ def _symmetry_probe(A, k: int):
             fused = be.gemv_abs(A.local, Vc, absolute=False, rowsums=True) if not k else None
             W = A.local @ Vc if fused is None else fused[0]    # mloc x 4
             buf[:16] = np.asarray(be.to_host(Vr.T @ W)).ravel()
-            rows = np.asarray(be.to_host(_row_abs_sums(A, s) if fused is None else
+            rows = np.asarray(be.to_host(_row_abs_sums(A, -k) if fused is None else
                                          fused[2][:, 0]), dtype=np.float64)
     grid.row_comm.Allreduce(MPI.IN_PLACE, rows, op=MPI.SUM)       # whole rows' sums
     anorm = grid.allreduce(float(rows.max()) if rows.size else 0.0, "max")

@@ -77,6 +77,31 @@ def test_symmetric_matrix_whose_row_sums_overflow_is_accepted(grids):
 
 
 @pytest.mark.mpi
+def test_symmetric_matrix_of_subnormal_entries_is_symmetric(grids):
+    """An exactly symmetric float32 SPD matrix scaled into the subnormal range (max entry
+    1e-41) was refused as 'not symmetric (relative asymmetry about 2.3e-03)': the probe's
+    products had lost their precision. It probes 2^-k A (scaled up, exactly) now: cholesky
+    factors it as SciPy does, and the same matrix made asymmetric is still refused."""
+    from distla.linalg import cholesky
+    s = _spd(N)
+    for scale in (1e-41, 1e-43):
+        a = (s * scale).astype(np.float32)
+        assert np.array_equal(a, a.T)
+        bad = a.copy()
+        bad[3, 20] *= 1.5
+        for grid in grids[:4]:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", LinAlgWarning)     # subnormal entries
+                L = cholesky(_dist(grid, a)).to_global(None)
+            ref = np.linalg.cholesky(a.astype(np.float64))
+            # (products of subnormal float32 entries keep a few bits: a few % is all that any
+            # float32 Cholesky of this matrix gets)
+            assert np.abs(np.tril(L) - ref).max() <= 0.1 * np.abs(ref).max()
+            with pytest.raises(ValueError, match="not symmetric"):
+                cholesky(_dist(grid, bad))
+
+
+@pytest.mark.mpi
 def test_subnormal_warning_whatever_checks_are_off(grids):
     """An SPD matrix scaled to 1e-315 factors in gradual underflow: the LinAlgWarning comes
     also with check_symmetric=False and check_rcond=False (its scale came from those

@@ -2,6 +2,7 @@
 log-determinant and solves (mpi), against SciPy/NumPy on the gathered matrix."""
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -988,8 +989,13 @@ def test_build_refuses_magnitudes_beyond_the_float_range(scale):
         with pytest.raises(ValueError, match="scale the matrix by a power of 2"):
             tlr.from_kernel(g, x, ks, 30, tol=1e-8)
         A = cov.covariance_matrix(g, x, ks, block=30)
-        with pytest.raises(ValueError, match="scale the matrix by a power of 2"):
+        with pytest.raises(ValueError, match="scale the matrix by a power of 2") as ei:
             tlr.compress(A, tol=1e-8)
+        # the message gives the window, not ||A||_F from squares that under/overflowed (it
+        # said "||A||_F = 0" for a nonzero matrix); the true norm lies outside the window
+        lo, hi = map(float, re.search(r"within about \[(\S+), (\S+)\]", str(ei.value)).groups())
+        f = A.norm("fro")
+        assert lo < hi and not lo <= f <= hi, (lo, f, hi)
         assert tlr.from_kernel(g, x, k, 30, tol=1e-8).norm_fro > 0
 
 

@@ -91,12 +91,16 @@ def _check_scale(T, tol, F, what: str, nonzero: bool = False) -> None:
                                     _delta(T, tol, F) >= floor):
         return
     how = "overflow" if not math.isfinite(F) else "underflow"
-    size = "beyond the float range" if how == "overflow" else f"= {F:.3g}"
+    # the window (F was computed from squares in T's precision: it can read 0 or inf for a
+    # matrix inside the range, so the message gives the limits rather than that F)
+    lo, hi = floor / _delta(T, tol, 1.0), math.sqrt(float(fi.max))
     raise ValueError(
-        f"{what}: the matrix's magnitude (||A||_F {size}) is outside what TLR compression "
-        f"handles in {T.dtype} (the squares of its singular values {how}): scale the matrix "
-        f"by a power of 2 (e.g. the kernel's variance) and undo the scale in the results "
-        f"(a log-determinant changes by n log(scale))")
+        f"{what}: the matrix's magnitude is outside what TLR compression handles in "
+        f"{T.dtype} at tol={tol}: ||A||_F must lie within about [{lo:.1e}, {hi:.1e}] (the "
+        f"squares of its singular values {how} beyond it): scale the matrix by a power of 2 "
+        f"(e.g. the kernel's variance) and undo the scale in the results (a log-determinant "
+        f"changes by n log(scale)); tlr.solve and solve(method='tlr') scale a DistMatrix "
+        f"themselves")
 
 
 def _allreduce_sum(comm, x: float) -> float:
