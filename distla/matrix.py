@@ -547,7 +547,10 @@ class DistMatrix:
 
     def astype(self, dtype) -> "DistMatrix":
         """A copy converted to ``dtype`` (local, no communication). Complex to real is a
-        TypeError (it would drop the imaginary parts)."""
+        TypeError (it would drop the imaginary parts). As NumPy's ``astype``, values beyond a
+        narrower type's range become inf (with NumPy's RuntimeWarning on the ranks holding
+        them; the solvers' ``check_finite`` then refuses the matrix); ``from_global(...,
+        dtype=)`` and ``read_matrix(..., dtype=)`` refuse such values on every rank."""
         dt = _check_dtype(dtype, self.device)
         if self.dtype.kind == "c" and dt.kind != "c":
             raise TypeError(f"astype: {self.dtype} to {dt} would drop the imaginary parts; "

@@ -23,7 +23,7 @@ import numpy as np
 from . import layout
 from .errors import SingularMatrixError, collective, signature
 from .matrix import DistMatrix, check_compatible
-from .validate import check_flags
+from .validate import check_flags, writable_everywhere
 
 __all__ = ["matmul", "triangular_solve", "norm", "normalize_trans", "inverted_diagonal_solves",
            "diagonal_max_abs"]
@@ -92,6 +92,11 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
                                  f"column blocking: block {(mb, nb)}, src "
                                  f"{(A.rsrc, B.csrc)}, not block {C.block}, src {C.src} "
                                  f"(C.redistribute(block=..., src=...) first)")
+            flags = getattr(C.local, "flags", None)
+            if flags is not None and not getattr(flags, "writeable", True):
+                raise ValueError("matmul: C's local array is read-only (the product is "
+                                 "written into C): pass a writable C, or C=None for a new "
+                                 "matrix")    # (NumPy refused it on the ranks holding C only)
         alpha = _scalar_for(A, alpha, "alpha", "matmul")
         beta = _scalar_for(A, beta, "beta", "matmul") if C is not None else 0.0
     if alpha == 0:      # BLAS: C = beta C, A and B not read, in the layout the paths give
@@ -321,8 +326,8 @@ def triangular_solve(A: DistMatrix, B: DistMatrix, *, lower: bool = True, trans=
                              f"(side={side!r})")
         if not unit_diagonal:
             _check_diagonal(A)
-    if overwrite_b:          # X written over B while A is read: never into A's storage
-        overwrite_b = not shares_storage(B, A)
+    if overwrite_b:          # X written over B while A is read: never into A's storage,
+        overwrite_b = not shares_storage(B, A) and writable_everywhere(B)   # nor read-only
     if alpha == 0:           # BLAS: X = 0, B's values not read (NaN/Inf included)
         X = B if overwrite_b else B.copy()
         X.local[...] = 0

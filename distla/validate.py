@@ -101,6 +101,17 @@ def check_writable(A, what: str) -> None:
                          f"pass overwrite_a=False (A is then copied) or a writable array")
 
 
+def writable_everywhere(M) -> bool:
+    """Collective over M's grid: whether every rank's local array of ``M`` may be written.
+    ``overwrite_b`` is a permission (scipy's): a B that is read-only on some rank (a
+    read-only memory map, ``setflags(write=False)``) is solved in a copy on every rank alike,
+    instead of written through its raw pointer (a fault, or read-only memory changed) on
+    some ranks and refused by NumPy on others (which then left the rest waiting)."""
+    flags = getattr(M.local, "flags", None)
+    mine = flags is None or bool(getattr(flags, "writeable", True))
+    return bool(M.grid.allreduce(int(mine), "min"))
+
+
 def check_finite(*named, what: str = "solve") -> None:
     """Collective: raise ``ValueError`` on every rank if any of the matrices holds NaN or Inf.
 

@@ -287,3 +287,39 @@ def test_lu_solve_with_b_on_different_grids_fails_every_rank(grids):
     for call in (lu_solve, lu_solve_rcond):
         with pytest.raises(ValueError, match="different grids"):
             call(F, Bs[0] if comm.rank == 0 else Bs[1])
+
+
+@pytest.mark.mpi
+def test_read_only_b_or_c_is_every_ranks_business(grids):
+    """A read-only B with overwrite_b=True was written through its raw pointer on one rank
+    (read-only memory changed; a read-only memory map faulted) and refused by NumPy on the
+    ranks holding B's columns only on several (the others hung). overwrite_b is a permission:
+    such a B is solved in a copy on every rank, B unchanged. A read-only C of matmul is a
+    clear error on every rank."""
+    from distla.linalg import cho_solve, cholesky, lu_solve, solve
+    from distla.pblas import matmul, triangular_solve
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((13, 13)) + 13 * np.eye(13)
+    spd = a @ a.T
+    b = rng.standard_normal((13, 3))
+    for grid in grids:
+        A = DistMatrix.from_global(grid, a, block=4)
+        S = DistMatrix.from_global(grid, spd, block=4)
+        F, L = lu_factor(A), cholesky(S)
+        for call, want in (
+                (lambda B: lu_solve(F, B, overwrite_b=True), np.linalg.solve(a, b)),
+                (lambda B: cho_solve((L, True), B, overwrite_b=True), np.linalg.solve(spd, b)),
+                (lambda B: solve(A, B, overwrite_b=True, check_rcond=False),
+                 np.linalg.solve(a, b)),
+                (lambda B: triangular_solve(A, B, overwrite_b=True),
+                 np.linalg.solve(np.tril(a), b))):
+            B = DistMatrix.from_global(grid, b, block=4)
+            B.local.setflags(write=False)
+            X = call(B)
+            np.testing.assert_allclose(X.to_global(None), want, rtol=1e-10, atol=1e-12)
+            assert np.array_equal(B.to_global(None), b)            # untouched
+        C = DistMatrix.from_global(grid, np.zeros((13, 3)), block=4)
+        if grid.comm.rank == grid.comm.size - 1:
+            C.local.setflags(write=False)
+        with pytest.raises(ValueError, match="C's local array is read-only"):
+            matmul(A, DistMatrix.from_global(grid, b, block=4), C=C)

@@ -54,6 +54,7 @@ from ..validate import (
     check_flags,
     check_writable,
     signature,
+    writable_everywhere,
 )
 from ..validate import check_finite as check_finite_
 from ._lu_loop import LULoop
@@ -406,7 +407,7 @@ def lu_solve(F: LUFactor, B: DistMatrix, trans=False, overwrite_b: bool = False,
     A = F.lu
     B0 = B
     if overwrite_b:         # B a view of the factor: solve in a copy, keep the factor intact
-        overwrite_b = not shares_storage(B, A)
+        overwrite_b = not shares_storage(B, A) and writable_everywhere(B)   # (read-only B too)
     if (B.mb, B.rsrc) != (A.mb, A.rsrc):   # work in A's row blocking, answer in B's layout
         B, overwrite_b = B.redistribute(block=(A.mb, B.nb), src=(A.rsrc, B.csrc)), True
     X = B if overwrite_b else B.copy()
