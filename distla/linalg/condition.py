@@ -181,7 +181,7 @@ def lapack_rcond(factor: DistMatrix, anorm: float, kind: str, lower: bool = True
         from scipy.linalg import lapack
         a = factor.local
         if a.shape[0] == 0:
-            return np.inf
+            return 1.0      # (LAPACK's xGECON / xPOCON for n = 0)
         if anorm == 0 or not np.isfinite(anorm):
             return 0.0
         # rcond(A) = rcond(A / s) with ||A / s|| = anorm / s: an anorm beyond the factor's
