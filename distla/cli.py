@@ -733,6 +733,10 @@ def cmd_generate(args, comm) -> int:
     say = Reporter(comm, _verbosity(args))
     if args.n < 1:
         raise CommandError(f"--n must be positive, not {args.n}")
+    nbytes = args.n * args.n * np.dtype(args.dtype).itemsize
+    if nbytes >= 2 ** 63:     # (MPI-IO's file size: an OverflowError naming no option)
+        raise CommandError(f"--n {args.n}: the {args.dtype} matrix would need {nbytes:.3g} "
+                           f"bytes, beyond any file's size (2^63)")
     if args.nb < 1:
         raise CommandError(f"--nb must be positive, not {args.nb}")
     given = [o for o, v in (("--kernel", args.kernel), ("--length", args.length),
@@ -1006,9 +1010,14 @@ def main(argv=None) -> None:
     """Console-script entry point (``distla``): run the command, exit with its code on every
     rank."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    apply_runtime_defaults()
-    code = run_main(_main, argv, prog="distla",
-                    terms=_cli_terms if argv[:1] == ["solve"] else None)
+    try:
+        apply_runtime_defaults()
+        code = run_main(_main, argv, prog="distla",
+                        terms=_cli_terms if argv[:1] == ["solve"] else None)
+    except KeyboardInterrupt:    # (Ctrl-C, or mpiexec forwarding SIGINT: one line, no
+        sys.stdout.flush()       # traceback; an output's temporary is already removed)
+        sys.stderr.write("distla: interrupted\n")
+        code = 130               # 128 + SIGINT, as shells report it
     sys.stdout.flush()
     sys.stderr.flush()
     sys.exit(code)

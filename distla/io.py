@@ -660,7 +660,10 @@ def _write_npy_columns(path: str, comm, shape, dtype, slabs) -> None:
     if isinstance(err, MPI.Exception):
         # (MPICH's is an error stack: its last line says why)
         why = err.Get_error_string().strip().splitlines() or [""]
-        err = OSError(f"{path}: cannot write ({why[-1].split(': ', 1)[-1].strip()})")
+        why = why[-1].split(": ", 1)[-1].strip()
+        if why.startswith("Other I/O error") and why[len("Other I/O error"):].strip():
+            why = why[len("Other I/O error"):].strip(" ,")   # (MPI's class name: the OS's
+        err = OSError(f"{path}: cannot write ({why})")     # reason follows)
     agree(comm, err)
 
 
@@ -687,7 +690,10 @@ def write_npy_generated(path, grid, shape, block, fn, *, dtype=np.float64,
     rows_max = max(1, numroc(m, mb, 0, 0, grid.nprow))
     unit = nb * grid.npcol                       # slabs start on process column 0
     width = unit * max(1, slab_bytes // max(1, rows_max * nb * dtype.itemsize))
-    sums = np.zeros(numroc(m, mb, grid.myrow, 0, grid.nprow), dtype=dtype) if row_sums \
+    # (float32 sums accumulate in float64: more accurate, and rounded once, nearly
+    # independent of the layout's summation order)
+    acc = np.float64 if dtype == np.float32 else dtype
+    sums = np.zeros(numroc(m, mb, grid.myrow, 0, grid.nprow), dtype=acc) if row_sums \
         else None
 
     def slabs():
@@ -696,7 +702,7 @@ def write_npy_generated(path, grid, shape, block, fn, *, dtype=np.float64,
             S = DistMatrix.from_function(grid, (m, w), (mb, nb),
                                          lambda I, J: fn(I, J + c0), dtype=dtype)
             if sums is not None and S.local.size:
-                sums[...] += S.local.sum(axis=1)
+                sums[...] += S.local.sum(axis=1, dtype=acc)
             yield c0, S
             if progress is not None:
                 progress(c0 + w)
@@ -715,7 +721,7 @@ def write_npy_generated(path, grid, shape, block, fn, *, dtype=np.float64,
     grid.row_comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
     b = DistMatrix.zeros(grid, (m, 1), (mb, nb), dtype=dtype)
     if b.local.size:
-        b.local[:, 0] = sums
+        b.local[:, 0] = sums.astype(dtype)
     return b
 
 

@@ -167,7 +167,8 @@ def test_solve_block_size_beyond_the_matrix_is_one_block(spd):
     (["--kind", "covariance", "--length", "1e-320"], "--length must be a number in"),
     (["--kind", "covariance", "--length", "1e300"], "--length must be a number in"),
     (["--kind", "covariance", "--nugget", "-1"], "--nugget must be a finite number >= 0"),
-    (["--kind", "general", "--seed", "-1"], "int below 2^64, not -1")])
+    (["--kind", "general", "--seed", "-1"], "int below 2^64, not -1"),
+    (["--n", "3037000500"], "beyond any file's size")])      # (MPI-IO's OverflowError)
 def test_generate_refuses_bad_or_ignored_options(tmp_path, args, message):
     p = run(["generate", "--n", 8, "--out", "g.npy", *args], n=1, cwd=tmp_path, timeout=60)
     assert_fails(p, EXIT_USAGE, message)
