@@ -176,6 +176,50 @@ def test_profiles_load_and_predict(name):
     assert load_machine(m.to_dict()).to_dict() == m.to_dict()
 
 
+@pytest.mark.parametrize("key, value, msg", [
+    ("swap_bw", -1e11, "swap_bw must be a finite number > 0"),
+    ("scan_bw", -1e11, "scan_bw must be"), ("mem_bw", 0, "mem_bw must be"),
+    ("devices_per_node", 0, "devices_per_node must be an int >= 1"),
+    ("overlap", 2, "overlap must be a finite number >= 0 and <= 1"),
+    ("device", "tpu", "device must be 'cpu' or 'gpu'"), ("call", -1, "call must be"),
+    ("tlr", 0, "tlr must be"), ("row", {"alpha": 1e-5}, "row needs alpha"),
+    ("potrf", {}, "potrf must be a non-empty"), ("gemm", [1, 2], "gemm must be a non-empty"),
+    ("gemm", {"big": 1e12}, "gemm has the key 'big'"),
+    ("getrf", {"1024": 5}, r"getrf\[1024\] must be \[seconds, flop/s\]"),
+    ("inter", {"alpha": 1e-6, "beta": "fast"}, "inter.beta must be")])
+def test_machine_values_the_model_cannot_use_are_refused(key, value, msg):
+    """Negative bandwidths, counts and overlaps made predictions faster with negative
+    terms (exit 0); zeros and malformed tables ended in ZeroDivisionError, KeyError,
+    IndexError: each is a ValueError naming the key now."""
+    d = load_machine("h200-ib").to_dict()
+    d[key] = value
+    with pytest.raises(ValueError, match=msg):
+        load_machine(d)
+
+
+def test_tlr_rates_stay_below_the_peak_and_bands_cover_their_runs():
+    """TLR rows divided the dense flop count by the TLR time: 581 TFLOP/s on one H200,
+    efficiency 13; the error band was printed for runs the validation does not cover."""
+    m = load_machine("h200-nvlink")
+    for P, Q in ((1, 1), (2, 2)):
+        p = predict("tlr", 262144, 1024, P, Q, m)
+        assert 0 < p.efficiency <= 1 and p.tflops <= P * Q * max(m.gemm.values()) / 1e12
+
+
+def test_per_step_bytes_are_each_steps():
+    """The step table was one step late (step 0 carried two panels' broadcasts, the table
+    stopped a step short) and took differences of the busiest rank's running total, whose
+    rank changes (steps at 0). Each step is now the busiest rank's bytes in that step."""
+    m = load_machine("h200-ib")
+    for algo in ("cholesky", "lu"):
+        p = predict(algo, 16384, 512, 4, 4, m)
+        assert len(p.step_bytes) == 16384 // 512
+        assert all(b > 0 for b in p.step_bytes)
+        assert sum(p.step_bytes) >= p.bytes_per_rank() * (1 - 1e-12)
+        # the broadcasts shrink with the trailing matrix: no step carries more than step 0
+        assert max(p.step_bytes) <= p.step_bytes[0] * (1 + 1e-12)
+
+
 def test_bad_machine_and_inputs():
     with pytest.raises(ValueError, match="no such profile"):
         load_machine("no-such-machine")
@@ -308,6 +352,7 @@ def test_rbt_depth_refused_as_the_solver_does_before_any_work():
 
 @pytest.mark.parametrize("kw, match", [
     (dict(lookahead=-1), "lookahead must be an int >= 0, not -1"),
+    (dict(lookahead=2), "lookahead must be 0 or 1"),      # (it was taken as 1, silently)
     (dict(ranks_per_node=0), "ranks_per_node must be an int >= 1, not 0"),
     (dict(ranks_per_node=-4), "ranks_per_node must be an int >= 1, not -4"),
     (dict(algo="rbt", iterations=-5), "iterations must be an int >= 0, not -5"),

@@ -542,8 +542,11 @@ def _body(argv, prog):
             if args.per_step and not args.quiet:
                 _print_steps(pr)
             val = M.extra.get("validation")
-            if val:   # the spread of the machine's validation runs
-                row["err_band"] = f"+-{100 * val['max_abs_err']:.0f}%"
+            if val:   # the spread of the machine's validation runs, where they cover the row
+                inside = R <= val.get("max_ranks", math.inf) and \
+                    algo in val.get("algorithms", (algo,))
+                row["err_band"] = f"+-{100 * val['max_abs_err']:.0f}%" if inside else \
+                    "extrapolated"
             rows.append(row)
         if not args.quiet:
             print(f"machine: {M.name} ({M.source})")

@@ -72,6 +72,9 @@ def check_inputs(algo: str, n: int, nb: int, P: int = 1, Q: int = 1, *, lookahea
                          f"({MAX_RANKS})")
     if not isinstance(lookahead, bool):
         _int_at_least("lookahead", lookahead, 0)
+        if lookahead > 1:      # (it was taken as 1, silently)
+            raise ValueError(f"lookahead must be 0 or 1 (the depth the model walks), not "
+                             f"{lookahead}")
     if ranks_per_node is not None:
         _int_at_least("ranks_per_node", ranks_per_node, 1)
     if tree not in ("binary", "flat"):
@@ -114,7 +117,8 @@ def nominal_flops(algo: str, n: int) -> float:
 
 @dataclass
 class Prediction:
-    """The model's answer for one run: ``seconds``, ``tflops`` (nominal flops / seconds),
+    """The model's answer for one run: ``seconds``, ``tflops`` (nominal flops / seconds; for
+    TLR the flops of the compressed factorization, which do not compare with a dense rate),
     ``efficiency`` (tflops over P Q times the GEMM rate at nb), ``terms`` (seconds of the
     critical path by term: update, panel, comm, sync, overhead...), ``flops`` ((P, Q) arrays
     of flops per kernel: the work of each rank), ``bytes`` ((P, Q) arrays of bytes received
@@ -170,8 +174,11 @@ class _Acc:
         self.snaps = []
 
     def snap(self):
-        """Record the bytes received so far by the busiest rank (one entry per step)."""
-        self.snaps.append(float(sum(self.bytes.values()).max()) if self.bytes else 0.0)
+        """Record the bytes each rank has received so far (one entry per step)."""
+        # each rank's bytes so far: a step's bytes are the largest difference (the maximum
+        # of the running totals moved from rank to rank and left steps at 0 or doubled)
+        self.snaps.append(sum(self.bytes.values()) + np.zeros((self.P, self.Q))
+                          if self.bytes else np.zeros((self.P, self.Q)))
 
     def f(self, kind, val):
         a = self.flops.setdefault(kind, np.zeros((self.P, self.Q)))
@@ -194,7 +201,6 @@ def _col(P, Q, q, vals):
 
 def _step(acc, ready_la, panel_comp, panel_comm, bcast, work, panel_rank, overlap,
           lookahead, host=0.0, sync=0.0):
-    acc.snap()
     """One step of the recurrence; returns its seconds and books the limiting terms.
     ``ready_la``: seconds before the next panel can start (its column's sync + lookahead
     update); ``work`` (P, Q): each rank's whole step (sync + la + rest); ``panel_rank`` (P, Q):
@@ -320,11 +326,13 @@ def _cholesky(n, nb, P, Q, M, topo, lookahead, variant="as-written"):
         acc.f("syrk", np.where(j0 < nt, sufS[:, np.minimum(j0, nt + Q - 1)], 0.0))
         host = float(np.where(j0 < nt, sufC[:, np.minimum(j0, nt + Q - 1)], 0.0).max()) \
             * M.call if gpu else 0.0
+        acc.snap()      # step k's bytes (panel k's broadcasts) end here: panel k + 1 next
         comp, comm, bc, prank = panel(k + 1)
         ready_la = float((take + la)[:, qla].max())
         work = take + la + rest
         total += _step(acc, ready_la, comp, comm, bc, work, _col(P, Q, qla, prank), ov,
                        lookahead, host)
+    acc.snap()          # the last step's
     tb = _textbook_cholesky(n, nb, P, Q)
     return total, acc, tb
 
@@ -483,6 +491,7 @@ def _lu(n, nb, P, Q, M, topo, lookahead, pivoting, tree="binary"):
             wla = np.where(qs == qla, min(nb, n - (k + 1) * nb), 0)
             la = gemm_flops(Bk[:, None], wla[None, :], kb) / rg * sh
             rest = upd / rg * sh - la
+            acc.snap()  # step k's bytes (its interchanges and U12) end here: panel k + 1 next
             comp, comm, bc, prank = panel(k + 1)
             work = sync[None, :] + la + rest
             ready_la = float((sync[None, :] + la)[:, qla].max())
@@ -490,6 +499,7 @@ def _lu(n, nb, P, Q, M, topo, lookahead, pivoting, tree="binary"):
             total += _step(acc, ready_la, comp, comm, bc, work, _col(P, Q, qla, prank), ov,
                            lookahead, host, float(sync.max()))
         else:
+            acc.snap()
             t = float((sync[None, :] + upd / rg * sh).max())
             total += t
             acc.t("update", t)
@@ -644,11 +654,15 @@ def predict(algo: str, n: int, nb: int, P: int, Q: int, machine, *, lookahead: i
             4 * Topology.allreduce(topo.col if P > 1 else topo.row, P * Q, 64) + 20 * M.call
         t += tc
         acc.t("checks", tc)
-    nf = nominal_flops(algo, n)
+    # TLR: the flops the compressed factorization does (the dense count over its time gave
+    # rates of 13x the machine's peak); the others: the dense count the benchmarks use
+    nf = float(sum(float(v.sum()) for v in acc.flops.values())) if algo == "tlr" else \
+        nominal_flops(algo, n)
     tf = nf / t / 1e12 if t > 0 else 0.0
     peak = P * Q * M.gemm_rate(nb) / topo.share
     return Prediction(algo=algo, n=n, nb=nb, P=P, Q=Q, seconds=t, tflops=tf,
                       efficiency=nf / t / peak if t > 0 else 0.0, terms=acc.terms,
                       flops=acc.flops, bytes=acc.bytes, messages=acc.msgs, textbook=tb,
-                      step_bytes=[float(x) for x in np.diff([0.0, *acc.snaps])],
+                      step_bytes=[float((b - a).max()) for a, b in
+                                  zip([np.zeros((P, Q)), *acc.snaps], acc.snaps)],
                       notes=M.name)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 from dataclasses import dataclass, field
 
@@ -142,15 +143,12 @@ class Machine:
     @classmethod
     def from_dict(cls, d: dict) -> Machine:
         need = ("gemm", "trsm", "potrf", "getrf", "mem_bw", "call", "intra", "inter")
+        if not isinstance(d, dict):
+            raise ValueError(f"machine file: a JSON object expected, not {type(d).__name__}")
         miss = [k for k in need if k not in d]
         if miss:
             raise ValueError(f"machine file lacks {', '.join(miss)}")
-        for k in ("intra", "inter"):
-            if not {"alpha", "beta"} <= set(d[k]) or d[k]["beta"] <= 0 or d[k]["alpha"] < 0:
-                raise ValueError(f"machine file: {k} needs alpha >= 0 and beta > 0")
-        for k in ("gemm", "trsm"):
-            if not d[k] or min(d[k].values()) <= 0:
-                raise ValueError(f"machine file: {k} rates must be positive")
+        _check_values(d)
         return cls(name=d.get("name", "machine"), device=d.get("device", "cpu"),
                    gemm=_table(d["gemm"]), trsm=_table(d["trsm"]),
                    syrk=_table(d.get("syrk") or d["gemm"]), potrf=_table(d["potrf"]),
@@ -165,6 +163,71 @@ class Machine:
                    extra=d.get("extra", {}))
 
 
+def _number(key: str, v, lo: float = 0.0, strict: bool = True, hi: float = math.inf):
+    """``v`` as a float, ValueError naming ``key`` unless it is a finite real number above
+    ``lo`` (or at least ``lo`` when not ``strict``) and at most ``hi``."""
+    ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and \
+        (v > lo if strict else v >= lo) and v <= hi
+    if not ok:
+        bound = f"{'>' if strict else '>='} {lo:g}" + (f" and <= {hi:g}" if hi < math.inf
+                                                         else "")
+        raise ValueError(f"machine file: {key} must be a finite number {bound}, not {v!r}")
+    return float(v)
+
+
+def _size_table(key: str, t, value) -> None:
+    """``t``: a non-empty ``{block size: value}`` object (keys that read as positive ints)."""
+    if not isinstance(t, dict) or not t:
+        raise ValueError(f"machine file: {key} must be a non-empty {{block size: value}} "
+                         f"object, not {t!r}")
+    for k, v in t.items():
+        try:
+            ok = int(k) >= 1
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"machine file: {key} has the key {k!r}, not a block size")
+        value(f"{key}[{k}]", v)
+
+
+def _check_values(d: dict) -> None:
+    """ValueError naming the key for a value the model cannot use (negative or zero rates,
+    bandwidths and counts made predictions faster with negative terms; others ended in
+    ZeroDivisionError or KeyError)."""
+    for k in ("gemm", "trsm") + (("syrk",) if d.get("syrk") else ()):
+        _size_table(k, d[k], _number)
+    _size_table("potrf", d["potrf"], _number)
+
+    def pair(key, v):
+        if not isinstance(v, (list, tuple)) or len(v) != 2:
+            raise ValueError(f"machine file: {key} must be [seconds, flop/s], not {v!r}")
+        _number(f"{key}[0]", v[0], strict=False)
+        _number(f"{key}[1]", v[1])
+    _size_table("getrf", d["getrf"], pair)
+    for k in ("mem_bw", "swap_bw", "scan_bw"):
+        if d.get(k) is not None:
+            _number(k, d[k])
+    _number("call", d["call"], strict=False)
+    if "tlr" in d:
+        _number("tlr", d["tlr"], hi=1.0)
+    if "overlap" in d:
+        _number("overlap", d["overlap"], strict=False, hi=1.0)
+    if "devices_per_node" in d:
+        v = d["devices_per_node"]
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"machine file: devices_per_node must be an int >= 1, not {v!r}")
+    if d.get("device", "cpu") not in ("cpu", "gpu"):
+        raise ValueError(f"machine file: device must be 'cpu' or 'gpu', not {d['device']!r}")
+    for k in ("intra", "inter", "row", "col"):
+        if k in ("row", "col") and d.get(k) is None:
+            continue
+        link = d[k]
+        if not isinstance(link, dict) or not {"alpha", "beta"} <= set(link):
+            raise ValueError(f"machine file: {k} needs alpha (s) and beta (bytes/s)")
+        _number(f"{k}.alpha", link["alpha"], strict=False)
+        _number(f"{k}.beta", link["beta"])
+
+
 def load_machine(spec) -> Machine:
     """A :class:`Machine` from a profile name (``PROFILES``), a JSON file path, a dict or a
     Machine. Raises ValueError for an unknown name or a malformed file."""
@@ -175,6 +238,8 @@ def load_machine(spec) -> Machine:
     path = profile_path(spec) if spec in PROFILES else spec
     if not os.path.exists(path):
         raise ValueError(f"machine {spec!r}: no such profile ({', '.join(PROFILES)}) or file")
+    if not os.path.isfile(path):
+        raise ValueError(f"machine {spec!r}: not a file (a profile name or a JSON file)")
     with open(path, encoding="utf-8") as f:
         try:
             d = json.load(f)
