@@ -3,6 +3,7 @@ calls, its response to the machine parameters, calibration and the command line.
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -406,6 +407,10 @@ def test_sizes_are_parsed_strictly():
     (["--calibrate", "--validate", "x.jsonl"], "--validate does not apply with --calibrate"),
     (["--validate", "x.jsonl", "--nb", "64"], "--nb does not apply with --validate"),
     (["--grid", "auto"], "--grid: give PxQ shapes"),
+    (["--n", "99999999999999999999999"], "is beyond the model's range (2^52)"),
+    (["--validate", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                 "benchmarks/results/2026-11-24-model-validation-cpu.jsonl")],
+     "no record the model can check"),            # (it printed '(no results)', exit 0)
 ])
 def test_cli_refuses_bad_options_before_any_work(argv, msg, capsys):
     """A usage error: exit code 2 (EXIT_USAGE, as distla solve), one 'distla model: error:'

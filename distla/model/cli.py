@@ -495,6 +495,13 @@ def _body(argv, prog):
                     raise CommandError(f"--validate: {f}, line {k}: {e}") from None
                 if row is not None:
                     rows.append(row)
+            if not rows:     # (it printed "(no results)" with exit 0)
+                kinds = sorted({str(r.get("bench")) for _, _, r in recs})
+                raise CommandError(
+                    f"--validate: no record the model can check in {', '.join(args.validate)}"
+                    f" ({len(recs)} record(s) of bench {', '.join(kinds) or 'none'}; it "
+                    f"checks distla rows of the cholesky, lu, rbt and tlr benchmarks; "
+                    f"model-validation records carry their own prediction and error)")
             state["rows"] = rows
             return
         try:

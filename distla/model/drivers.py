@@ -67,6 +67,8 @@ def check_inputs(algo: str, n: int, nb: int, P: int = 1, Q: int = 1, *, lookahea
     for name, v in (("n", n), ("nb", nb), ("P", P), ("Q", Q)):
         if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} must be a positive int, not {v!r}")
+        if v > 2 ** 52:       # (its index arithmetic is in 64-bit ints and floats)
+            raise ValueError(f"{name} = {v} is beyond the model's range (2^52)")
     if P * Q > MAX_RANKS:
         raise ValueError(f"a {P}x{Q} grid is {P * Q} ranks, more than the model holds "
                          f"({MAX_RANKS})")
