@@ -1006,6 +1006,26 @@ def _cli_terms(text: str) -> str:
                   r"-O \1 must be true or false, not \2", text)
 
 
+def _interrupted() -> None:
+    """After a KeyboardInterrupt: 'distla: interrupted' (rank 0 of a parallel job), then, in
+    a job of several ranks, MPI_Abort with code 130. A rank that only exited would wait in
+    MPI_Finalize for ranks that wait for it in a collective (a SIGINT to one rank hung the
+    job; DISTLA_ABORT_TIMEOUT does not cover it). MPI is not started here if it was not."""
+    sys.stdout.flush()
+    mpi = sys.modules.get("mpi4py.MPI")
+    try:
+        world = mpi.COMM_WORLD if mpi is not None and mpi.Is_initialized() and \
+            not mpi.Is_finalized() else None
+        rank, size = (world.Get_rank(), world.Get_size()) if world is not None else (0, 1)
+    except Exception:  # noqa: BLE001 - interrupted inside MPI's own start-up
+        world, rank, size = None, 0, 1
+    if rank == 0:
+        sys.stderr.write("distla: interrupted\n")
+        sys.stderr.flush()
+    if world is not None and size > 1:
+        world.Abort(130)
+
+
 def main(argv=None) -> None:
     """Console-script entry point (``distla``): run the command, exit with its code on every
     rank."""
@@ -1015,8 +1035,7 @@ def main(argv=None) -> None:
         code = run_main(_main, argv, prog="distla",
                         terms=_cli_terms if argv[:1] == ["solve"] else None)
     except KeyboardInterrupt:    # (Ctrl-C, or mpiexec forwarding SIGINT: one line, no
-        sys.stdout.flush()       # traceback; an output's temporary is already removed)
-        sys.stderr.write("distla: interrupted\n")
+        _interrupted()           # traceback; an output's temporary is already removed)
         code = 130               # 128 + SIGINT, as shells report it
     sys.stdout.flush()
     sys.stderr.flush()
