@@ -468,6 +468,25 @@ def test_guarded_aborts_instead_of_hanging(tmp_path):
     assert "rank 1 failed alone" in p.stderr and "aborting" in p.stderr
 
 
+def test_interrupt_on_one_rank_ends_the_job(tmp_path):
+    """A SIGINT (KeyboardInterrupt) on one rank of the distla command: that rank exited with
+    130 into MPI_Finalize while rank 0 waited in a collective for it, a hang that
+    DISTLA_ABORT_TIMEOUT does not cover. It aborts the job with code 130 now."""
+    script = tmp_path / "interrupt.py"
+    script.write_text(
+        "from mpi4py import MPI\n"
+        "from distla import cli\n"
+        "def body(argv):\n"
+        "    if MPI.COMM_WORLD.rank == 1:\n"
+        "        raise KeyboardInterrupt\n"
+        "    MPI.COMM_WORLD.Barrier()   # rank 1 never comes\n"
+        "cli._main = body\n"
+        "cli.main(['info'])\n")
+    p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script)], env=_env(),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 130, (p.returncode, p.stderr[-500:])
+
+
 def test_warmup_runs_every_path_on_cpu():
     p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "distla", "warmup",
                         "--device", "cpu", "--n", "48", "--n-large", "72", "-v"], env=_env(),
