@@ -23,7 +23,7 @@ import numpy as np
 from . import layout
 from .errors import SingularMatrixError, collective, signature
 from .matrix import DistMatrix, check_compatible
-from .validate import check_flags, writable_everywhere
+from .validate import check_flags, local_writable, writable_everywhere
 
 __all__ = ["matmul", "triangular_solve", "norm", "normalize_trans", "inverted_diagonal_solves",
            "diagonal_max_abs"]
@@ -92,8 +92,7 @@ def matmul(A: DistMatrix, B: DistMatrix, *, transa: bool = False, transb: bool =
                                  f"column blocking: block {(mb, nb)}, src "
                                  f"{(A.rsrc, B.csrc)}, not block {C.block}, src {C.src} "
                                  f"(C.redistribute(block=..., src=...) first)")
-            flags = getattr(C.local, "flags", None)
-            if flags is not None and not getattr(flags, "writeable", True):
+            if not local_writable(C):
                 raise ValueError("matmul: C's local array is read-only (the product is "
                                  "written into C): pass a writable C, or C=None for a new "
                                  "matrix")    # (NumPy refused it on the ranks holding C only)

@@ -90,13 +90,19 @@ def check_flags(what: str, **flags) -> None:
             raise TypeError(f"{what}: {name} must be True or False, not {v!r}")
 
 
+def local_writable(M) -> bool:
+    """Whether this rank's local array of ``M`` may be written (NumPy's ``writeable`` flag;
+    CuPy arrays have none and are). Local."""
+    flags = getattr(M.local, "flags", None)
+    return flags is None or bool(getattr(flags, "writeable", True))
+
+
 def check_writable(A, what: str) -> None:
     """ValueError unless this rank's local array of ``A`` may be written (``overwrite_a``):
     the kernels write through raw pointers, past NumPy's read-only flag (a read-only
     memory map would fault). Local; call it inside the input agreement, so that one rank's
     read-only array is every rank's error."""
-    flags = getattr(A.local, "flags", None)
-    if flags is not None and not getattr(flags, "writeable", True):
+    if not local_writable(A):
         raise ValueError(f"{what}: overwrite_a=True, but A's local array is read-only; "
                          f"pass overwrite_a=False (A is then copied) or a writable array")
 
@@ -107,9 +113,7 @@ def writable_everywhere(M) -> bool:
     read-only memory map, ``setflags(write=False)``) is solved in a copy on every rank alike,
     instead of written through its raw pointer (a fault, or read-only memory changed) on
     some ranks and refused by NumPy on others (which then left the rest waiting)."""
-    flags = getattr(M.local, "flags", None)
-    mine = flags is None or bool(getattr(flags, "writeable", True))
-    return bool(M.grid.allreduce(int(mine), "min"))
+    return bool(M.grid.allreduce(int(local_writable(M)), "min"))
 
 
 def check_finite(*named, what: str = "solve") -> None:

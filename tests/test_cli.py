@@ -450,6 +450,13 @@ def test_container_launcher_dry_run(tmp_path):
     assert p.returncode == 0 and "--nv" in p.stdout and "d.sif distla info" in p.stdout
 
 
+def _run_script_on_two_ranks(script):
+    """``mpiexec -n 2 python script`` in the tests' environment, under a 60 s timeout (a
+    hang fails the test)."""
+    return subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script)], env=_env(),
+                          capture_output=True, text=True, timeout=60)
+
+
 def test_guarded_aborts_instead_of_hanging(tmp_path):
     """A rank that fails alone while the others are stuck elsewhere ends the job (Abort after
     the watchdog timeout) instead of hanging forever."""
@@ -462,8 +469,7 @@ def test_guarded_aborts_instead_of_hanging(tmp_path):
         "    if comm.rank == 1:\n"
         "        raise ValueError('rank 1 failed alone')\n"
         "    comm.recv(source=1, tag=99)  # never satisfied: rank 0 is stuck here\n")
-    p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script)], env=_env(),
-                       capture_output=True, text=True, timeout=60)
+    p = _run_script_on_two_ranks(script)
     assert p.returncode != 0
     assert "rank 1 failed alone" in p.stderr and "aborting" in p.stderr
 
@@ -482,8 +488,7 @@ def test_interrupt_on_one_rank_ends_the_job(tmp_path):
         "    MPI.COMM_WORLD.Barrier()   # rank 1 never comes\n"
         "cli._main = body\n"
         "cli.main(['info'])\n")
-    p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script)], env=_env(),
-                       capture_output=True, text=True, timeout=60)
+    p = _run_script_on_two_ranks(script)
     assert p.returncode == 130, (p.returncode, p.stderr[-500:])
 
 
